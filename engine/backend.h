@@ -1,0 +1,124 @@
+#ifndef AMPD_ENGINE_BACKEND_H_
+#define AMPD_ENGINE_BACKEND_H_
+
+// The kernel boundary. Everything above it (autograd, autocast, optimizers,
+// the trainer) is device-neutral; each device implements this interface (the
+// CPU with oneDNN and plain loops, CUDA with cuBLASLt and its own kernels).
+// Kernels accumulate in fp32 (fp64 for fp64 inputs) whatever the storage type,
+// and round once when they store.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/tensor.h"
+
+namespace ampd::engine {
+
+enum class UnaryOp { kRelu, kGelu, kExp, kLog, kNeg, kSquare };
+enum class BinaryOp { kAdd, kSub, kMul };
+
+struct LayerNormResult {
+  Tensor y;
+  Tensor mean;  // f32 (f64 for f64 input), one per row
+  Tensor rstd;
+};
+
+struct LayerNormGrads {
+  Tensor dx, dgamma, dbeta;
+};
+
+struct NonFiniteCheck {
+  bool found_inf = false;
+  int first_index = -1;  // index into the tensor list of the first non-finite one
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // op(a) @ op(b) for 2-D a, b of the same dtype; fp32 accumulation.
+  virtual Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                        DType out) = 0;
+  virtual Tensor Cast(const Tensor& x, DType dtype) = 0;
+  virtual Tensor Unary(UnaryOp op, const Tensor& x) = 0;
+  // d(op(x))/dx * dy, stored in the dtype of dy.
+  virtual Tensor UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& dy) = 0;
+  // a (op) b where b has a's shape, or b is a row vector broadcast over the
+  // last dim of a, or b is a scalar (numel 1).
+  virtual Tensor Binary(BinaryOp op, const Tensor& a, const Tensor& b, DType out) = 0;
+  virtual Tensor Scale(const Tensor& x, double factor, DType out) = 0;
+  virtual Tensor SumAll(const Tensor& x, DType out) = 0;
+  // Sum over rows of a [M, N] view: -> [N]. Bias gradients.
+  virtual Tensor SumRows(const Tensor& x, DType out) = 0;
+  // Along the last dim.
+  virtual Tensor Softmax(const Tensor& x, bool log, DType out) = 0;
+  virtual Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out) = 0;
+  virtual LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    double eps, DType out) = 0;
+  virtual LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma,
+                                           const LayerNormResult& fwd, const Tensor& dy) = 0;
+  // Mean over rows of -log softmax(logits)[label]. Keeps per-row logsumexp
+  // (fp32) for the backward instead of the probabilities.
+  virtual Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
+                                     Tensor* row_logsumexp) = 0;
+  virtual Tensor SoftmaxCrossEntropyBackward(const Tensor& logits,
+                                             const std::vector<int32_t>& labels,
+                                             const Tensor& row_logsumexp, float dloss) = 0;
+  virtual Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) = 0;
+  virtual Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
+                                   int64_t num_rows) = 0;
+  // Inverted dropout with a counter-based RNG: element i is kept iff
+  // hash(seed, i) >= p. The mask is implied by (seed, p); nothing is stored.
+  virtual Tensor Dropout(const Tensor& x, double p, uint64_t seed) = 0;
+
+  // In place: x += alpha * y (same shape). Not autocast, never recorded.
+  virtual void AddInPlace(const Tensor& x, const Tensor& y, double alpha) = 0;
+  // In place: multiplies every tensor by inv_scale and reports non-finite values
+  // (PyTorch's _amp_foreach_non_finite_check_and_unscale_).
+  virtual NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads, float inv_scale) = 0;
+  // Sum of squares of all elements of all tensors, in fp64 (gradient clipping).
+  virtual double SumOfSquares(const std::vector<Tensor>& tensors) = 0;
+
+  // Optimizer updates, in place, with torch.optim semantics; math in f32
+  // whatever the param dtype (a low-precision param is rounded once).
+  struct SgdHyper {
+    float lr = 0, momentum = 0, weight_decay = 0;
+    bool nesterov = false;
+  };
+  // `momentum_buf` (f32) is used when momentum != 0; `first` initialises it.
+  virtual void SgdStep(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                       const SgdHyper& h, bool first) = 0;
+  struct AdamWHyper {
+    float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
+    int64_t step = 1;  // 1-based, for bias correction
+  };
+  virtual void AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                         const Tensor& exp_avg_sq, const AdamWHyper& h) = 0;
+};
+
+Backend& CpuBackend();
+// Devices other than the CPU register their backend when linked in.
+void RegisterBackend(Device device, Backend* backend);
+// The backend for `device`: FAILED_PRECONDITION when it is not available.
+absl::StatusOr<Backend*> BackendFor(Device device);
+// The backend that holds `t` (tensors only exist on available devices).
+Backend& BackendOf(const Tensor& t);
+
+// The deterministic per-element hash dropout uses (shared with CUDA).
+inline uint64_t DropoutHash(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline bool DropoutKeep(uint64_t seed, uint64_t index, double p) {
+  return static_cast<double>(DropoutHash(seed, index) >> 11) * 0x1.0p-53 >= p;
+}
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_BACKEND_H_

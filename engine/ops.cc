@@ -1,0 +1,198 @@
+#include "engine/ops.h"
+
+#include "engine/autocast.h"
+#include "engine/autograd.h"
+#include "engine/backend.h"
+
+namespace ampd::engine {
+namespace {
+
+// Gradient of a broadcast operand: reduce back to its own shape.
+Tensor ReduceTo(const Tensor& grad, const Tensor& like) {
+  Backend& be = BackendOf(grad);
+  if (like.numel() == grad.numel()) return grad;
+  if (like.numel() == 1) {
+    Tensor s = be.SumAll(grad, like.dtype());
+    return s;
+  }
+  return be.SumRows(grad, like.dtype());
+}
+
+Tensor AsDType(const Tensor& t, DType dtype) {
+  return t.dtype() == dtype ? t : BackendOf(t).Cast(t, dtype);
+}
+
+Tensor UnaryOpImpl(const char* name, UnaryOp op, Tensor x) {
+  OpDispatch d(name, {&x});
+  Tensor y = BackendOf(x).Unary(op, x);
+  d.Finish(y);
+  return Record(y, name, {x}, [x, op](const Tensor& g) -> std::vector<Tensor> {
+    return {BackendOf(x).UnaryBackward(op, x, AsDType(g, x.dtype()))};
+  });
+}
+
+Tensor BinaryOpImpl(const char* name, BinaryOp op, Tensor a, Tensor b) {
+  OpDispatch d(name, {&a, &b});
+  Tensor y = BackendOf(a).Binary(op, a, b, d.compute_dtype());
+  d.Finish(y);
+  return Record(y, name, {a, b}, [a, b, op](const Tensor& g) -> std::vector<Tensor> {
+    Backend& be = BackendOf(g);
+    switch (op) {
+      case BinaryOp::kAdd:
+        return {AsDType(g, a.dtype()), ReduceTo(AsDType(g, b.dtype()), b)};
+      case BinaryOp::kSub:
+        return {AsDType(g, a.dtype()), ReduceTo(be.Scale(g, -1.0, b.dtype()), b)};
+      case BinaryOp::kMul: {
+        Tensor ga = be.Binary(BinaryOp::kMul, g, b, a.dtype());
+        Tensor gb_full = be.Binary(BinaryOp::kMul, g, a, g.dtype());
+        return {ga, ReduceTo(AsDType(gb_full, b.dtype()), b)};
+      }
+    }
+    return {};
+  });
+}
+
+}  // namespace
+
+Tensor Cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor y = BackendOf(x).Cast(x, dtype);
+  const DType from = x.dtype();
+  return Record(y, "cast", {x}, [from](const Tensor& g) -> std::vector<Tensor> {
+    return {AsDType(g, from)};
+  });
+}
+
+Tensor Matmul(Tensor a, Tensor b) {
+  OpDispatch d("matmul", {&a, &b});
+  Tensor y = BackendOf(a).Matmul(a, b, false, false, d.compute_dtype());
+  d.Finish(y);
+  return Record(y, "matmul", {a, b}, [a, b](const Tensor& g0) -> std::vector<Tensor> {
+    Backend& be = BackendOf(a);
+    Tensor g = AsDType(g0, a.dtype());
+    return {be.Matmul(g, b, false, true, a.dtype()), be.Matmul(a, g, true, false, b.dtype())};
+  });
+}
+
+Tensor Linear(Tensor x, Tensor w, Tensor b) {
+  OpDispatch d("linear", {&x, &w, &b});
+  Backend& be = BackendOf(x);
+  Tensor y = be.Matmul(x, w, false, true, d.compute_dtype());
+  if (b.defined()) y = be.Binary(BinaryOp::kAdd, y, b, d.compute_dtype());
+  d.Finish(y);
+  return Record(y, "linear", {x, w, b}, [x, w, b](const Tensor& g0) -> std::vector<Tensor> {
+    Backend& be = BackendOf(x);
+    Tensor g = AsDType(g0, x.dtype());
+    Tensor dx = be.Matmul(g, w, false, false, x.dtype());  // [M,out] @ [out,in]
+    Tensor dw = be.Matmul(g, x, true, false, w.dtype());   // [out,M] @ [M,in]
+    Tensor db = b.defined() ? be.SumRows(g, b.dtype()) : Tensor();
+    return {dx, dw, db};
+  });
+}
+
+Tensor Add(Tensor a, Tensor b) { return BinaryOpImpl("add", BinaryOp::kAdd, a, b); }
+Tensor Sub(Tensor a, Tensor b) { return BinaryOpImpl("sub", BinaryOp::kSub, a, b); }
+Tensor Mul(Tensor a, Tensor b) { return BinaryOpImpl("mul", BinaryOp::kMul, a, b); }
+Tensor Relu(Tensor x) { return UnaryOpImpl("relu", UnaryOp::kRelu, x); }
+Tensor Gelu(Tensor x) { return UnaryOpImpl("gelu", UnaryOp::kGelu, x); }
+Tensor Exp(Tensor x) { return UnaryOpImpl("exp", UnaryOp::kExp, x); }
+Tensor Log(Tensor x) { return UnaryOpImpl("log", UnaryOp::kLog, x); }
+Tensor Square(Tensor x) { return UnaryOpImpl("pow", UnaryOp::kSquare, x); }
+
+namespace {
+Tensor SoftmaxImpl(const char* name, bool log, Tensor x) {
+  OpDispatch d(name, {&x});
+  Tensor y = BackendOf(x).Softmax(x, log, d.compute_dtype());
+  d.Finish(y);
+  Tensor saved = y.Detach();
+  return Record(y, name, {x}, [saved, log, x](const Tensor& g) -> std::vector<Tensor> {
+    return {BackendOf(saved).SoftmaxBackward(saved, g, log, x.dtype())};
+  });
+}
+}  // namespace
+
+Tensor Softmax(Tensor x) { return SoftmaxImpl("softmax", false, x); }
+Tensor LogSoftmax(Tensor x) { return SoftmaxImpl("log_softmax", true, x); }
+
+Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps) {
+  const DType x_dtype = x.dtype();
+  OpDispatch d("layer_norm", {&x, &gamma, &beta});
+  // Outside autocast (Apex O2 keeps norm weights in f32 while activations are
+  // f16) the output keeps the activation dtype; under autocast it is f32.
+  const DType out = AutocastEnabled() ? d.compute_dtype() : x_dtype;
+  LayerNormResult r = BackendOf(x).LayerNorm(x, gamma, beta, eps, out);
+  d.Finish(r.y);
+  LayerNormResult saved{Tensor(), r.mean, r.rstd};
+  return Record(r.y, "layer_norm", {x, gamma, beta},
+                [x, gamma, saved](const Tensor& g) -> std::vector<Tensor> {
+                  LayerNormGrads gr = BackendOf(x).LayerNormBackward(x, gamma, saved, g);
+                  return {gr.dx, gr.dgamma, gr.dbeta};
+                });
+}
+
+Tensor SoftmaxCrossEntropy(Tensor logits, const std::vector<int32_t>& labels) {
+  OpDispatch d("cross_entropy", {&logits});
+  Tensor lse;
+  Tensor loss = BackendOf(logits).SoftmaxCrossEntropy(logits, labels, &lse);
+  d.Finish(loss);
+  return Record(loss, "cross_entropy", {logits},
+                [logits, labels, lse](const Tensor& g) -> std::vector<Tensor> {
+                  return {BackendOf(logits).SoftmaxCrossEntropyBackward(logits, labels, lse,
+                                                                        g.Item())};
+                });
+}
+
+Tensor Embedding(Tensor table, const std::vector<int32_t>& ids) {
+  OpDispatch d("embedding", {&table});
+  Tensor y = BackendOf(table).Embedding(table, ids);
+  d.Finish(y);
+  const int64_t rows = table.dim(0);
+  return Record(y, "embedding", {table}, [ids, rows](const Tensor& g) -> std::vector<Tensor> {
+    return {BackendOf(g).EmbeddingBackward(g, ids, rows)};
+  });
+}
+
+Tensor Dropout(Tensor x, double p, uint64_t seed, bool training) {
+  if (!training || p == 0.0) return x;
+  OpDispatch d("dropout", {&x});
+  Tensor y = BackendOf(x).Dropout(x, p, seed);
+  d.Finish(y);
+  return Record(y, "dropout", {x}, [p, seed](const Tensor& g) -> std::vector<Tensor> {
+    // The mask is a function of (seed, index): applying it to g is the backward.
+    return {BackendOf(g).Dropout(g, p, seed)};
+  });
+}
+
+Tensor Sum(Tensor x) {
+  OpDispatch d("sum", {&x});
+  Tensor y = BackendOf(x).SumAll(x, d.compute_dtype());
+  d.Finish(y);
+  return Record(y, "sum", {x}, [x](const Tensor& g) -> std::vector<Tensor> {
+    return {BackendOf(x).Binary(BinaryOp::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0), g,
+                                x.dtype())};
+  });
+}
+
+Tensor Mean(Tensor x) {
+  OpDispatch d("mean", {&x});
+  const double inv_n = 1.0 / static_cast<double>(x.numel());
+  Tensor y = BackendOf(x).Scale(BackendOf(x).SumAll(x, DType::kF64), inv_n, d.compute_dtype());
+  d.Finish(y);
+  return Record(y, "mean", {x}, [x, inv_n](const Tensor& g) -> std::vector<Tensor> {
+    Tensor ones = Tensor::Full(x.shape(), x.dtype(), inv_n);
+    return {BackendOf(x).Binary(BinaryOp::kMul, ones, g, x.dtype())};
+  });
+}
+
+Tensor MulScalar(Tensor x, double factor) {
+  Tensor y = BackendOf(x).Scale(x, factor, x.dtype());
+  return Record(y, "mul_scalar", {x}, [factor, x](const Tensor& g) -> std::vector<Tensor> {
+    return {BackendOf(g).Scale(g, factor, x.dtype())};
+  });
+}
+
+void AddInPlace(const Tensor& x, const Tensor& y, double alpha) {
+  BackendOf(x).AddInPlace(x, y, alpha);
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,104 @@
+#include "engine/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend.h"
+
+namespace ampd::engine {
+
+absl::Status ValidateOptimizerSpec(const OptimizerSpec& s) {
+  auto bad = [](const char* field, double v, const char* why) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.", field, ": ", why, ", got ", v));
+  };
+  if (!(s.lr > 0) || !std::isfinite(s.lr)) return bad("lr", s.lr, "must be a finite number > 0");
+  if (!(s.weight_decay >= 0)) return bad("weight_decay", s.weight_decay, "must be >= 0");
+  if (!(s.momentum >= 0 && s.momentum < 1)) return bad("momentum", s.momentum, "must be in [0, 1)");
+  if (s.nesterov && s.momentum == 0) {
+    return absl::InvalidArgumentError("optimizer.nesterov: requires momentum > 0");
+  }
+  if (!(s.beta1 >= 0 && s.beta1 < 1)) return bad("beta1", s.beta1, "must be in [0, 1)");
+  if (!(s.beta2 >= 0 && s.beta2 < 1)) return bad("beta2", s.beta2, "must be in [0, 1)");
+  if (!(s.eps > 0)) return bad("eps", s.eps, "must be > 0");
+  return absl::OkStatus();
+}
+
+double ScheduledLearningRate(const ScheduleSpec& schedule, double base_lr, int64_t step,
+                             int64_t total_steps) {
+  if (schedule.kind == ScheduleSpec::Kind::kConstant) return base_lr;
+  if (step < schedule.warmup_steps) {
+    return base_lr * static_cast<double>(step + 1) / static_cast<double>(schedule.warmup_steps);
+  }
+  const int64_t decay_steps = std::max<int64_t>(1, total_steps - schedule.warmup_steps);
+  const double progress =
+      std::min(1.0, static_cast<double>(step - schedule.warmup_steps) / decay_steps);
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return base_lr * (schedule.min_lr_ratio + (1.0 - schedule.min_lr_ratio) * cosine);
+}
+
+Optimizer::Optimizer(const OptimizerSpec& spec, std::vector<Parameter>* params,
+                     bool master_weights)
+    : spec_(spec), params_(params), master_(master_weights) {
+  for (Parameter& p : *params_) {
+    const Tensor& v = p.value;
+    // Norm parameters Apex O2 keeps in f32 need no separate master copy.
+    weights_.push_back(master_ && v.dtype() != DType::kF32 ? Tensor::Empty(v.shape(), DType::kF32)
+                                                           : v);
+    if (weights_.back().impl() != v.impl()) weights_.back().CopyFrom(v);
+    buf1_.push_back(Tensor::Zeros(v.shape(), DType::kF32));
+    buf2_.push_back(spec.kind == OptimizerSpec::Kind::kAdamW ? Tensor::Zeros(v.shape(), DType::kF32)
+                                                             : Tensor());
+  }
+}
+
+std::vector<Tensor> Optimizer::CollectGradients() {
+  grads_.clear();
+  for (size_t i = 0; i < params_->size(); ++i) {
+    Tensor g = (*params_)[i].value.grad();
+    if (g.defined() && weights_[i].impl() != (*params_)[i].value.impl()) {
+      g = BackendOf(g).Cast(g, DType::kF32);
+    }
+    grads_.push_back(g);
+  }
+  return grads_;
+}
+
+std::vector<std::string> Optimizer::ParameterNames() const {
+  std::vector<std::string> names;
+  for (const Parameter& p : *params_) names.push_back(p.name);
+  return names;
+}
+
+void Optimizer::Step(double lr) {
+  ++steps_;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    if (i >= grads_.size() || !grads_[i].defined()) continue;
+    Backend& be = BackendOf(weights_[i]);
+    if (spec_.kind == OptimizerSpec::Kind::kSgd) {
+      Backend::SgdHyper h;
+      h.lr = static_cast<float>(lr);
+      h.momentum = static_cast<float>(spec_.momentum);
+      h.weight_decay = static_cast<float>(spec_.weight_decay);
+      h.nesterov = spec_.nesterov;
+      be.SgdStep(weights_[i], grads_[i], buf1_[i], h, steps_ == 1);
+    } else {
+      Backend::AdamWHyper h;
+      h.lr = static_cast<float>(lr);
+      h.beta1 = static_cast<float>(spec_.beta1);
+      h.beta2 = static_cast<float>(spec_.beta2);
+      h.eps = static_cast<float>(spec_.eps);
+      h.weight_decay = static_cast<float>(spec_.weight_decay);
+      h.step = steps_;
+      be.AdamWStep(weights_[i], grads_[i], buf1_[i], buf2_[i], h);
+    }
+    const Tensor& model_copy = (*params_)[i].value;
+    if (model_copy.impl() != weights_[i].impl()) model_copy.CopyFrom(weights_[i]);
+  }
+}
+
+void Optimizer::ZeroGrad() {
+  for (Parameter& p : *params_) p.value.set_grad(Tensor());
+  grads_.clear();
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,216 @@
+#include "engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/autocast.h"
+#include "engine/autograd.h"
+#include "engine/backend.h"
+#include "engine/ops.h"
+
+namespace ampd::engine {
+namespace {
+
+AutocastOptions RegionFor(const PrecisionConfig& p) {
+  AutocastOptions o;
+  o.enabled = p.autocast;
+  o.dtype = p.autocast_dtype;
+  o.overrides = p.overrides;
+  return o;
+}
+
+absl::Status Bad(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+}  // namespace
+
+absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
+  if (absl::Status s = ValidateModelSpec(c.model); !s.ok()) return s;
+  if (absl::Status s = ValidatePrecision(c.precision); !s.ok()) return s;
+  if (absl::Status s = ValidateOptimizerSpec(c.optimizer); !s.ok()) return s;
+  const TrainingSpec& t = c.training;
+  if (t.steps < 0) return Bad("training.steps", absl::StrCat("must be >= 0, got ", t.steps));
+  if (t.steps == 0 && t.epochs <= 0) {
+    return Bad("training.epochs", absl::StrCat("must be >= 1 when steps is 0, got ", t.epochs));
+  }
+  if (t.batch_size < 1) {
+    return Bad("training.batch_size", absl::StrCat("must be >= 1, got ", t.batch_size));
+  }
+  if (t.grad_accumulation < 1) {
+    return Bad("training.grad_accumulation",
+               absl::StrCat("must be >= 1, got ", t.grad_accumulation));
+  }
+  if (t.eval_interval < 0) {
+    return Bad("training.eval_interval", absl::StrCat("must be >= 0, got ", t.eval_interval));
+  }
+  if (!(t.clip_norm >= 0)) {
+    return Bad("training.clip_norm", absl::StrCat("must be >= 0, got ", t.clip_norm));
+  }
+  if (c.schedule.warmup_steps < 0) {
+    return Bad("schedule.warmup_steps",
+               absl::StrCat("must be >= 0, got ", c.schedule.warmup_steps));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config,
+                                                         const Dataset* train,
+                                                         const Dataset* test) {
+  if (absl::Status s = ValidateTrainerConfig(config); !s.ok()) return s;
+  const MlpSpec& mlp = std::get<MlpSpec>(config.model);
+  for (const Dataset* d : {train, test}) {
+    if (d == nullptr) continue;
+    if (d->feature_dim != mlp.input_dim) {
+      return Bad("model.mlp.input_dim",
+                 absl::StrCat("is ", mlp.input_dim, " but the data has ", d->feature_dim,
+                              " features per example"));
+    }
+    if (d->num_classes > mlp.num_classes) {
+      return Bad("model.mlp.num_classes",
+                 absl::StrCat("is ", mlp.num_classes, " but the data has ", d->num_classes,
+                              " classes"));
+    }
+  }
+  if (train == nullptr || train->num_examples < config.training.batch_size) {
+    return Bad("training.batch_size",
+               absl::StrCat("is larger than the training set (",
+                            train ? train->num_examples : 0, " examples)"));
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      BuildModel(config.model, config.precision, config.training.seed);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<Trainer>(new Trainer(config, train, test, *std::move(model)));
+}
+
+Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Dataset* test,
+                 std::unique_ptr<Model> model)
+    : config_(config),
+      train_(train),
+      test_(test),
+      model_(std::move(model)),
+      scaler_(config.precision.loss_scaling),
+      batcher_(train, config.training.batch_size, config.training.seed ^ 0x5eedull) {
+  optimizer_ = std::make_unique<Optimizer>(config.optimizer, &model_->parameters(),
+                                           config.precision.master_weights);
+  const TrainingSpec& t = config.training;
+  total_steps_ = t.steps > 0 ? t.steps
+                             : std::max<int64_t>(1, t.epochs * batcher_.batches_per_epoch() /
+                                                        t.grad_accumulation);
+}
+
+StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
+  const auto start = std::chrono::steady_clock::now();
+  const TrainingSpec& t = config_.training;
+  optimizer_->ZeroGrad();
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
+    batcher_.Next(&batch_);
+    Tensor x = Tensor::FromVector(batch_.features, {batch_.size, train_->feature_dim});
+    Tensor loss;
+    {
+      AutocastScope region(RegionFor(config_.precision));
+      Tensor logits = model_->Forward(x, /*training=*/true, t.seed + step_ * 7919 + micro);
+      loss = SoftmaxCrossEntropy(logits, batch_.labels);
+    }
+    loss_sum += loss.Item();
+    Tensor scaled = scaler_.Scale(MulScalar(loss, 1.0 / t.grad_accumulation));
+    Backward(scaled);
+  }
+
+  std::vector<Tensor> grads = optimizer_->CollectGradients();
+  const bool finite = scaler_.Unscale(grads, optimizer_->ParameterNames());
+  Backend& be = BackendOf(grads.front());
+  const double grad_norm = std::sqrt(be.SumOfSquares(grads));
+  bool skip = !finite;
+  if (!scaler_.enabled() && !std::isfinite(grad_norm)) skip = true;  // never apply inf/NaN
+  if (!skip && t.clip_norm > 0 && grad_norm > t.clip_norm) {
+    const float factor = static_cast<float>(t.clip_norm / (grad_norm + 1e-6));
+    be.UnscaleAndCheck(grads, factor);
+  }
+  StepMetrics m;
+  // The schedule advances with applied steps only: a skipped step does not
+  // consume learning rate.
+  m.lr = ScheduledLearningRate(config_.schedule, config_.optimizer.lr,
+                               optimizer_->steps_taken(), total_steps_);
+  m.loss_scale = scaler_.scale();
+  if (!skip) optimizer_->Step(m.lr);
+  ++step_;
+  std::optional<SkipEvent> event = scaler_.Update(step_);
+  if (skip && !event) event = SkipEvent{step_, "non-finite gradient", "", m.loss_scale, m.loss_scale};
+  if (event) {
+    ++skipped_total_;
+    if (callbacks) callbacks->OnSkip(*event);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.step = step_;
+  m.total_steps = total_steps_;
+  m.epoch = batcher_.position().epoch;
+  m.loss = loss_sum / t.grad_accumulation;
+  m.skipped = skip;
+  m.grad_norm = grad_norm;
+  m.samples_per_s = seconds > 0 ? t.batch_size * t.grad_accumulation / seconds : 0;
+  m.skipped_total = skipped_total_;
+  if (callbacks) callbacks->OnStep(m);
+  return m;
+}
+
+EvalMetrics Trainer::Evaluate(const Dataset& data) {
+  NoGradGuard no_grad;
+  AutocastScope region(RegionFor(config_.precision));
+  const int64_t chunk = 1000;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < data.num_examples; start += chunk) {
+    const int64_t n = std::min(chunk, data.num_examples - start);
+    std::vector<float> features(data.features.begin() + start * data.feature_dim,
+                                data.features.begin() + (start + n) * data.feature_dim);
+    std::vector<int32_t> labels(data.labels.begin() + start, data.labels.begin() + start + n);
+    Tensor logits = model_->Forward(Tensor::FromVector(features, {n, data.feature_dim}),
+                                    /*training=*/false, 0);
+    loss_sum += SoftmaxCrossEntropy(logits, labels).Item() * n;
+    std::vector<float> l = logits.ToFloats();
+    const int64_t c = logits.dim(1);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t best = 0;
+      for (int64_t j = 1; j < c; ++j) {
+        if (l[i * c + j] > l[i * c + best]) best = j;
+      }
+      correct += best == labels[i];
+    }
+  }
+  EvalMetrics m;
+  m.step = step_;
+  m.examples = data.num_examples;
+  m.loss = data.num_examples ? loss_sum / data.num_examples : 0;
+  m.accuracy = data.num_examples ? static_cast<double>(correct) / data.num_examples : 0;
+  return m;
+}
+
+absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
+                                         const CancellationToken* cancel) {
+  TrainResult result;
+  const int64_t per_epoch =
+      std::max<int64_t>(1, batcher_.batches_per_epoch() / config_.training.grad_accumulation);
+  const int64_t eval_every =
+      config_.training.eval_interval > 0 ? config_.training.eval_interval : per_epoch;
+  while (step_ < total_steps_) {
+    if (cancel && cancel->cancelled()) {
+      result.cancelled = true;
+      break;
+    }
+    result.last_step = RunStep(callbacks);
+    if (test_ != nullptr && (step_ % eval_every == 0 || step_ == total_steps_)) {
+      EvalMetrics e = Evaluate(*test_);
+      result.final_eval = e;
+      if (callbacks) callbacks->OnEval(e);
+    }
+  }
+  result.steps_completed = step_;
+  result.skipped_steps = skipped_total_;
+  return result;
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,129 @@
+#ifndef AMPD_ENGINE_TRAINER_H_
+#define AMPD_ENGINE_TRAINER_H_
+
+// The training loop, readable top to bottom in Trainer::RunStep:
+//   zero grads -> for each micro-batch: autocast forward, loss / accum,
+//   scaled backward -> gradients to f32 -> unscale + non-finite check ->
+//   clip by global norm -> optimizer step unless skipped -> scaler update.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "engine/data/batcher.h"
+#include "engine/data/dataset.h"
+#include "engine/grad_scaler.h"
+#include "engine/model.h"
+#include "engine/optimizer.h"
+#include "engine/precision.h"
+
+namespace ampd::engine {
+
+struct TrainingSpec {
+  int64_t steps = 0;   // optimizer steps; when 0, `epochs` decides
+  int64_t epochs = 1;
+  int64_t batch_size = 128;  // per micro-batch
+  int64_t grad_accumulation = 1;
+  int64_t eval_interval = 0;  // steps between evals; 0: once per epoch
+  uint64_t seed = 0;
+  double clip_norm = 0.0;  // 0: no clipping
+};
+
+struct TrainerConfig {
+  ModelSpec model;
+  PrecisionConfig precision;
+  OptimizerSpec optimizer;
+  ScheduleSpec schedule;
+  TrainingSpec training;
+};
+
+// Every invalid field, reported as "training.batch_size: must be >= 1, got 0".
+absl::Status ValidateTrainerConfig(const TrainerConfig& config);
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based
+  int64_t total_steps = 0;
+  int64_t epoch = 0;
+  double loss = 0;  // unscaled, averaged over micro-batches
+  double lr = 0;
+  double loss_scale = 1;
+  bool skipped = false;
+  double grad_norm = 0;
+  double samples_per_s = 0;
+  int64_t skipped_total = 0;
+};
+
+struct EvalMetrics {
+  int64_t step = 0;
+  double loss = 0;
+  double accuracy = 0;
+  int64_t examples = 0;
+};
+
+class TrainerCallbacks {
+ public:
+  virtual ~TrainerCallbacks() = default;
+  virtual void OnStep(const StepMetrics&) {}
+  virtual void OnEval(const EvalMetrics&) {}
+  virtual void OnSkip(const SkipEvent&) {}
+};
+
+class CancellationToken {
+ public:
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+struct TrainResult {
+  int64_t steps_completed = 0;
+  bool cancelled = false;
+  int64_t skipped_steps = 0;
+  StepMetrics last_step;
+  std::optional<EvalMetrics> final_eval;
+};
+
+class Trainer {
+ public:
+  // `train` and `test` (may be null) must outlive the trainer.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config,
+                                                         const Dataset* train,
+                                                         const Dataset* test);
+
+  // Runs to the end (or until cancelled, checked before every step).
+  absl::StatusOr<TrainResult> Run(TrainerCallbacks* callbacks = nullptr,
+                                  const CancellationToken* cancel = nullptr);
+  // One optimizer step (with its micro-batches); exposed for tests and benches.
+  StepMetrics RunStep(TrainerCallbacks* callbacks = nullptr);
+  EvalMetrics Evaluate(const Dataset& data);
+
+  int64_t total_steps() const { return total_steps_; }
+  int64_t steps_done() const { return step_; }
+  Model& model() { return *model_; }
+  GradScaler& scaler() { return scaler_; }
+  Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  Trainer(const TrainerConfig& config, const Dataset* train, const Dataset* test,
+          std::unique_ptr<Model> model);
+
+  TrainerConfig config_;
+  const Dataset* train_;
+  const Dataset* test_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  GradScaler scaler_;
+  Batcher batcher_;
+  Batch batch_;
+  int64_t total_steps_ = 0;
+  int64_t step_ = 0;
+  int64_t skipped_total_ = 0;
+};
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_TRAINER_H_

@@ -1,0 +1,173 @@
+// Every differentiable op's backward, checked against central finite
+// differences in f64.
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine {
+namespace {
+
+Tensor Random(const std::vector<int64_t>& shape, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(gen);
+  return Tensor::FromDoubles(v, shape, DType::kF64);
+}
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// Reduces any output to a scalar with fixed random weights, so every output
+// element's gradient matters.
+Tensor ToScalar(const Tensor& y) {
+  if (y.numel() == 1) return y;
+  return Sum(Mul(y, Random(y.shape(), 99)));
+}
+
+void CheckGradients(const std::string& name, const Fn& fn, std::vector<Tensor> inputs,
+                    double tol = 1e-6) {
+  for (Tensor& t : inputs) t.set_requires_grad(true);
+  Tensor out = ToScalar(fn(inputs));
+  Backward(out);
+  const double h = 1e-6;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor& x = inputs[i];
+    ASSERT_TRUE(x.grad().defined()) << name << ": input " << i << " got no gradient";
+    std::vector<double> analytic = x.grad().ToDoubles();
+    double* data = x.data<double>();
+    for (int64_t k = 0; k < x.numel(); ++k) {
+      NoGradGuard no_grad;
+      const double saved = data[k];
+      data[k] = saved + h;
+      const double up = ToScalar(fn(inputs)).ToDoubles()[0];
+      data[k] = saved - h;
+      const double down = ToScalar(fn(inputs)).ToDoubles()[0];
+      data[k] = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(analytic[k], numeric, tol * std::max(1.0, std::abs(numeric)))
+          << name << ": input " << i << " element " << k;
+    }
+  }
+}
+
+TEST(OpsGradTest, Matmul) {
+  CheckGradients("matmul", [](auto& in) { return Matmul(in[0], in[1]); },
+                 {Random({3, 4}, 1), Random({4, 5}, 2)});
+}
+
+TEST(OpsGradTest, LinearWithAndWithoutBias) {
+  CheckGradients("linear", [](auto& in) { return Linear(in[0], in[1], in[2]); },
+                 {Random({3, 4}, 1), Random({5, 4}, 2), Random({5}, 3)});
+  CheckGradients("linear_nobias", [](auto& in) { return Linear(in[0], in[1], Tensor()); },
+                 {Random({2, 3}, 4), Random({4, 3}, 5)});
+}
+
+TEST(OpsGradTest, BinaryOpsWithBroadcast) {
+  for (const char* op : {"add", "sub", "mul"}) {
+    auto fn = [op](const std::vector<Tensor>& in) {
+      std::string o = op;
+      return o == "add" ? Add(in[0], in[1]) : o == "sub" ? Sub(in[0], in[1]) : Mul(in[0], in[1]);
+    };
+    CheckGradients(std::string(op) + "_full", fn, {Random({3, 4}, 1), Random({3, 4}, 2)});
+    CheckGradients(std::string(op) + "_row", fn, {Random({3, 4}, 3), Random({4}, 4)});
+    CheckGradients(std::string(op) + "_scalar", fn, {Random({3, 4}, 5), Random({}, 6)});
+  }
+}
+
+TEST(OpsGradTest, Activations) {
+  // Away from relu's kink at 0, where the derivative is not defined.
+  Tensor x = Random({4, 5}, 7, 0.1, 1.0);
+  Tensor signs = Random({4, 5}, 8);
+  std::vector<double> v = x.ToDoubles(), s = signs.ToDoubles();
+  for (size_t i = 0; i < v.size(); ++i) v[i] = s[i] < 0 ? -v[i] : v[i];
+  CheckGradients("relu", [](auto& in) { return Relu(in[0]); },
+                 {Tensor::FromDoubles(v, {4, 5})});
+  CheckGradients("gelu", [](auto& in) { return Gelu(in[0]); }, {Random({4, 5}, 9, -3, 3)});
+  CheckGradients("exp", [](auto& in) { return Exp(in[0]); }, {Random({3, 3}, 10)});
+  CheckGradients("log", [](auto& in) { return Log(in[0]); }, {Random({3, 3}, 11, 0.5, 2)});
+  CheckGradients("pow2", [](auto& in) { return Square(in[0]); }, {Random({3, 3}, 12)});
+  CheckGradients("mul_scalar", [](auto& in) { return MulScalar(in[0], -2.5); },
+                 {Random({3, 3}, 13)});
+}
+
+TEST(OpsGradTest, SoftmaxAndLogSoftmax) {
+  CheckGradients("softmax", [](auto& in) { return Softmax(in[0]); }, {Random({3, 6}, 14, -2, 2)});
+  CheckGradients("log_softmax", [](auto& in) { return LogSoftmax(in[0]); },
+                 {Random({3, 6}, 15, -2, 2)});
+}
+
+TEST(OpsGradTest, LayerNorm) {
+  CheckGradients("layer_norm", [](auto& in) { return LayerNorm(in[0], in[1], in[2]); },
+                 {Random({3, 6}, 16, -2, 2), Random({6}, 17, 0.5, 1.5), Random({6}, 18)}, 1e-5);
+}
+
+TEST(OpsGradTest, SoftmaxCrossEntropy) {
+  const std::vector<int32_t> labels = {2, 0, 4};
+  CheckGradients("cross_entropy",
+                 [&](auto& in) { return SoftmaxCrossEntropy(in[0], labels); },
+                 {Random({3, 5}, 19, -3, 3)});
+}
+
+TEST(OpsGradTest, EmbeddingAccumulatesRepeatedIds) {
+  const std::vector<int32_t> ids = {1, 3, 1, 0};
+  CheckGradients("embedding", [&](auto& in) { return Embedding(in[0], ids); },
+                 {Random({5, 3}, 20)});
+}
+
+TEST(OpsGradTest, DropoutAndReductions) {
+  CheckGradients("dropout", [](auto& in) { return Dropout(in[0], 0.3, 42, true); },
+                 {Random({4, 8}, 21)});
+  CheckGradients("sum", [](auto& in) { return Sum(in[0]); }, {Random({3, 4}, 22)});
+  CheckGradients("mean", [](auto& in) { return Mean(in[0]); }, {Random({3, 4}, 23)});
+}
+
+TEST(OpsGradTest, ChainOfOpsLikeAnMlp) {
+  const std::vector<int32_t> labels = {1, 0, 2};
+  CheckGradients(
+      "mlp",
+      [&](auto& in) {
+        Tensor h = Gelu(Linear(in[0], in[1], in[2]));
+        h = LayerNorm(h, in[3], in[4]);
+        return SoftmaxCrossEntropy(Linear(h, in[5], Tensor()), labels);
+      },
+      {Random({3, 4}, 24), Random({6, 4}, 25), Random({6}, 26), Random({6}, 27, 0.5, 1.5),
+       Random({6}, 28), Random({3, 6}, 29)},
+      1e-5);
+}
+
+TEST(OpsGradTest, DropoutIsSeededAndScalesKeptValues) {
+  Tensor x = Tensor::Full({1000}, DType::kF32, 1.0);
+  std::vector<float> a = Dropout(x, 0.25, 7, true).ToFloats();
+  std::vector<float> b = Dropout(x, 0.25, 7, true).ToFloats();
+  std::vector<float> c = Dropout(x, 0.25, 8, true).ToFloats();
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  int kept = 0;
+  for (float v : a) {
+    EXPECT_TRUE(v == 0.0f || std::abs(v - 1.0f / 0.75f) < 1e-6) << v;
+    kept += v != 0.0f;
+  }
+  EXPECT_NEAR(kept, 750, 60);
+  EXPECT_EQ(Dropout(x, 0.25, 7, false).ToFloats(), x.ToFloats());
+}
+
+TEST(OpsGradTest, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor w = Random({2, 2}, 30).set_requires_grad(true);
+  Tensor x = Random({3, 2}, 31);
+  Backward(Sum(Matmul(x, w)));
+  std::vector<double> once = w.grad().ToDoubles();
+  Backward(Sum(Matmul(x, w)));
+  std::vector<double> twice = w.grad().ToDoubles();
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_DOUBLE_EQ(twice[i], 2 * once[i]);
+}
+
+}  // namespace
+}  // namespace ampd::engine
