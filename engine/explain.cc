@@ -1,0 +1,53 @@
+#include "engine/explain.h"
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+
+namespace ampd::engine {
+
+absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
+                                               const PrecisionConfig& precision,
+                                               const OptimizerSpec& optimizer,
+                                               int64_t batch_size) {
+  if (batch_size < 1) return absl::InvalidArgumentError("batch_size: must be >= 1");
+  absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(model_spec, precision, 0);
+  if (!model.ok()) return model.status();
+  PrecisionPlan plan;
+  plan.precision = precision.name;
+  {
+    // Two examples are enough to walk every op; no gradients are needed.
+    NoGradGuard no_grad;
+    PlanRecorder recorder;
+    AutocastOptions region;
+    region.enabled = precision.autocast;
+    region.dtype = precision.autocast_dtype;
+    region.overrides = precision.overrides;
+    AutocastScope scope(region);
+    Tensor x = Tensor::Zeros({2, (*model)->input_dim()}, DType::kF32);
+    Tensor logits = (*model)->Forward(x, /*training=*/false, 0);
+    SoftmaxCrossEntropy(logits, {0, 0});
+    plan.ops = recorder.entries();
+  }
+  MemoryEstimate& m = plan.memory;
+  for (const Parameter& p : (*model)->parameters()) {
+    const int64_t n = p.value.numel();
+    plan.parameter_count += n;
+    m.weights_bytes += n * DTypeSize(p.value.dtype());
+    m.gradients_bytes += n * DTypeSize(p.value.dtype());
+    if (precision.master_weights && p.value.dtype() != DType::kF32) {
+      m.master_weights_bytes += n * 4;
+      m.gradients_bytes += n * 4;
+    }
+    if (optimizer.kind == OptimizerSpec::Kind::kAdamW) {
+      m.optimizer_state_bytes += 2 * n * 4;
+    } else if (optimizer.momentum != 0) {
+      m.optimizer_state_bytes += n * 4;
+    }
+  }
+  const DType act = precision.autocast ? precision.autocast_dtype : precision.param_dtype;
+  m.activation_bytes =
+      batch_size * (*model)->activation_elements_per_example() * static_cast<int64_t>(DTypeSize(act));
+  return plan;
+}
+
+}  // namespace ampd::engine

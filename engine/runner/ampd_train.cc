@@ -1,0 +1,169 @@
+// ampd_train: run one training job locally, from the same job spec file the
+// server accepts, printing metrics as it goes.
+//
+//   ampd_train examples/fashion_mlp_bf16.json
+//   ampd_train --explain examples/fashion_mlp_bf16.json
+//   ampd_train --json spec.json        # one JSON object per metric record
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/explain.h"
+#include "engine/runner/job_spec.h"
+#include "engine/trainer.h"
+
+namespace ampd::engine {
+namespace {
+
+class Printer : public TrainerCallbacks {
+ public:
+  Printer(bool json, int64_t every) : json_(json), every_(every) {}
+  void OnStep(const StepMetrics& m) override {
+    if (m.step % every_ != 0 && m.step != m.total_steps && !m.skipped) return;
+    if (json_) {
+      std::printf(
+          "{\"type\":\"step\",\"step\":%lld,\"total_steps\":%lld,\"epoch\":%lld,\"loss\":%.6g,"
+          "\"lr\":%.6g,\"loss_scale\":%.6g,\"skipped\":%s,\"grad_norm\":%.6g,\"samples_per_s\":%."
+          "1f,\"skipped_total\":%lld}\n",
+          (long long)m.step, (long long)m.total_steps, (long long)m.epoch, m.loss, m.lr,
+          m.loss_scale, m.skipped ? "true" : "false", m.grad_norm, m.samples_per_s,
+          (long long)m.skipped_total);
+    } else {
+      std::printf("step %6lld/%lld  epoch %lld  loss %.4f  lr %.3g  scale %g  %s%.0f samples/s\n",
+                  (long long)m.step, (long long)m.total_steps, (long long)m.epoch, m.loss, m.lr,
+                  m.loss_scale, m.skipped ? "SKIPPED  " : "", m.samples_per_s);
+    }
+    std::fflush(stdout);
+  }
+  void OnEval(const EvalMetrics& e) override {
+    if (json_) {
+      std::printf("{\"type\":\"eval\",\"step\":%lld,\"loss\":%.6g,\"accuracy\":%.6g}\n",
+                  (long long)e.step, e.loss, e.accuracy);
+    } else {
+      std::printf("eval at step %lld: loss %.4f  accuracy %.2f%%\n", (long long)e.step, e.loss,
+                  100 * e.accuracy);
+    }
+    std::fflush(stdout);
+  }
+  void OnSkip(const SkipEvent& s) override {
+    if (json_) {
+      std::printf(
+          "{\"type\":\"skip\",\"step\":%lld,\"reason\":\"%s\",\"parameter\":\"%s\","
+          "\"scale_before\":%g,\"scale_after\":%g}\n",
+          (long long)s.step, s.reason.c_str(), s.first_parameter.c_str(), s.scale_before,
+          s.scale_after);
+    }
+  }
+
+ private:
+  bool json_;
+  int64_t every_;
+};
+
+int Main(int argc, char** argv) {
+  bool json = false, explain = false;
+  int64_t every = 50;
+  std::string path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--explain") {
+      explain = true;
+    } else if (a.rfind("--log_every=", 0) == 0) {
+      every = std::max(1LL, std::atoll(a.c_str() + 12));
+    } else if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: ampd_train [--json] [--explain] [--log_every=N] SPEC.json\n"
+          "Trains the job described by SPEC.json (ampd.v1.JobSpec in proto3 JSON) locally.\n");
+      return 0;
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "ampd_train: unknown flag %s (see --help)\n", a.c_str());
+      return 2;
+    } else {
+      path = a;
+    }
+  }
+  if (path.empty()) {
+    std::fprintf(stderr, "usage: ampd_train [--json] [--explain] SPEC.json\n");
+    return 2;
+  }
+  auto spec = ReadJobSpecFile(path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "ampd_train: %s\n", std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  JobSpecContext context;
+  auto job = ResolveJobSpec(*spec, context);
+  if (!job.ok()) {
+    std::fprintf(stderr, "ampd_train: %s: %s\n", path.c_str(),
+                 std::string(job.status().message()).c_str());
+    return 2;
+  }
+  if (explain) {
+    auto plan = ExplainPrecision(job->config.model, job->config.precision, job->config.optimizer,
+                                 job->config.training.batch_size);
+    if (!plan.ok()) {
+      std::fprintf(stderr, "ampd_train: %s\n", std::string(plan.status().message()).c_str());
+      return 2;
+    }
+    std::printf("precision %s, %lld parameters\n%-14s %-8s %-16s %-16s %-8s %-8s\n",
+                plan->precision.c_str(), (long long)plan->parameter_count, "op", "layer", "inputs",
+                "policy", "compute", "output");
+    for (const PlanEntry& e : plan->ops) {
+      std::string in;
+      for (DType d : e.input_dtypes) in += (in.empty() ? "" : ",") + std::string(DTypeName(d));
+      std::printf("%-14s %-8s %-16s %-16s %-8s %-8s\n", e.op.c_str(), e.layer.c_str(), in.c_str(),
+                  std::string(CastPolicyName(e.policy)).c_str(),
+                  std::string(DTypeName(e.compute_dtype)).c_str(),
+                  std::string(DTypeName(e.output_dtype)).c_str());
+    }
+    const MemoryEstimate& m = plan->memory;
+    std::printf("memory: weights %lld B, master %lld B, grads %lld B, optimizer %lld B, "
+                "activations %lld B, total %lld B\n",
+                (long long)m.weights_bytes, (long long)m.master_weights_bytes,
+                (long long)m.gradients_bytes, (long long)m.optimizer_state_bytes,
+                (long long)m.activation_bytes, (long long)m.total_bytes());
+    return 0;
+  }
+  if (job->device != Device::kCpu) {
+    auto backend = BackendFor(job->device);
+    if (!backend.ok()) {
+      std::fprintf(stderr, "ampd_train: %s\n", std::string(backend.status().message()).c_str());
+      return 2;
+    }
+  }
+  auto data = LoadJobData(spec->data(), context, &job->config);
+  if (!data.ok()) {
+    std::fprintf(stderr, "ampd_train: %s\n", std::string(data.status().message()).c_str());
+    return 1;
+  }
+  auto trainer = Trainer::Create(job->config, &data->train, data->test ? &*data->test : nullptr);
+  if (!trainer.ok()) {
+    std::fprintf(stderr, "ampd_train: %s: %s\n", path.c_str(),
+                 std::string(trainer.status().message()).c_str());
+    return 2;
+  }
+  if (!json) {
+    std::printf("training %s: %lld steps in %s\n", path.c_str(),
+                (long long)(*trainer)->total_steps(), job->config.precision.name.c_str());
+  }
+  Printer printer(json, every);
+  auto result = (*trainer)->Run(&printer);
+  if (!result.ok()) {
+    std::fprintf(stderr, "ampd_train: %s\n", std::string(result.status().message()).c_str());
+    return 1;
+  }
+  if (!json && result->final_eval) {
+    std::printf("done: %lld steps (%lld skipped), test accuracy %.2f%%\n",
+                (long long)result->steps_completed, (long long)result->skipped_steps,
+                100 * result->final_eval->accuracy);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ampd::engine
+
+int main(int argc, char** argv) { return ampd::engine::Main(argc, argv); }

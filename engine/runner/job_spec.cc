@@ -1,0 +1,407 @@
+#include "engine/runner/job_spec.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ampd::engine {
+namespace {
+
+namespace v1 = ::ampd::v1;
+
+void Violate(std::vector<FieldViolation>* v, std::string field, std::string why) {
+  v->push_back({std::move(field), std::move(why)});
+}
+
+std::optional<DType> FromProtoDType(v1::DType d) {
+  switch (d) {
+    case v1::DTYPE_F32:
+      return DType::kF32;
+    case v1::DTYPE_F16:
+      return DType::kF16;
+    case v1::DTYPE_BF16:
+      return DType::kBF16;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<CastPolicy> FromProtoPolicy(v1::CastPolicy p) {
+  switch (p) {
+    case v1::CAST_POLICY_LOWER_PRECISION:
+      return CastPolicy::kLowerPrecision;
+    case v1::CAST_POLICY_FP32:
+      return CastPolicy::kFp32;
+    case v1::CAST_POLICY_PROMOTE:
+      return CastPolicy::kPromote;
+    case v1::CAST_POLICY_PASS_THROUGH:
+      return CastPolicy::kPassThrough;
+    default:
+      return std::nullopt;
+  }
+}
+
+// A path under the data root: relative, no "..", no absolute paths.
+bool SafeRelativePath(const std::string& p) {
+  if (p.empty() || p[0] == '/') return false;
+  std::stringstream ss(p);
+  std::string part;
+  while (std::getline(ss, part, '/')) {
+    if (part == "..") return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status ViolationsToStatus(const std::vector<FieldViolation>& violations) {
+  if (violations.empty()) return absl::OkStatus();
+  std::vector<std::string> parts;
+  for (const auto& v : violations) parts.push_back(absl::StrCat(v.field, ": ", v.description));
+  return absl::InvalidArgumentError(absl::StrJoin(parts, "; "));
+}
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json,
+                                             const std::string& source_name) {
+  v1::JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": not a valid ampd.v1.JobSpec: ",
+                                                   std::string(status.message())));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open job spec file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseJobSpecJson(ss.str(), path);
+}
+
+PrecisionConfig PrecisionFromProto(const v1::PrecisionConfig& p, const std::string& field,
+                                   std::vector<FieldViolation>* violations) {
+  const std::string base = p.base().empty() ? "32-true" : p.base();
+  absl::StatusOr<PrecisionConfig> resolved = ResolvePrecision(base);
+  if (!resolved.ok()) {
+    Violate(violations, field + ".base", std::string(resolved.status().message()));
+    return PrecisionConfig();
+  }
+  PrecisionConfig c = *resolved;
+  c.name = "custom(" + base + ")";
+  if (p.has_autocast()) c.autocast = p.autocast();
+  if (p.autocast_dtype() != v1::DTYPE_UNSPECIFIED) {
+    if (auto d = FromProtoDType(p.autocast_dtype())) {
+      c.autocast_dtype = *d;
+    } else {
+      Violate(violations, field + ".autocast_dtype", "unknown dtype");
+    }
+  }
+  if (p.param_dtype() != v1::DTYPE_UNSPECIFIED) {
+    if (auto d = FromProtoDType(p.param_dtype())) {
+      c.param_dtype = *d;
+    } else {
+      Violate(violations, field + ".param_dtype", "unknown dtype");
+    }
+  }
+  if (p.has_master_weights()) c.master_weights = p.master_weights();
+  if (p.has_keep_norms_fp32()) c.keep_norms_fp32 = p.keep_norms_fp32();
+  const v1::LossScaling& ls = p.loss_scaling();
+  switch (ls.mode()) {
+    case v1::LossScaling::MODE_NONE:
+      c.loss_scaling.enabled = false;
+      break;
+    case v1::LossScaling::MODE_DYNAMIC:
+      c.loss_scaling.enabled = true;
+      c.loss_scaling.dynamic = true;
+      break;
+    case v1::LossScaling::MODE_STATIC:
+      c.loss_scaling.enabled = true;
+      c.loss_scaling.dynamic = false;
+      break;
+    default:
+      break;
+  }
+  if (ls.has_init_scale()) c.loss_scaling.init_scale = ls.init_scale();
+  if (ls.has_growth_factor()) c.loss_scaling.growth_factor = ls.growth_factor();
+  if (ls.has_backoff_factor()) c.loss_scaling.backoff_factor = ls.backoff_factor();
+  if (ls.has_growth_interval()) c.loss_scaling.growth_interval = ls.growth_interval();
+  if (ls.has_min_scale()) c.loss_scaling.min_scale = ls.min_scale();
+  if (ls.has_max_scale()) c.loss_scaling.max_scale = ls.max_scale();
+  for (const auto& [op, policy] : p.op_policies()) {
+    if (auto pol = FromProtoPolicy(policy)) {
+      c.overrides.op_policies[op] = *pol;
+    } else {
+      Violate(violations, absl::StrCat(field, ".op_policies[", op, "]"), "unspecified policy");
+    }
+  }
+  for (const std::string& layer : p.fp32_layers()) c.overrides.fp32_layers.insert(layer);
+  c.allow_tf32 = p.allow_tf32();
+  if (absl::Status s = ValidatePrecision(c); !s.ok()) {
+    // "precision.loss_scaling.growth_factor: ..." -> field + rest.
+    std::string msg(s.message());
+    const std::string prefix = "precision.";
+    size_t colon = msg.find(": ");
+    std::string sub = msg.substr(0, colon);
+    if (sub.rfind(prefix, 0) == 0) sub = sub.substr(prefix.size());
+    Violate(violations, field + "." + sub, colon == std::string::npos ? msg : msg.substr(colon + 2));
+  }
+  return c;
+}
+
+PrecisionConfig ResolveJobPrecision(const v1::PrecisionSpec& spec, const JobSpecContext& context,
+                                    std::vector<FieldViolation>* violations) {
+  if (spec.has_custom()) return PrecisionFromProto(spec.custom(), "precision.custom", violations);
+  const std::string name = spec.profile().empty() ? "32-true" : spec.profile();
+  absl::StatusOr<PrecisionConfig> builtin = ResolvePrecision(name);
+  if (builtin.ok()) return *builtin;
+  if (context.profiles) {
+    if (std::optional<v1::PrecisionConfig> user = context.profiles(name)) {
+      PrecisionConfig c = PrecisionFromProto(*user, "precision.profile", violations);
+      c.name = name;
+      return c;
+    }
+  }
+  Violate(violations, "precision.profile",
+          absl::StrCat("\"", name, "\" is neither a built-in mode (",
+                       absl::StrJoin(BuiltinPrecisionNames(), ", "),
+                       ") nor a defined profile"));
+  return PrecisionConfig();
+}
+
+std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
+                                            const JobSpecContext& context) {
+  std::vector<FieldViolation> v;
+  // Model.
+  if (spec.model().has_mlp()) {
+    const v1::MlpSpec& m = spec.model().mlp();
+    if (m.input_dim() < 0) Violate(&v, "model.mlp.input_dim", absl::StrCat("must be >= 0 (0: from the data), got ", m.input_dim()));
+    if (m.num_classes() < 0 || m.num_classes() == 1) {
+      Violate(&v, "model.mlp.num_classes", absl::StrCat("must be >= 2 (0: from the data), got ", m.num_classes()));
+    }
+    for (int i = 0; i < m.hidden_size(); ++i) {
+      if (m.hidden(i) <= 0) {
+        Violate(&v, absl::StrCat("model.mlp.hidden[", i, "]"), absl::StrCat("must be > 0, got ", m.hidden(i)));
+      }
+    }
+    if (!(m.dropout() >= 0 && m.dropout() < 1)) {
+      Violate(&v, "model.mlp.dropout", absl::StrCat("must be in [0, 1), got ", m.dropout()));
+    }
+  }
+  // Data.
+  const v1::DataSpec& d = spec.data();
+  switch (d.source_case()) {
+    case v1::DataSpec::kBuiltin:
+      if (d.builtin() != "fashion-mnist") {
+        Violate(&v, "data.builtin", absl::StrCat("unknown data set \"", d.builtin(), "\"; known: fashion-mnist"));
+      }
+      break;
+    case v1::DataSpec::kFile: {
+      const v1::FileDataset& f = d.file();
+      auto path = [&](const std::string& name, const std::string& value, bool required) {
+        if (value.empty()) {
+          if (required) Violate(&v, "data.file." + name, "required for this format");
+          return;
+        }
+        if (!SafeRelativePath(value)) {
+          Violate(&v, "data.file." + name, absl::StrCat("\"", value, "\" must be a relative path under the data root, without \"..\""));
+        }
+      };
+      if (f.format() == v1::FileDataset::FORMAT_IDX) {
+        path("train_images", f.train_images(), true);
+        path("train_labels", f.train_labels(), true);
+        path("test_images", f.test_images(), !f.test_labels().empty());
+        path("test_labels", f.test_labels(), !f.test_images().empty());
+      } else if (f.format() == v1::FileDataset::FORMAT_CSV) {
+        path("train_csv", f.train_csv(), true);
+        path("test_csv", f.test_csv(), false);
+      } else {
+        Violate(&v, "data.file.format", "must be FORMAT_IDX or FORMAT_CSV");
+      }
+      if (f.num_classes() < 0) Violate(&v, "data.file.num_classes", "must be >= 0");
+      break;
+    }
+    case v1::DataSpec::kSynthetic: {
+      const v1::SyntheticDataset& s = d.synthetic();
+      if (s.num_examples() < 0) Violate(&v, "data.synthetic.num_examples", absl::StrCat("must be >= 0, got ", s.num_examples()));
+      if (s.feature_dim() < 0) Violate(&v, "data.synthetic.feature_dim", absl::StrCat("must be >= 0, got ", s.feature_dim()));
+      if (s.num_classes() < 0 || s.num_classes() == 1) Violate(&v, "data.synthetic.num_classes", absl::StrCat("must be >= 2, got ", s.num_classes()));
+      if (s.num_test_examples() < 0) Violate(&v, "data.synthetic.num_test_examples", "must be >= 0");
+      break;
+    }
+    default:
+      break;  // default: fashion-mnist
+  }
+  // Optimizer.
+  const v1::OptimizerSpec& o = spec.optimizer();
+  if (o.has_lr() && !(o.lr() > 0 && std::isfinite(o.lr()))) Violate(&v, "optimizer.lr", absl::StrCat("must be a finite number > 0, got ", o.lr()));
+  if (o.weight_decay() < 0) Violate(&v, "optimizer.weight_decay", absl::StrCat("must be >= 0, got ", o.weight_decay()));
+  if (o.has_sgd()) {
+    if (!(o.sgd().momentum() >= 0 && o.sgd().momentum() < 1)) Violate(&v, "optimizer.sgd.momentum", absl::StrCat("must be in [0, 1), got ", o.sgd().momentum()));
+    if (o.sgd().nesterov() && o.sgd().momentum() == 0) Violate(&v, "optimizer.sgd.nesterov", "requires momentum > 0");
+  }
+  if (o.has_adamw()) {
+    const auto& a = o.adamw();
+    if (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1)) Violate(&v, "optimizer.adamw.beta1", "must be in [0, 1)");
+    if (a.has_beta2() && !(a.beta2() >= 0 && a.beta2() < 1)) Violate(&v, "optimizer.adamw.beta2", "must be in [0, 1)");
+    if (a.has_eps() && !(a.eps() > 0)) Violate(&v, "optimizer.adamw.eps", "must be > 0");
+  }
+  if (spec.schedule().warmup_steps() < 0) Violate(&v, "schedule.warmup_steps", "must be >= 0");
+  if (!(spec.schedule().min_lr_ratio() >= 0 && spec.schedule().min_lr_ratio() <= 1)) Violate(&v, "schedule.min_lr_ratio", "must be in [0, 1]");
+  // Training.
+  const v1::TrainingSpec& t = spec.training();
+  if (t.has_steps() && t.steps() <= 0) Violate(&v, "training.steps", absl::StrCat("must be > 0, got ", t.steps()));
+  if (t.has_epochs() && t.epochs() <= 0) Violate(&v, "training.epochs", absl::StrCat("must be > 0, got ", t.epochs()));
+  if (t.has_batch_size() && t.batch_size() <= 0) Violate(&v, "training.batch_size", absl::StrCat("must be > 0, got ", t.batch_size()));
+  if (t.has_grad_accumulation() && t.grad_accumulation() <= 0) Violate(&v, "training.grad_accumulation", absl::StrCat("must be > 0, got ", t.grad_accumulation()));
+  if (t.eval_interval() < 0) Violate(&v, "training.eval_interval", absl::StrCat("must be >= 0, got ", t.eval_interval()));
+  if (!(t.clip_norm() >= 0)) Violate(&v, "training.clip_norm", absl::StrCat("must be >= 0, got ", t.clip_norm()));
+  // Precision.
+  ResolveJobPrecision(spec.precision(), context, &v);
+  return v;
+}
+
+std::optional<std::pair<int64_t, int>> KnownDataShape(const v1::DataSpec& d) {
+  if (d.has_synthetic()) {
+    const auto& s = d.synthetic();
+    return std::make_pair(s.feature_dim() ? s.feature_dim() : 32,
+                          s.num_classes() ? s.num_classes() : 4);
+  }
+  if (d.has_file()) return std::nullopt;
+  return std::make_pair(int64_t{784}, 10);  // fashion-mnist
+}
+
+absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpecContext& context) {
+  std::vector<FieldViolation> violations = ValidateJobSpec(spec, context);
+  if (!violations.empty()) return ViolationsToStatus(violations);
+  ResolvedJob job;
+  TrainerConfig& c = job.config;
+  MlpSpec mlp;
+  if (spec.model().has_mlp()) {
+    const v1::MlpSpec& m = spec.model().mlp();
+    mlp.input_dim = m.input_dim();
+    mlp.num_classes = m.num_classes();
+    if (m.hidden_size() > 0) mlp.hidden.assign(m.hidden().begin(), m.hidden().end());
+    mlp.activation = m.activation() == v1::ACTIVATION_GELU ? Activation::kGelu : Activation::kRelu;
+    mlp.layer_norm = m.layer_norm();
+    mlp.dropout = m.dropout();
+  } else {
+    mlp.input_dim = 0;
+    mlp.num_classes = 0;
+  }
+  if (auto shape = KnownDataShape(spec.data())) {
+    if (mlp.input_dim == 0) mlp.input_dim = shape->first;
+    if (mlp.num_classes == 0) mlp.num_classes = shape->second;
+  }
+  c.model = mlp;
+  c.precision = ResolveJobPrecision(spec.precision(), context, &violations);
+  const v1::OptimizerSpec& o = spec.optimizer();
+  c.optimizer.lr = o.has_lr() ? o.lr() : 1e-3;
+  c.optimizer.weight_decay = o.weight_decay();
+  if (o.has_sgd()) {
+    c.optimizer.kind = OptimizerSpec::Kind::kSgd;
+    c.optimizer.momentum = o.sgd().momentum();
+    c.optimizer.nesterov = o.sgd().nesterov();
+  } else {
+    c.optimizer.kind = OptimizerSpec::Kind::kAdamW;
+    if (o.adamw().has_beta1()) c.optimizer.beta1 = o.adamw().beta1();
+    if (o.adamw().has_beta2()) c.optimizer.beta2 = o.adamw().beta2();
+    if (o.adamw().has_eps()) c.optimizer.eps = o.adamw().eps();
+  }
+  c.schedule.kind = spec.schedule().kind() == v1::ScheduleSpec::KIND_WARMUP_COSINE
+                        ? ScheduleSpec::Kind::kWarmupCosine
+                        : ScheduleSpec::Kind::kConstant;
+  c.schedule.warmup_steps = spec.schedule().warmup_steps();
+  c.schedule.min_lr_ratio = spec.schedule().min_lr_ratio();
+  const v1::TrainingSpec& t = spec.training();
+  c.training.steps = t.has_steps() ? t.steps() : 0;
+  c.training.epochs = t.has_epochs() ? t.epochs() : 1;
+  c.training.batch_size = t.has_batch_size() ? t.batch_size() : 128;
+  c.training.grad_accumulation = t.has_grad_accumulation() ? t.grad_accumulation() : 1;
+  c.training.eval_interval = t.eval_interval();
+  c.training.seed = t.seed();
+  c.training.clip_norm = t.clip_norm();
+  job.device = spec.device() == v1::DEVICE_CUDA ? Device::kCuda : Device::kCpu;
+  return job;
+}
+
+absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext& context,
+                                    TrainerConfig* config) {
+  JobData data;
+  auto under_root = [&](const std::string& p) { return context.data_root + "/" + p; };
+  if (d.has_synthetic()) {
+    const v1::SyntheticDataset& s = d.synthetic();
+    SyntheticSpec spec;
+    spec.num_examples = s.num_examples() ? s.num_examples() : 4096;
+    spec.feature_dim = s.feature_dim() ? s.feature_dim() : 32;
+    spec.num_classes = s.num_classes() ? s.num_classes() : 4;
+    spec.seed = s.seed();
+    auto train = MakeSyntheticDataset(spec);
+    if (!train.ok()) return train.status();
+    data.train = *std::move(train);
+    const int64_t n_test = s.num_test_examples() ? s.num_test_examples() : 1024;
+    if (n_test > 0) {
+      // Same teacher (seed), later examples: generate train + test and split.
+      SyntheticSpec all = spec;
+      all.num_examples = spec.num_examples + n_test;
+      auto both = MakeSyntheticDataset(all);
+      if (!both.ok()) return both.status();
+      Dataset test;
+      test.num_examples = n_test;
+      test.feature_dim = spec.feature_dim;
+      test.num_classes = spec.num_classes;
+      test.features.assign(both->features.begin() + spec.num_examples * spec.feature_dim,
+                           both->features.end());
+      test.labels.assign(both->labels.begin() + spec.num_examples, both->labels.end());
+      data.test = std::move(test);
+    }
+  } else if (d.has_file()) {
+    const v1::FileDataset& f = d.file();
+    if (f.format() == v1::FileDataset::FORMAT_IDX) {
+      const int classes = f.num_classes() ? f.num_classes() : 10;
+      auto train = ReadIdxDataset(under_root(f.train_images()), under_root(f.train_labels()), classes);
+      if (!train.ok()) return train.status();
+      data.train = *std::move(train);
+      if (!f.test_images().empty()) {
+        auto test = ReadIdxDataset(under_root(f.test_images()), under_root(f.test_labels()), classes);
+        if (!test.ok()) return test.status();
+        data.test = *std::move(test);
+      }
+    } else {
+      CsvOptions options;
+      options.label_column = f.label_column();
+      options.num_classes = f.num_classes();
+      auto train = ReadCsvDataset(under_root(f.train_csv()), options);
+      if (!train.ok()) return train.status();
+      data.train = *std::move(train);
+      if (!f.test_csv().empty()) {
+        options.num_classes = data.train.num_classes;
+        auto test = ReadCsvDataset(under_root(f.test_csv()), options);
+        if (!test.ok()) return test.status();
+        data.test = *std::move(test);
+      }
+    }
+  } else {
+    auto train = LoadMnistStyle(context.fashion_mnist_dir, true);
+    if (!train.ok()) return train.status();
+    auto test = LoadMnistStyle(context.fashion_mnist_dir, false);
+    if (!test.ok()) return test.status();
+    data.train = *std::move(train);
+    data.test = *std::move(test);
+  }
+  if (config != nullptr) {
+    MlpSpec& mlp = std::get<MlpSpec>(config->model);
+    if (mlp.input_dim == 0) mlp.input_dim = data.train.feature_dim;
+    if (mlp.num_classes == 0) mlp.num_classes = std::max(2, data.train.num_classes);
+  }
+  return data;
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,78 @@
+#ifndef AMPD_ENGINE_RUNNER_JOB_SPEC_H_
+#define AMPD_ENGINE_RUNNER_JOB_SPEC_H_
+
+// ampd.v1.JobSpec (the public job format) -> the engine's TrainerConfig and
+// data. Shared by the local runner and the server, so both accept exactly the
+// same files. Validation reports every bad field at once, named by its JSON
+// path ("training.batch_size", "model.mlp.hidden[1]").
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ampd/v1/job_spec.pb.h"
+#include "engine/data/dataset.h"
+#include "engine/tensor.h"
+#include "engine/trainer.h"
+
+namespace ampd::engine {
+
+struct FieldViolation {
+  std::string field;
+  std::string description;
+};
+
+struct JobSpecContext {
+  // Root for FileDataset paths (relative paths only, never escaping it).
+  std::string data_root = ".";
+  std::string fashion_mnist_dir = kFashionMnistDir;
+  // User-defined precision profiles by name (built-ins are always known).
+  std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string&)> profiles;
+};
+
+// INVALID_ARGUMENT listing every violation ("a: why; b: why").
+absl::Status ViolationsToStatus(const std::vector<FieldViolation>& violations);
+
+// Parses proto3 JSON; errors name the file and what protobuf's parser said.
+absl::StatusOr<ampd::v1::JobSpec> ParseJobSpecJson(const std::string& json,
+                                                   const std::string& source_name);
+absl::StatusOr<ampd::v1::JobSpec> ReadJobSpecFile(const std::string& path);
+
+// A precision config from its proto form (base mode + overrides).
+PrecisionConfig PrecisionFromProto(const ampd::v1::PrecisionConfig& proto, const std::string& field,
+                                   std::vector<FieldViolation>* violations);
+// The precision a spec asks for (profile name, custom config, or default).
+PrecisionConfig ResolveJobPrecision(const ampd::v1::PrecisionSpec& spec,
+                                    const JobSpecContext& context,
+                                    std::vector<FieldViolation>* violations);
+
+// Everything checkable without reading data. Empty: valid.
+std::vector<FieldViolation> ValidateJobSpec(const ampd::v1::JobSpec& spec,
+                                            const JobSpecContext& context);
+
+struct ResolvedJob {
+  TrainerConfig config;
+  Device device = Device::kCpu;
+};
+// INVALID_ARGUMENT (all violations) when the spec is not valid. Model sizes
+// left 0 are filled from the data by LoadJobData.
+absl::StatusOr<ResolvedJob> ResolveJobSpec(const ampd::v1::JobSpec& spec,
+                                           const JobSpecContext& context);
+
+struct JobData {
+  Dataset train;
+  std::optional<Dataset> test;
+};
+// Loads the data and fills model.mlp.input_dim / num_classes when unset.
+absl::StatusOr<JobData> LoadJobData(const ampd::v1::DataSpec& spec, const JobSpecContext& context,
+                                    TrainerConfig* config);
+
+// The data set's shape without loading it, when the spec alone tells
+// (builtin, synthetic): for explain and memory estimates.
+std::optional<std::pair<int64_t, int>> KnownDataShape(const ampd::v1::DataSpec& spec);
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_RUNNER_JOB_SPEC_H_

@@ -1,0 +1,173 @@
+#include "engine/runner/job_spec.h"
+
+#include <fstream>
+
+#include "engine/explain.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine {
+namespace {
+
+ampd::v1::JobSpec Parse(const std::string& json) {
+  auto spec = ParseJobSpecJson(json, "test.json");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : ampd::v1::JobSpec();
+}
+
+std::vector<std::string> Fields(const std::vector<FieldViolation>& v) {
+  std::vector<std::string> f;
+  for (const auto& x : v) f.push_back(x.field);
+  return f;
+}
+
+TEST(JobSpecTest, EmptySpecGetsSaneDefaults) {
+  auto job = ResolveJobSpec(Parse("{}"), {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  const TrainerConfig& c = job->config;
+  EXPECT_EQ(c.precision.name, "32-true");
+  EXPECT_EQ(c.training.batch_size, 128);
+  EXPECT_EQ(c.training.epochs, 1);
+  EXPECT_EQ(c.optimizer.kind, OptimizerSpec::Kind::kAdamW);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  const MlpSpec& mlp = std::get<MlpSpec>(c.model);
+  EXPECT_EQ(mlp.input_dim, 784);  // fashion-mnist by default
+  EXPECT_EQ(mlp.num_classes, 10);
+  EXPECT_EQ(mlp.hidden, (std::vector<int64_t>{256, 256}));
+  EXPECT_EQ(job->device, Device::kCpu);
+}
+
+TEST(JobSpecTest, EveryBadFieldIsReportedAtOnce) {
+  auto spec = Parse(R"({
+    "model": {"mlp": {"hidden": [64, -3], "dropout": 1.5}},
+    "training": {"batchSize": "0", "steps": "-5", "gradAccumulation": "0", "clipNorm": -1},
+    "optimizer": {"lr": -0.1, "sgd": {"momentum": 2, "nesterov": true}},
+    "precision": {"profile": "fp8"},
+    "data": {"builtin": "imagenet"}
+  })");
+  auto v = ValidateJobSpec(spec, {});
+  auto fields = Fields(v);
+  for (const char* f :
+       {"model.mlp.hidden[1]", "model.mlp.dropout", "training.batch_size", "training.steps",
+        "training.grad_accumulation", "training.clip_norm", "optimizer.lr",
+        "optimizer.sgd.momentum", "precision.profile", "data.builtin"}) {
+    EXPECT_NE(std::find(fields.begin(), fields.end(), f), fields.end()) << "missing " << f;
+  }
+  auto job = ResolveJobSpec(spec, {});
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(job.status().message()).find("training.batch_size: must be > 0, got 0"),
+            std::string::npos)
+      << job.status();
+}
+
+TEST(JobSpecTest, UnknownJsonFieldIsNamedWithTheFile) {
+  auto spec = ParseJobSpecJson(R"({"trainig": {}})", "my_spec.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(std::string(spec.status().message()).find("my_spec.json"), std::string::npos);
+  EXPECT_NE(std::string(spec.status().message()).find("trainig"), std::string::npos);
+  EXPECT_EQ(ReadJobSpecFile("/nonexistent/spec.json").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(JobSpecTest, PathsMustStayUnderTheDataRoot) {
+  auto v = ValidateJobSpec(Parse(R"({"data": {"file": {"format": "FORMAT_CSV",
+      "trainCsv": "../../etc/passwd", "testCsv": "/etc/passwd"}}})"),
+                           {});
+  auto fields = Fields(v);
+  EXPECT_EQ(fields, (std::vector<std::string>{"data.file.train_csv", "data.file.test_csv"}));
+}
+
+TEST(JobSpecTest, CustomPrecisionOverridesItsBase) {
+  auto job = ResolveJobSpec(Parse(R"({"precision": {"custom": {
+      "base": "16-mixed", "fp32Layers": ["head"], "opPolicies": {"gelu": "CAST_POLICY_FP32"},
+      "lossScaling": {"initScale": 1024, "minScale": 1, "growthInterval": "100"}}}})"),
+                            {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  const PrecisionConfig& p = job->config.precision;
+  EXPECT_TRUE(p.autocast);
+  EXPECT_EQ(p.autocast_dtype, DType::kF16);
+  EXPECT_TRUE(p.loss_scaling.enabled);
+  EXPECT_EQ(p.loss_scaling.init_scale, 1024);
+  EXPECT_EQ(p.loss_scaling.growth_interval, 100);
+  EXPECT_EQ(*p.loss_scaling.min_scale, 1);
+  EXPECT_EQ(p.overrides.fp32_layers.count("head"), 1u);
+  EXPECT_EQ(p.overrides.op_policies.at("gelu"), CastPolicy::kFp32);
+}
+
+TEST(JobSpecTest, InvalidCustomPrecisionNamesTheNestedField) {
+  auto v = ValidateJobSpec(Parse(R"({"precision": {"custom": {
+      "base": "16-mixed", "lossScaling": {"growthFactor": 0.5}}}})"),
+                           {});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].field, "precision.custom.loss_scaling.growth_factor");
+  auto v2 = ValidateJobSpec(Parse(R"({"precision": {"custom": {"base": "32-true",
+      "masterWeights": true}}})"),
+                            {});
+  ASSERT_EQ(v2.size(), 1u);
+  EXPECT_EQ(v2[0].field, "precision.custom.master_weights");
+}
+
+TEST(JobSpecTest, UserProfilesResolveByName) {
+  JobSpecContext context;
+  context.profiles = [](const std::string& name) -> std::optional<ampd::v1::PrecisionConfig> {
+    if (name != "my-bf16") return std::nullopt;
+    ampd::v1::PrecisionConfig p;
+    p.set_base("bf16-mixed");
+    p.add_fp32_layers("head");
+    return p;
+  };
+  auto job = ResolveJobSpec(Parse(R"({"precision": {"profile": "my-bf16"}})"), context);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->config.precision.name, "my-bf16");
+  EXPECT_EQ(job->config.precision.autocast_dtype, DType::kBF16);
+  EXPECT_EQ(job->config.precision.overrides.fp32_layers.count("head"), 1u);
+}
+
+TEST(JobSpecTest, SyntheticDataFillsModelShapeAndHasATestSplit) {
+  auto spec = Parse(R"({"data": {"synthetic": {"numExamples": 256, "featureDim": 12,
+      "numClasses": 3, "numTestExamples": 64}}})");
+  auto job = ResolveJobSpec(spec, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto data = LoadJobData(spec.data(), {}, &job->config);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->train.num_examples, 256);
+  ASSERT_TRUE(data->test.has_value());
+  EXPECT_EQ(data->test->num_examples, 64);
+  EXPECT_EQ(std::get<MlpSpec>(job->config.model).input_dim, 12);
+  EXPECT_EQ(std::get<MlpSpec>(job->config.model).num_classes, 3);
+}
+
+TEST(JobSpecTest, ExamplesInTheRepositoryAreValid) {
+  for (const char* name : {"fashion_mlp_fp32.json", "fashion_mlp_bf16.json",
+                           "fashion_mlp_fp16.json", "fashion_mlp_custom_precision.json"}) {
+    auto spec = ReadJobSpecFile(std::string("examples/") + name);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto job = ResolveJobSpec(*spec, {});
+    EXPECT_TRUE(job.ok()) << name << ": " << job.status();
+  }
+}
+
+TEST(ExplainTest, PlanAndMemoryFollowThePrecision) {
+  MlpSpec mlp;
+  mlp.input_dim = 8;
+  mlp.hidden = {16};
+  mlp.num_classes = 4;
+  OptimizerSpec adamw;
+  auto fp32 = ExplainPrecision(mlp, *ResolvePrecision("32-true"), adamw, 32);
+  auto bf16 = ExplainPrecision(mlp, *ResolvePrecision("bf16-mixed"), adamw, 32);
+  auto o2 = ExplainPrecision(mlp, *ResolvePrecision("O2"), adamw, 32);
+  ASSERT_TRUE(fp32.ok() && bf16.ok() && o2.ok());
+  const int64_t params = 8 * 16 + 16 + 16 * 4 + 4;
+  EXPECT_EQ(fp32->parameter_count, params);
+  ASSERT_EQ(bf16->ops.size(), 4u);  // linear, relu, linear, cross_entropy
+  EXPECT_EQ(bf16->ops[0].compute_dtype, DType::kBF16);
+  EXPECT_EQ(bf16->ops[3].compute_dtype, DType::kF32);
+  EXPECT_EQ(fp32->ops[0].compute_dtype, DType::kF32);
+  EXPECT_EQ(fp32->memory.weights_bytes, params * 4);
+  EXPECT_EQ(fp32->memory.optimizer_state_bytes, params * 8);
+  EXPECT_EQ(o2->memory.weights_bytes, params * 2);
+  EXPECT_EQ(o2->memory.master_weights_bytes, params * 4);
+  EXPECT_LT(bf16->memory.activation_bytes, fp32->memory.activation_bytes);
+}
+
+}  // namespace
+}  // namespace ampd::engine
