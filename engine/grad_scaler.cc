@@ -28,6 +28,9 @@ absl::Status ValidateGradScalerOptions(const GradScalerOptions& o) {
   if (o.min_scale && !(*o.min_scale > 0)) {
     return bad("min_scale", absl::StrCat("must be > 0, got ", *o.min_scale));
   }
+  if (o.max_scale && !(*o.max_scale > 0)) {
+    return bad("max_scale", absl::StrCat("must be > 0, got ", *o.max_scale));
+  }
   if (o.min_scale && o.max_scale && *o.min_scale > *o.max_scale) {
     return bad("max_scale", absl::StrCat("must be >= min_scale (", *o.min_scale, "), got ",
                                          *o.max_scale));

@@ -32,7 +32,8 @@ const std::vector<PrecisionConfig>& Builtins() {
       Mode("bf16-mixed", true, D::kBF16, D::kF32, false, false, false, true, 65536.0),
       Mode("16-true", false, D::kF16, D::kF16, false, false, false, true, 65536.0),
       Mode("bf16-true", false, D::kBF16, D::kBF16, false, false, false, true, 65536.0),
-      Mode("O0", false, D::kF16, D::kF32, false, false, false, true, 65536.0),
+      // O0 is an alias of 32-true: identical in every field, autocast_dtype included.
+      Mode("O0", false, D::kBF16, D::kF32, false, false, false, true, 65536.0),
       Mode("O1", true, D::kF16, D::kF32, false, false, true, true, 65536.0),
       Mode("O2", false, D::kF16, D::kF16, true, true, true, true, 65536.0),
       Mode("O3", false, D::kF16, D::kF16, false, false, true, false, 1.0),

@@ -37,7 +37,10 @@ class Tensor {
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  static Tensor Empty(const std::vector<int64_t>& shape, DType dtype);
+  static Tensor Empty(const std::vector<int64_t>& shape, DType dtype);  // zero-initialised
+  // Like Empty, but the values are indeterminate: for kernels that overwrite
+  // every element before the tensor is read.
+  static Tensor Uninitialized(const std::vector<int64_t>& shape, DType dtype);
   static Tensor Zeros(const std::vector<int64_t>& shape, DType dtype);
   static Tensor Full(const std::vector<int64_t>& shape, DType dtype, double value);
   // Values are rounded to `dtype` (round-to-nearest-even).

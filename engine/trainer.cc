@@ -20,6 +20,18 @@ AutocastOptions RegionFor(const PrecisionConfig& p) {
   return o;
 }
 
+// The name of the first parameter whose gradient holds inf/NaN ("" if none).
+std::string FirstNonFinite(const std::vector<Tensor>& grads,
+                           const std::vector<std::string>& names) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    for (double v : grads[i].ToDoubles()) {
+      if (!std::isfinite(v)) return i < names.size() ? names[i] : absl::StrCat("parameter #", i);
+    }
+  }
+  return "";
+}
+
 absl::Status Bad(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
@@ -101,6 +113,12 @@ Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Datase
 }
 
 StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
+  StepMetrics m = Step(callbacks);
+  if (callbacks) callbacks->OnStep(m);
+  return m;
+}
+
+StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   const auto start = std::chrono::steady_clock::now();
   const TrainingSpec& t = config_.training;
   optimizer_->ZeroGrad();
@@ -138,7 +156,12 @@ StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
   if (!skip) optimizer_->Step(m.lr);
   ++step_;
   std::optional<SkipEvent> event = scaler_.Update(step_);
-  if (skip && !event) event = SkipEvent{step_, "non-finite gradient", "", m.loss_scale, m.loss_scale};
+  if (skip && !event) {
+    // No scaler to name the parameter: find it here (a rare path).
+    event = SkipEvent{step_, "non-finite gradient",
+                      FirstNonFinite(grads, optimizer_->ParameterNames()), m.loss_scale,
+                      m.loss_scale};
+  }
   if (event) {
     ++skipped_total_;
     if (callbacks) callbacks->OnSkip(*event);
@@ -153,7 +176,6 @@ StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
   m.grad_norm = grad_norm;
   m.samples_per_s = seconds > 0 ? t.batch_size * t.grad_accumulation / seconds : 0;
   m.skipped_total = skipped_total_;
-  if (callbacks) callbacks->OnStep(m);
   return m;
 }
 
@@ -201,12 +223,13 @@ absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
       result.cancelled = true;
       break;
     }
-    result.last_step = RunStep(callbacks);
+    result.last_step = Step(callbacks);
     if (test_ != nullptr && (step_ % eval_every == 0 || step_ == total_steps_)) {
       EvalMetrics e = Evaluate(*test_);
       result.final_eval = e;
       if (callbacks) callbacks->OnEval(e);
     }
+    if (callbacks) callbacks->OnStep(result.last_step);
   }
   result.steps_completed = step_;
   result.skipped_steps = skipped_total_;

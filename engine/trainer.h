@@ -98,6 +98,9 @@ class Trainer {
   absl::StatusOr<TrainResult> Run(TrainerCallbacks* callbacks = nullptr,
                                   const CancellationToken* cancel = nullptr);
   // One optimizer step (with its micro-batches); exposed for tests and benches.
+  // Calls OnSkip (if skipped) then OnStep. Within Run(), an evaluation due at
+  // a step is reported before that step's OnStep, so the step record is the
+  // last event of its step (metric streams resume after it without gaps).
   StepMetrics RunStep(TrainerCallbacks* callbacks = nullptr);
   EvalMetrics Evaluate(const Dataset& data);
 
@@ -110,6 +113,8 @@ class Trainer {
  private:
   Trainer(const TrainerConfig& config, const Dataset* train, const Dataset* test,
           std::unique_ptr<Model> model);
+
+  StepMetrics Step(TrainerCallbacks* callbacks);
 
   TrainerConfig config_;
   const Dataset* train_;

@@ -1,0 +1,516 @@
+// The engine benchmark (not a test; see bench/README.md).
+//
+// 1. mlp_step: the real training step (Trainer::RunStep: batch, autocast
+//    forward, loss, scaled backward, gradients to f32, unscale + non-finite
+//    check, grad norm, AdamW) of an MLP, for several precision modes side by
+//    side in one process. Repetitions are interleaved (round r runs every mode
+//    once, starting at a different mode each round) so that noise from other
+//    work on the machine spreads over all modes; the median round is reported.
+// 2. gemm: each GEMM of that step (forward x.W^T, backward dX = dY.W and
+//    dW = dY^T.X) through the engine's Backend::Matmul, against a oneDNN matmul
+//    primitive with the same layouts created once and executed on buffers
+//    allocated once. Also interleaved, median reported.
+//
+//   bazel run -c opt //bench:engine_bench -- [--json] [--steps=N] [--rounds=N]
+//       [--warmup=N] [--batch=N] [--hidden=2048,2048] [--precisions=a,b,...]
+//       [--gemm_ms=N] [--no_mlp] [--no_gemm]
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend.h"
+#include "engine/data/dataset.h"
+#include "engine/half.h"
+#include "engine/precision.h"
+#include "engine/tensor.h"
+#include "engine/trainer.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace ampd::bench {
+namespace {
+
+using engine::DType;
+using engine::Tensor;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kInputDim = 784;
+constexpr int64_t kClasses = 10;
+
+struct Options {
+  bool json = false;
+  int64_t steps = 5;   // timed steps per mode per round
+  int64_t rounds = 7;  // interleaved rounds (MLP and GEMM)
+  int64_t warmup = 3;  // untimed steps per mode first
+  int64_t batch = 256;
+  std::vector<int64_t> hidden = {2048, 2048};
+  std::vector<std::string> precisions = {"32-true", "bf16-mixed", "16-mixed", "bf16-true", "O2"};
+  double gemm_ms = 50;  // minimum time of one timed GEMM batch
+  bool mlp = true;
+  bool gemm = true;
+};
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: engine_bench [--json] [--steps=N] [--rounds=N] [--warmup=N] [--batch=N]\n"
+               "                    [--hidden=H1,H2,...] [--precisions=P1,P2,...] [--gemm_ms=N]\n"
+               "                    [--no_mlp] [--no_gemm]\n");
+}
+
+bool ParsePositive(const std::string& flag, const std::string& value, int64_t* out) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v < 1) {
+    std::fprintf(stderr, "%s: expected an integer >= 1, got '%s'\n", flag.c_str(), value.c_str());
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool ParseFlags(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--json") {
+      o->json = true;
+      continue;
+    }
+    if (arg == "--no_mlp") {
+      o->mlp = false;
+      continue;
+    }
+    if (arg == "--no_gemm") {
+      o->gemm = false;
+      continue;
+    }
+    if (arg == "--help" || arg == "-h") {
+      Usage();
+      std::exit(0);
+    }
+    std::string name = arg, value;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) name = arg.substr(0, eq);
+    static const char* const kValued[] = {"--steps",  "--rounds",     "--warmup", "--batch",
+                                          "--hidden", "--precisions", "--gemm_ms"};
+    if (std::find(std::begin(kValued), std::end(kValued), name) == std::end(kValued)) {
+      std::fprintf(stderr, "unknown flag %s\n", name.c_str());
+      Usage();
+      return false;
+    }
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      std::fprintf(stderr, "%s: missing value\n", arg.c_str());
+      return false;
+    }
+    if (name == "--steps") {
+      if (!ParsePositive(name, value, &o->steps)) return false;
+    } else if (name == "--rounds") {
+      if (!ParsePositive(name, value, &o->rounds)) return false;
+    } else if (name == "--warmup") {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(value, &v) || v < 0) {
+        std::fprintf(stderr, "--warmup: expected an integer >= 0, got '%s'\n", value.c_str());
+        return false;
+      }
+      o->warmup = v;
+    } else if (name == "--batch") {
+      if (!ParsePositive(name, value, &o->batch)) return false;
+    } else if (name == "--hidden") {
+      o->hidden.clear();
+      for (const auto& part : absl::StrSplit(value, ',')) {
+        int64_t h = 0;
+        if (!ParsePositive(name, std::string(part), &h)) return false;
+        o->hidden.push_back(h);
+      }
+    } else if (name == "--precisions") {
+      o->precisions = absl::StrSplit(value, ',', absl::SkipEmpty());
+      if (o->precisions.empty()) {
+        std::fprintf(stderr, "--precisions: empty\n");
+        return false;
+      }
+    } else if (name == "--gemm_ms") {
+      int64_t v = 0;
+      if (!ParsePositive(name, value, &v)) return false;
+      o->gemm_ms = static_cast<double>(v);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", name.c_str());
+      Usage();
+      return false;
+    }
+  }
+  return true;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  if (n == 0) return 0;
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double Min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string LayersJson(const Options& o) {
+  std::vector<int64_t> layers = {kInputDim};
+  layers.insert(layers.end(), o.hidden.begin(), o.hidden.end());
+  layers.push_back(kClasses);
+  return absl::StrCat("[", absl::StrJoin(layers, ","), "]");
+}
+
+std::string LayersText(const Options& o) {
+  std::vector<int64_t> layers = {kInputDim};
+  layers.insert(layers.end(), o.hidden.begin(), o.hidden.end());
+  layers.push_back(kClasses);
+  return absl::StrJoin(layers, "-");
+}
+
+const char* IsaName(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
+  }
+}
+
+void PrintMeta(const Options& o) {
+  const dnnl_version_t* v = dnnl::version();
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string isa = IsaName(dnnl::get_effective_cpu_isa());
+  if (o.json) {
+    std::printf(
+        "{\"bench\":\"meta\",\"onednn\":\"%d.%d.%d\",\"onednn_isa\":\"%s\","
+        "\"half_conversions\":\"%s\",\"hardware_threads\":%u,\"omp_num_threads\":\"%s\"}\n",
+        v->major, v->minor, v->patch, isa.c_str(), engine::HalfConversionPath(),
+        std::thread::hardware_concurrency(), omp ? omp : "");
+  } else {
+    std::printf("oneDNN %d.%d.%d, ISA %s; half conversions: %s; %u hardware threads%s%s\n\n",
+                v->major, v->minor, v->patch, isa.c_str(), engine::HalfConversionPath(),
+                std::thread::hardware_concurrency(), omp ? ", OMP_NUM_THREADS=" : "",
+                omp ? omp : "");
+  }
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------
+// MLP training step
+
+struct ModeRun {
+  std::string name;
+  std::unique_ptr<engine::Trainer> trainer;
+  std::vector<double> round_step_s;  // mean step time of each round
+  int64_t skipped = 0;               // timed steps the scaler skipped
+};
+
+int RunMlp(const Options& o) {
+  engine::SyntheticSpec data_spec;
+  data_spec.num_examples = o.batch * 8;
+  data_spec.feature_dim = kInputDim;
+  data_spec.num_classes = static_cast<int>(kClasses);
+  data_spec.seed = 1;
+  absl::StatusOr<engine::Dataset> data = engine::MakeSyntheticDataset(data_spec);
+  if (!data.ok()) {
+    std::fprintf(stderr, "synthetic data: %s\n", std::string(data.status().message()).c_str());
+    return 1;
+  }
+
+  std::vector<ModeRun> runs;
+  for (const std::string& name : o.precisions) {
+    absl::StatusOr<engine::PrecisionConfig> precision = engine::ResolvePrecision(name);
+    if (!precision.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(precision.status().message()).c_str());
+      return 1;
+    }
+    engine::TrainerConfig config;
+    engine::MlpSpec mlp;
+    mlp.input_dim = kInputDim;
+    mlp.hidden = o.hidden;
+    mlp.num_classes = kClasses;
+    config.model = mlp;
+    config.precision = *precision;
+    config.optimizer.kind = engine::OptimizerSpec::Kind::kAdamW;
+    config.optimizer.lr = 1e-3;
+    config.training.steps = 1 << 30;  // constant schedule; never reached
+    config.training.batch_size = o.batch;
+    config.training.seed = 0;
+    absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
+        engine::Trainer::Create(config, &*data, nullptr);
+    if (!trainer.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                   std::string(trainer.status().message()).c_str());
+      return 1;
+    }
+    runs.push_back({name, *std::move(trainer), {}, 0});
+  }
+
+  for (ModeRun& run : runs) {
+    for (int64_t s = 0; s < o.warmup; ++s) run.trainer->RunStep();
+  }
+  const size_t n = runs.size();
+  for (int64_t r = 0; r < o.rounds; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      ModeRun& run = runs[(r + i) % n];
+      const Clock::time_point start = Clock::now();
+      for (int64_t s = 0; s < o.steps; ++s) {
+        if (run.trainer->RunStep().skipped) ++run.skipped;
+      }
+      run.round_step_s.push_back(SecondsSince(start) / o.steps);
+    }
+  }
+
+  double base_s = 0;
+  for (const ModeRun& run : runs) {
+    if (run.name == "32-true") base_s = Median(run.round_step_s);
+  }
+  if (!o.json) {
+    std::printf("MLP training step %s, batch %lld, AdamW: median of %lld rounds x %lld steps\n",
+                LayersText(o).c_str(), static_cast<long long>(o.batch),
+                static_cast<long long>(o.rounds), static_cast<long long>(o.steps));
+    std::printf("%-12s %10s %10s %12s %11s %8s\n", "precision", "step ms", "best ms", "samples/s",
+                "vs 32-true", "skipped");
+  }
+  for (const ModeRun& run : runs) {
+    const double med = Median(run.round_step_s);
+    const double best = Min(run.round_step_s);
+    const double sps = o.batch / med;
+    const double ratio = base_s > 0 ? base_s / med : 0;
+    if (o.json) {
+      std::printf(
+          "{\"bench\":\"mlp_step\",\"precision\":\"%s\",\"batch\":%lld,\"layers\":%s,"
+          "\"samples_per_s\":%.1f,\"step_ms\":%.3f,\"step_ms_best\":%.3f,",
+          run.name.c_str(), static_cast<long long>(o.batch), LayersJson(o).c_str(), sps, med * 1e3,
+          best * 1e3);
+      if (base_s > 0) {
+        std::printf("\"ratio_vs_32_true\":%.3f,", ratio);
+      } else {
+        std::printf("\"ratio_vs_32_true\":null,");
+      }
+      std::printf("\"rounds\":%lld,\"steps_per_round\":%lld,\"skipped_steps\":%lld}\n",
+                  static_cast<long long>(o.rounds), static_cast<long long>(o.steps),
+                  static_cast<long long>(run.skipped));
+    } else {
+      std::printf("%-12s %10.2f %10.2f %12.1f", run.name.c_str(), med * 1e3, best * 1e3, sps);
+      if (base_s > 0) {
+        std::printf(" %10.2fx", ratio);
+      } else {
+        std::printf(" %11s", "-");
+      }
+      std::printf(" %8lld\n", static_cast<long long>(run.skipped));
+    }
+  }
+  if (!o.json) std::printf("\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// GEMMs of the step: engine Backend::Matmul vs oneDNN called directly
+
+struct GemmShape {
+  std::string name;  // "fc1.fwd", "fc2.dx", "head.dw", ...
+  int64_t m, n, k;
+  bool trans_a, trans_b;
+  std::vector<int64_t> a_shape, b_shape;  // as the engine stores them
+};
+
+// The GEMMs engine::Linear runs for x [B, in], w [out, in].
+std::vector<GemmShape> StepGemms(const Options& o) {
+  std::vector<int64_t> dims = {kInputDim};
+  dims.insert(dims.end(), o.hidden.begin(), o.hidden.end());
+  dims.push_back(kClasses);
+  const int64_t b = o.batch;
+  std::vector<GemmShape> shapes;
+  for (size_t l = 0; l + 1 < dims.size(); ++l) {
+    const int64_t in = dims[l], out = dims[l + 1];
+    const std::string layer = l + 2 == dims.size() ? "head" : absl::StrCat("fc", l + 1);
+    // y = x @ w^T; dX = dY @ w; dW = dY^T @ x.
+    shapes.push_back({layer + ".fwd", b, out, in, false, true, {b, in}, {out, in}});
+    shapes.push_back({layer + ".dx", b, in, out, false, false, {b, out}, {out, in}});
+    shapes.push_back({layer + ".dw", out, in, b, true, false, {b, out}, {b, in}});
+  }
+  return shapes;
+}
+
+Tensor RandomTensor(const std::vector<int64_t>& shape, DType dtype, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> v(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& f : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    f = static_cast<float>(static_cast<int64_t>(s >> 40) - (int64_t{1} << 23)) * 0x1.0p-23f;
+  }
+  return Tensor::FromVector(v, shape, dtype);
+}
+
+// A oneDNN matmul on fixed buffers: primitive, memory objects and stream made once.
+class DirectMatmul {
+ public:
+  DirectMatmul(const dnnl::engine& eng, const GemmShape& s, dnnl::memory::data_type dt,
+               const void* a, const void* b)
+      : stream_(eng) {
+    using tag = dnnl::memory::format_tag;
+    dnnl::memory::desc ad({s.m, s.k}, dt, s.trans_a ? tag::ba : tag::ab);
+    dnnl::memory::desc bd({s.k, s.n}, dt, s.trans_b ? tag::ba : tag::ab);
+    dnnl::memory::desc cd({s.m, s.n}, dt, tag::ab);
+    prim_ = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), eng));
+    dst_.resize(cd.get_size());
+    a_ = dnnl::memory(ad, eng, const_cast<void*>(a));
+    b_ = dnnl::memory(bd, eng, const_cast<void*>(b));
+    c_ = dnnl::memory(cd, eng, dst_.data());
+  }
+  void Run() {
+    prim_.execute(stream_, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}});
+    stream_.wait();
+  }
+  const std::vector<uint8_t>& dst() const { return dst_; }
+
+ private:
+  dnnl::stream stream_;
+  dnnl::matmul prim_;
+  dnnl::memory a_, b_, c_;
+  std::vector<uint8_t> dst_;
+};
+
+template <typename F>
+double TimePerCall(F&& f, int64_t iters) {
+  const Clock::time_point start = Clock::now();
+  for (int64_t i = 0; i < iters; ++i) f();
+  return SecondsSince(start) / iters;
+}
+
+struct GemmTotals {
+  double engine_s = 0, onednn_s = 0;
+};
+
+int RunGemm(const Options& o) {
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  engine::Backend& be = engine::CpuBackend();
+  const std::vector<GemmShape> shapes = StepGemms(o);
+  const std::vector<std::pair<DType, dnnl::memory::data_type>> dtypes = {
+      {DType::kF32, dnnl::memory::data_type::f32}, {DType::kBF16, dnnl::memory::data_type::bf16}};
+  if (!o.json) {
+    std::printf("GEMMs of one step (engine Backend::Matmul vs oneDNN direct), median of %lld\n",
+                static_cast<long long>(o.rounds));
+    std::printf("%-6s %-9s %6s %6s %6s %3s %10s %10s %9s %7s %10s\n", "dtype", "gemm", "M", "N",
+                "K", "op", "engine ms", "oneDNN ms", "overhead", "same", "GFLOP/s");
+  }
+  for (const auto& [dtype, dnnl_dt] : dtypes) {
+    GemmTotals totals;
+    for (size_t si = 0; si < shapes.size(); ++si) {
+      const GemmShape& s = shapes[si];
+      const Tensor a = RandomTensor(s.a_shape, dtype, 2 * si + 1);
+      const Tensor b = RandomTensor(s.b_shape, dtype, 2 * si + 2);
+      DirectMatmul direct(eng, s, dnnl_dt, a.raw(), b.raw());
+      auto engine_call = [&] {
+        Tensor c = be.Matmul(a, b, s.trans_a, s.trans_b, dtype);
+        if (c.numel() != s.m * s.n) std::abort();
+      };
+      auto direct_call = [&] { direct.Run(); };
+      // Warm both (JIT, primitive cache, page faults), check they agree, calibrate.
+      engine_call();
+      direct.Run();
+      const Tensor check = be.Matmul(a, b, s.trans_a, s.trans_b, dtype);
+      const bool same = check.nbytes() == direct.dst().size() &&
+                        std::memcmp(check.raw(), direct.dst().data(), check.nbytes()) == 0;
+      const double once = std::max(TimePerCall(direct_call, 1), 1e-7);
+      const int64_t iters =
+          std::clamp<int64_t>(static_cast<int64_t>(o.gemm_ms * 1e-3 / once), 1, 10000);
+      std::vector<double> eng_s, dir_s;
+      for (int64_t r = 0; r < o.rounds; ++r) {
+        if (r % 2 == 0) {
+          eng_s.push_back(TimePerCall(engine_call, iters));
+          dir_s.push_back(TimePerCall(direct_call, iters));
+        } else {
+          dir_s.push_back(TimePerCall(direct_call, iters));
+          eng_s.push_back(TimePerCall(engine_call, iters));
+        }
+      }
+      const double e = Median(eng_s), d = Median(dir_s);
+      totals.engine_s += e;
+      totals.onednn_s += d;
+      const std::string op = absl::StrCat(s.trans_a ? "T" : "N", s.trans_b ? "T" : "N");
+      const double gflops = 2.0 * s.m * s.n * s.k / d * 1e-9;
+      const char* dt_name = dtype == DType::kF32 ? "f32" : "bf16";
+      if (o.json) {
+        std::printf(
+            "{\"bench\":\"gemm\",\"dtype\":\"%s\",\"gemm\":\"%s\",\"m\":%lld,\"n\":%lld,"
+            "\"k\":%lld,\"trans_a\":%s,\"trans_b\":%s,\"engine_ms\":%.4f,\"onednn_ms\":%.4f,"
+            "\"ratio\":%.4f,\"overhead\":%.4f,\"identical\":%s,\"onednn_gflops\":%.1f,"
+            "\"iters\":%lld}\n",
+            dt_name, s.name.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n),
+            static_cast<long long>(s.k), s.trans_a ? "true" : "false", s.trans_b ? "true" : "false",
+            e * 1e3, d * 1e3, e / d, e / d - 1, same ? "true" : "false", gflops,
+            static_cast<long long>(iters));
+      } else {
+        std::printf("%-6s %-9s %6lld %6lld %6lld %3s %10.4f %10.4f %+8.1f%% %7s %10.1f\n", dt_name,
+                    s.name.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n),
+                    static_cast<long long>(s.k), op.c_str(), e * 1e3, d * 1e3, (e / d - 1) * 100,
+                    same ? "yes" : "NO", gflops);
+      }
+      std::fflush(stdout);
+    }
+    const char* dt_name = dtype == DType::kF32 ? "f32" : "bf16";
+    if (o.json) {
+      std::printf(
+          "{\"bench\":\"gemm_total\",\"dtype\":\"%s\",\"gemms\":%zu,\"engine_ms\":%.4f,"
+          "\"onednn_ms\":%.4f,\"overhead\":%.4f}\n",
+          dt_name, shapes.size(), totals.engine_s * 1e3, totals.onednn_s * 1e3,
+          totals.engine_s / totals.onednn_s - 1);
+    } else {
+      std::printf("%-6s %-9s %24s %10.4f %10.4f %+8.1f%%\n\n", dt_name, "all", "",
+                  totals.engine_s * 1e3, totals.onednn_s * 1e3,
+                  (totals.engine_s / totals.onednn_s - 1) * 100);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ampd::bench
+
+int main(int argc, char** argv) {
+  ampd::bench::Options options;
+  if (!ampd::bench::ParseFlags(argc, argv, &options)) return 2;
+  ampd::bench::PrintMeta(options);
+  if (options.mlp) {
+    if (int rc = ampd::bench::RunMlp(options); rc != 0) return rc;
+  }
+  if (options.gemm) {
+    if (int rc = ampd::bench::RunGemm(options); rc != 0) return rc;
+  }
+  return 0;
+}

@@ -1,0 +1,526 @@
+#include "server/job_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace ampd::server {
+
+namespace v1 = ::ampd::v1;
+using google::protobuf::util::TimeUtil;
+
+struct JobManager::JobRecord {
+  v1::Job job;
+  engine::ResolvedJob resolved;
+  int64_t sequence = 0;
+  std::vector<v1::MetricsEvent> events;
+  engine::CancellationToken cancel;
+  std::vector<std::weak_ptr<EventListener>> listeners;
+  std::chrono::steady_clock::time_point started;
+};
+
+namespace {
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+std::string NewJobId() {
+  static std::mt19937_64 gen{std::random_device{}()};
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  return absl::StrCat("j", absl::Hex(gen() & 0xffffffffffffull, absl::kZeroPad12));
+}
+
+std::string FilterSignature(const std::vector<v1::JobState>& states) {
+  std::vector<int> s(states.begin(), states.end());
+  std::sort(s.begin(), s.end());
+  return absl::StrJoin(s, ",");
+}
+
+class TrainerEvents : public engine::TrainerCallbacks {
+ public:
+  explicit TrainerEvents(std::function<void(v1::MetricsEvent)> append)
+      : append_(std::move(append)) {}
+  void OnStep(const engine::StepMetrics& m) override {
+    v1::MetricsEvent e;
+    e.set_step(m.step);
+    auto* r = e.mutable_step_record();
+    r->set_step(m.step);
+    r->set_total_steps(m.total_steps);
+    r->set_epoch(m.epoch);
+    r->set_loss(m.loss);
+    r->set_lr(m.lr);
+    r->set_loss_scale(m.loss_scale);
+    r->set_skipped(m.skipped);
+    r->set_grad_norm(m.grad_norm);
+    r->set_samples_per_s(m.samples_per_s);
+    r->set_skipped_total(m.skipped_total);
+    append_(std::move(e));
+  }
+  void OnEval(const engine::EvalMetrics& m) override {
+    v1::MetricsEvent e;
+    e.set_step(m.step);
+    auto* r = e.mutable_eval();
+    r->set_step(m.step);
+    r->set_loss(m.loss);
+    r->set_accuracy(m.accuracy);
+    r->set_examples(m.examples);
+    append_(std::move(e));
+  }
+  void OnSkip(const engine::SkipEvent& s) override {
+    v1::MetricsEvent e;
+    e.set_step(s.step);
+    auto* r = e.mutable_skip();
+    r->set_step(s.step);
+    r->set_reason(s.reason);
+    r->set_parameter(s.first_parameter);
+    r->set_scale_before(s.scale_before);
+    r->set_scale_after(s.scale_after);
+    append_(std::move(e));
+  }
+
+ private:
+  std::function<void(v1::MetricsEvent)> append_;
+};
+
+}  // namespace
+
+std::string JobManager::IdFromName(const std::string& name) {
+  const std::string prefix = "jobs/";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+JobManager::JobManager(JobManagerOptions options) : options_(std::move(options)) {
+  for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+JobManager::~JobManager() { Shutdown(); }
+
+bool JobManager::shutting_down() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutting_down_;
+}
+
+std::shared_ptr<JobManager::JobRecord> JobManager::Find(const std::string& id) const {
+  auto it = jobs_.find(IdFromName(id));
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& request_id) {
+  engine::JobSpecContext context;
+  context.data_root = options_.data_root;
+  context.fashion_mnist_dir = options_.fashion_mnist_dir;
+  context.profiles = options_.profiles;
+  absl::StatusOr<engine::ResolvedJob> resolved = engine::ResolveJobSpec(spec, context);
+  if (!resolved.ok()) return resolved.status();
+  if (resolved->device != engine::Device::kCpu) {
+    absl::StatusOr<engine::Backend*> backend = engine::BackendFor(resolved->device);
+    if (!backend.ok()) return backend.status();
+  }
+  const engine::MlpSpec& mlp = std::get<engine::MlpSpec>(resolved->config.model);
+  if (mlp.input_dim > 0 && mlp.num_classes > 0) {
+    const int64_t params = engine::ParameterCount(resolved->config.model);
+    if (params > options_.max_model_parameters) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("max_model_parameters: the model has ", params,
+                       " parameters; this server allows ", options_.max_model_parameters));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return absl::UnavailableError("ampd is shutting down; not accepting jobs");
+  if (!request_id.empty()) {
+    auto it = request_ids_.find(request_id);
+    if (it != request_ids_.end()) {
+      auto existing = jobs_.find(it->second);
+      if (existing != jobs_.end()) {
+        if (existing->second->job.spec().SerializeAsString() != spec.SerializeAsString()) {
+          return absl::InvalidArgumentError(
+              "request_id: already used for a different job spec (job " + it->second + ")");
+        }
+        return existing->second->job;
+      }
+    }
+  }
+  if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_queued_jobs: the queue already holds ", queue_.size(), " jobs (the limit)"));
+  }
+  auto record = std::make_shared<JobRecord>();
+  const std::string id = NewJobId();
+  record->sequence = next_sequence_++;
+  record->resolved = *std::move(resolved);
+  v1::Job& job = record->job;
+  job.set_name("jobs/" + id);
+  job.set_id(id);
+  *job.mutable_spec() = spec;
+  job.set_request_id(request_id);
+  job.set_precision(record->resolved.config.precision.name);
+  *job.mutable_create_time() = TimeUtil::GetCurrentTime();
+  jobs_[id] = record;
+  if (!request_id.empty()) request_ids_[request_id] = id;
+  queue_[{-static_cast<int64_t>(spec.priority()), record->sequence}] = id;
+  Transition(*record, v1::QUEUED, "");
+  work_cv_.notify_one();
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = Find(id);
+  if (!job) return absl::NotFoundError("job");
+  return job->job;
+}
+
+absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState>& states,
+                                                  int page_size,
+                                                  const std::string& page_token) const {
+  if (page_size < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
+  if (page_size == 0) page_size = 50;
+  page_size = std::min(page_size, 1000);
+  const std::string signature = FilterSignature(states);
+  int64_t before = INT64_MAX;
+  if (!page_token.empty()) {
+    std::string raw;
+    std::vector<std::string> parts;
+    if (absl::WebSafeBase64Unescape(page_token, &raw)) parts = absl::StrSplit(raw, '|');
+    if (parts.size() != 3 || parts[0] != "v1" || !absl::SimpleAtoi(parts[1], &before)) {
+      return absl::InvalidArgumentError("page_token: not a token this server issued");
+    }
+    if (parts[2] != signature) {
+      return absl::InvalidArgumentError(
+          "page_token: was issued for a different filter; start again without a token");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<JobRecord>> matching;
+  for (const auto& [id, job] : jobs_) {
+    if (job->sequence >= before) continue;
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), job->job.state()) == states.end()) {
+      continue;
+    }
+    matching.push_back(job);
+  }
+  std::sort(matching.begin(), matching.end(),
+            [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
+  Page page;
+  for (size_t i = 0; i < matching.size() && static_cast<int>(i) < page_size; ++i) {
+    page.jobs.push_back(matching[i]->job);
+  }
+  if (static_cast<int>(matching.size()) > page_size) {
+    page.next_page_token = absl::WebSafeBase64Escape(
+        absl::StrCat("v1|", matching[page_size - 1]->sequence, "|", signature));
+  }
+  return page;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
+  v1::Job snapshot;
+  std::shared_ptr<JobRecord> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job = Find(id);
+    if (!job) return absl::NotFoundError("job");
+    const v1::JobState state = job->job.state();
+    if (IsTerminal(state)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "state: job ", job->job.id(), " has already ended (", v1::JobState_Name(state), ")"));
+    }
+    if (state == v1::QUEUED) {
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (it->second == job->job.id()) {
+          queue_.erase(it);
+          break;
+        }
+      }
+      Transition(*job, v1::CANCELLED, "cancelled by request");
+      *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+    } else if (state == v1::RUNNING) {
+      job->cancel.Cancel();
+      Transition(*job, v1::CANCELLING, "cancelled by request");
+    }
+    snapshot = job->job;
+  }
+  Notify(*job);
+  return snapshot;
+}
+
+absl::Status JobManager::Delete(const std::string& id) {
+  std::vector<std::weak_ptr<EventListener>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto job = Find(id);
+    if (!job) return absl::NotFoundError("job");
+    if (!IsTerminal(job->job.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("state: job ", job->job.id(), " is ", v1::JobState_Name(job->job.state()),
+                       "; only ended jobs can be deleted (cancel it first)"));
+    }
+    listeners = job->listeners;
+    if (!job->job.request_id().empty()) request_ids_.erase(job->job.request_id());
+    jobs_.erase(job->job.id());
+  }
+  for (auto& w : listeners) {
+    if (auto l = w.lock()) l->OnJobEvents();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> JobManager::StartCursor(const std::string& id, int64_t since_step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = Find(id);
+  if (!job) return absl::NotFoundError("job");
+  if (since_step <= 0) return 0;
+  size_t cursor = 0;
+  while (cursor < job->events.size() && job->events[cursor].step() <= since_step) ++cursor;
+  // The stream always ends with the terminal state, even for a client that
+  // has seen every step.
+  if (cursor == job->events.size() && IsTerminal(job->job.state()) && cursor > 0) --cursor;
+  return cursor;
+}
+
+absl::Status JobManager::Read(const std::string& id, size_t cursor, size_t max,
+                              std::vector<v1::MetricsEvent>* events, bool* terminal) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = Find(id);
+  if (!job) return absl::NotFoundError("job");
+  const size_t end = std::min(job->events.size(), cursor + max);
+  for (size_t i = cursor; i < end; ++i) events->push_back(job->events[i]);
+  *terminal = IsTerminal(job->job.state()) && end == job->events.size();
+  return absl::OkStatus();
+}
+
+int JobManager::QueuePosition(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int position = 0;
+  for (const auto& [key, queued_id] : queue_) {
+    if (queued_id == IdFromName(id)) return position;
+    ++position;
+  }
+  return -1;
+}
+
+void JobManager::Listen(const std::string& id, std::weak_ptr<EventListener> listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = Find(id);
+  if (!job) return;
+  auto& ls = job->listeners;
+  ls.erase(std::remove_if(ls.begin(), ls.end(), [](const auto& w) { return w.expired(); }),
+           ls.end());
+  ls.push_back(std::move(listener));
+}
+
+void JobManager::SendHeartbeats() {
+  std::vector<std::weak_ptr<EventListener>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, id] : queue_) {
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) continue;
+      listeners.insert(listeners.end(), it->second->listeners.begin(),
+                       it->second->listeners.end());
+    }
+  }
+  for (auto& w : listeners) {
+    if (auto l = w.lock()) l->OnHeartbeat();
+  }
+}
+
+void JobManager::Transition(JobRecord& job, v1::JobState state, const std::string& reason) {
+  job.job.set_state(state);
+  v1::StateChange* change = job.job.add_transitions();
+  change->set_state(state);
+  *change->mutable_time() = TimeUtil::GetCurrentTime();
+  change->set_step(job.job.progress().step());
+  change->set_reason(reason);
+  if (!reason.empty() && (state == v1::FAILED || state == v1::CANCELLED)) {
+    job.job.set_failure_reason(reason);
+  }
+  v1::MetricsEvent event;
+  event.set_step(change->step());
+  *event.mutable_state() = *change;
+  Append(job, std::move(event));
+}
+
+void JobManager::Append(JobRecord& job, v1::MetricsEvent event) {
+  job.events.push_back(std::move(event));
+}
+
+void JobManager::Notify(JobRecord& job) {
+  std::vector<std::weak_ptr<EventListener>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listeners = job.listeners;
+  }
+  for (auto& w : listeners) {
+    if (auto l = w.lock()) l->OnJobEvents();
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const engine::Dataset>> JobManager::CachedDataset(
+    const std::string& key, std::function<absl::StatusOr<engine::Dataset>()> load) {
+  std::lock_guard<std::mutex> lock(data_mu_);
+  auto it = data_cache_.find(key);
+  if (it != data_cache_.end()) return it->second;
+  absl::StatusOr<engine::Dataset> data = load();
+  if (!data.ok()) return data.status();
+  auto shared = std::make_shared<const engine::Dataset>(*std::move(data));
+  data_cache_[key] = shared;
+  return shared;
+}
+
+void JobManager::WorkerLoop() {
+  while (true) {
+    std::shared_ptr<JobRecord> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [this] { return shutting_down_ || !queue_.empty(); });
+      if (shutting_down_) return;
+      const std::string id = queue_.begin()->second;
+      queue_.erase(queue_.begin());
+      job = jobs_.at(id);
+      Transition(*job, v1::RUNNING, "");
+      *job->job.mutable_start_time() = TimeUtil::GetCurrentTime();
+      job->started = std::chrono::steady_clock::now();
+    }
+    Notify(*job);
+    RunJob(job);
+    Notify(*job);
+  }
+}
+
+void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
+  engine::TrainerConfig config = job->resolved.config;
+  const v1::JobSpec spec = job->job.spec();
+  engine::JobSpecContext context;
+  context.data_root = options_.data_root;
+  context.fashion_mnist_dir = options_.fashion_mnist_dir;
+  auto fail = [&](const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Transition(*job, v1::FAILED, reason);
+    *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+  };
+  try {
+    // Data: built-in and synthetic sets are cached across jobs (they cannot
+    // change); files are read afresh.
+    std::shared_ptr<const engine::Dataset> train, test;
+    std::string key;
+    if (!spec.data().has_file()) key = spec.data().SerializeAsString();
+    absl::StatusOr<engine::JobData> loaded;
+    auto load_all = [&]() -> absl::StatusOr<engine::JobData> {
+      return engine::LoadJobData(spec.data(), context, nullptr);
+    };
+    if (key.empty()) {
+      loaded = load_all();
+      if (!loaded.ok()) return fail(std::string(loaded.status().message()));
+      train = std::make_shared<const engine::Dataset>(std::move(loaded->train));
+      if (loaded->test) test = std::make_shared<const engine::Dataset>(std::move(*loaded->test));
+    } else {
+      std::optional<engine::Dataset> test_part;
+      auto t = CachedDataset("train:" + key, [&]() -> absl::StatusOr<engine::Dataset> {
+        auto all = load_all();
+        if (!all.ok()) return all.status();
+        test_part = std::move(all->test);
+        return std::move(all->train);
+      });
+      if (!t.ok()) return fail(std::string(t.status().message()));
+      train = *t;
+      auto s = CachedDataset("test:" + key, [&]() -> absl::StatusOr<engine::Dataset> {
+        if (test_part) return std::move(*test_part);
+        auto all = load_all();
+        if (!all.ok()) return all.status();
+        if (!all->test) return engine::Dataset();
+        return std::move(*all->test);
+      });
+      if (!s.ok()) return fail(std::string(s.status().message()));
+      if ((*s)->num_examples > 0) test = *s;
+    }
+    engine::MlpSpec& mlp = std::get<engine::MlpSpec>(config.model);
+    if (mlp.input_dim == 0) mlp.input_dim = train->feature_dim;
+    if (mlp.num_classes == 0) mlp.num_classes = std::max(2, train->num_classes);
+
+    auto trainer = engine::Trainer::Create(config, train.get(), test.get());
+    if (!trainer.ok()) return fail(std::string(trainer.status().message()));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job->job.mutable_progress()->set_total_steps((*trainer)->total_steps());
+    }
+    TrainerEvents events([&](v1::MetricsEvent e) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        v1::Job& j = job->job;
+        if (e.has_step_record()) {
+          *j.mutable_latest_step() = e.step_record();
+          v1::Progress* p = j.mutable_progress();
+          p->set_step(e.step_record().step());
+          p->set_total_steps(e.step_record().total_steps());
+          p->set_skipped_steps(e.step_record().skipped_total());
+          const double elapsed = std::chrono::duration<double>(
+                                     std::chrono::steady_clock::now() - job->started)
+                                     .count();
+          const int64_t left = p->total_steps() - p->step();
+          p->set_eta_seconds(p->step() > 0 ? elapsed / p->step() * left : 0);
+        } else if (e.has_eval()) {
+          *j.mutable_latest_eval() = e.eval();
+        }
+        Append(*job, std::move(e));
+      }
+      Notify(*job);
+    });
+    auto result = (*trainer)->Run(&events, &job->cancel);
+    if (!result.ok()) return fail(std::string(result.status().message()));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (result->cancelled) {
+      Transition(*job, v1::CANCELLED,
+                 shutting_down_ ? "ampd shut down while the job was running" : "cancelled by request");
+    } else {
+      Transition(*job, v1::SUCCEEDED, "");
+    }
+    *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+  } catch (const std::exception& e) {
+    // oneDNN reports unsupported configurations by throwing; a job failing
+    // must never take the server down.
+    fail(absl::StrCat("internal error: ", e.what()));
+  }
+}
+
+void JobManager::Shutdown() {
+  std::vector<std::shared_ptr<JobRecord>> touched;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    for (const auto& [key, id] : queue_) {
+      auto job = jobs_.at(id);
+      Transition(*job, v1::CANCELLED, "ampd shut down before the job started");
+      *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+      touched.push_back(job);
+    }
+    queue_.clear();
+    for (auto& [id, job] : jobs_) {
+      if (job->job.state() == v1::RUNNING || job->job.state() == v1::CANCELLING) {
+        job->cancel.Cancel();
+      }
+    }
+  }
+  work_cv_.notify_all();
+  for (auto& job : touched) Notify(*job);
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+}  // namespace ampd::server

@@ -1,0 +1,115 @@
+#ifndef AMPD_SERVER_JOB_MANAGER_H_
+#define AMPD_SERVER_JOB_MANAGER_H_
+
+// Owns every job: its record, its event history, the queue and the workers
+// that train it. Training never waits for a subscriber: events are appended to
+// the job's history, and each stream reads from the history at its own pace
+// (a slow stream is simply behind, never a buffer that fills).
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ampd/v1/training_service.pb.h"
+#include "engine/data/dataset.h"
+#include "engine/runner/job_spec.h"
+#include "engine/trainer.h"
+
+namespace ampd::server {
+
+struct JobManagerOptions {
+  std::string data_root = ".";
+  std::string fashion_mnist_dir = engine::kFashionMnistDir;
+  int max_queued_jobs = 1000;
+  int64_t max_model_parameters = 500'000'000;
+  int cpu_workers = 1;
+  // User precision profiles (the PrecisionService's store).
+  std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string&)> profiles;
+};
+
+// Told when a job it watches has new events (or a heartbeat is due). Called
+// from training and timer threads with no JobManager lock held, so it may
+// read from the manager; it must not block.
+class EventListener {
+ public:
+  virtual ~EventListener() = default;
+  virtual void OnJobEvents() = 0;
+  virtual void OnHeartbeat() = 0;
+};
+
+class JobManager {
+ public:
+  explicit JobManager(JobManagerOptions options);
+  ~JobManager();
+
+  // Validated by the caller (field violations); re-checked here for limits.
+  // Errors: RESOURCE_EXHAUSTED (queue full, model too large),
+  // FAILED_PRECONDITION (device unavailable), INVALID_ARGUMENT (request_id
+  // reused with a different spec), UNAVAILABLE (shutting down).
+  absl::StatusOr<ampd::v1::Job> Create(const ampd::v1::JobSpec& spec,
+                                       const std::string& request_id);
+  absl::StatusOr<ampd::v1::Job> Get(const std::string& id) const;
+  struct Page {
+    std::vector<ampd::v1::Job> jobs;
+    std::string next_page_token;
+  };
+  absl::StatusOr<Page> List(const std::vector<ampd::v1::JobState>& states, int page_size,
+                            const std::string& page_token) const;
+  absl::StatusOr<ampd::v1::Job> Cancel(const std::string& id);
+  absl::Status Delete(const std::string& id);
+
+  // Streams. The cursor is an index into the job's event history.
+  absl::StatusOr<size_t> StartCursor(const std::string& id, int64_t since_step) const;
+  // Events from `cursor` (at most `max`); `terminal` when the job has ended
+  // and every event has been read. NOT_FOUND if the job was deleted.
+  absl::Status Read(const std::string& id, size_t cursor, size_t max,
+                    std::vector<ampd::v1::MetricsEvent>* events, bool* terminal) const;
+  // Position in the queue (0 = next), or -1 when not queued.
+  int QueuePosition(const std::string& id) const;
+  void Listen(const std::string& id, std::weak_ptr<EventListener> listener);
+  // Heartbeats to listeners of queued jobs.
+  void SendHeartbeats();
+
+  // Stops taking jobs, cancels queued and running ones (reason: shutdown),
+  // and joins the workers. Idempotent.
+  void Shutdown();
+  bool shutting_down() const;
+
+  // Resolves a job name ("jobs/ID" or "ID") to an id.
+  static std::string IdFromName(const std::string& name);
+
+ private:
+  struct JobRecord;
+  void WorkerLoop();
+  void RunJob(const std::shared_ptr<JobRecord>& job);
+  void Transition(JobRecord& job, ampd::v1::JobState state, const std::string& reason);
+  void Append(JobRecord& job, ampd::v1::MetricsEvent event);
+  void Notify(JobRecord& job);
+  absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(const std::string& key,
+                                                                        std::function<absl::StatusOr<engine::Dataset>()> load);
+  std::shared_ptr<JobRecord> Find(const std::string& id) const;
+
+  JobManagerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::map<std::string, std::shared_ptr<JobRecord>> jobs_;
+  std::map<std::string, std::string> request_ids_;  // request_id -> job id
+  // Queue order: (-priority, sequence) -> job id.
+  std::map<std::pair<int64_t, int64_t>, std::string> queue_;
+  int64_t next_sequence_ = 1;
+  bool shutting_down_ = false;
+  std::vector<std::thread> workers_;
+  std::mutex data_mu_;
+  std::map<std::string, std::shared_ptr<const engine::Dataset>> data_cache_;
+};
+
+}  // namespace ampd::server
+
+#endif  // AMPD_SERVER_JOB_MANAGER_H_

@@ -1,0 +1,78 @@
+// ampd: the training server.
+//   ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data
+#include <csignal>
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "server/log.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "HOST:PORT to listen on (port 0 picks a free port). Loopback by default.");
+ABSL_FLAG(std::string, data_dir, "./ampd-data", "Directory for the server's data (data root).");
+ABSL_FLAG(std::string, fashion_mnist_dir, "/usr/share/datasets/fashion-mnist",
+          "Where the built-in fashion-mnist data set lives.");
+ABSL_FLAG(int, max_queued_jobs, 1000, "Queued jobs beyond this are refused (RESOURCE_EXHAUSTED).");
+ABSL_FLAG(int64_t, max_model_parameters, 500000000, "Largest model a job may train.");
+ABSL_FLAG(int, cpu_workers, 1, "Jobs trained at once on the CPU.");
+ABSL_FLAG(int, heartbeat_interval_ms, 2000, "Heartbeats to streams of queued jobs.");
+ABSL_FLAG(int, shutdown_grace_ms, 5000, "How long shutdown waits for clients to finish reading.");
+ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("ampd: a training server with automatic mixed precision.\n"
+                               "  ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data");
+  absl::ParseCommandLine(argc, argv);
+
+  // Signals are taken by one thread with sigwait, so shutdown runs as
+  // ordinary code rather than inside a handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  ampd::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.jobs.data_root = absl::GetFlag(FLAGS_data_dir);
+  options.jobs.fashion_mnist_dir = absl::GetFlag(FLAGS_fashion_mnist_dir);
+  options.jobs.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  options.jobs.max_model_parameters = absl::GetFlag(FLAGS_max_model_parameters);
+  options.jobs.cpu_workers = absl::GetFlag(FLAGS_cpu_workers);
+  options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
+  options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+  std::error_code ec;
+  std::filesystem::create_directories(options.jobs.data_root, ec);
+  if (ec) {
+    ampd::server::LogError("cannot create data_dir",
+                           {{"data_dir", options.jobs.data_root}, {"error", ec.message()}});
+    return 1;
+  }
+  auto server = ampd::server::AmpdServer::Start(options);
+  if (!server.ok()) {
+    ampd::server::LogError(std::string(server.status().message()));
+    return 1;
+  }
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    std::ofstream out(port_file + ".tmp");
+    out << (*server)->port() << "\n";
+    out.close();
+    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  }
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    ampd::server::LogInfo("signal received", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  // Wait() returns only after Shutdown() (from the signal thread).
+  signal_thread.join();
+  return 0;
+}

@@ -1,0 +1,232 @@
+#include "server/precision_service.h"
+
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend.h"
+#include "engine/capabilities.h"
+#include "engine/explain.h"
+#include "engine/precision.h"
+#include "engine/runner/job_spec.h"
+#include "server/rpc_status.h"
+
+namespace ampd::server {
+
+namespace v1 = ::ampd::v1;
+
+namespace {
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+v1::DType ToProto(engine::DType d) {
+  switch (d) {
+    case engine::DType::kF32:
+      return v1::DTYPE_F32;
+    case engine::DType::kF16:
+      return v1::DTYPE_F16;
+    case engine::DType::kBF16:
+      return v1::DTYPE_BF16;
+    default:
+      return v1::DTYPE_UNSPECIFIED;
+  }
+}
+
+v1::CastPolicy ToProto(engine::CastPolicy p) {
+  switch (p) {
+    case engine::CastPolicy::kLowerPrecision:
+      return v1::CAST_POLICY_LOWER_PRECISION;
+    case engine::CastPolicy::kFp32:
+      return v1::CAST_POLICY_FP32;
+    case engine::CastPolicy::kPromote:
+      return v1::CAST_POLICY_PROMOTE;
+    case engine::CastPolicy::kPassThrough:
+      return v1::CAST_POLICY_PASS_THROUGH;
+  }
+  return v1::CAST_POLICY_UNSPECIFIED;
+}
+
+std::string ProfileId(const std::string& name) {
+  const std::string prefix = "profiles/";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+bool IsBuiltinName(const std::string& id) { return engine::ResolvePrecision(id).ok(); }
+
+v1::PrecisionProfile BuiltinProfile(const std::string& name) {
+  v1::PrecisionProfile p;
+  p.set_name("profiles/" + name);
+  p.set_builtin(true);
+  p.mutable_config()->set_base(name);
+  const engine::PrecisionConfig c = *engine::ResolvePrecision(name);
+  p.set_description(absl::StrCat(
+      c.autocast ? absl::StrCat("autocast ", std::string(engine::DTypeName(c.autocast_dtype)))
+                 : std::string("no autocast"),
+      ", ", std::string(engine::DTypeName(c.param_dtype)), " parameters",
+      c.master_weights ? ", f32 master weights" : "",
+      c.keep_norms_fp32 ? ", norms in f32" : "",
+      c.loss_scaling.enabled
+          ? (c.loss_scaling.dynamic ? absl::StrCat(", dynamic loss scaling from ", c.loss_scaling.init_scale)
+                                    : absl::StrCat(", static loss scale ", c.loss_scaling.init_scale))
+          : ""));
+  return p;
+}
+
+}  // namespace
+
+v1::DeviceInfo CpuDeviceInfo() {
+  const engine::CpuCapabilities& cpu = engine::ProbeCpu();
+  v1::DeviceInfo d;
+  d.set_kind(v1::DEVICE_CPU);
+  d.set_name(cpu.name);
+  d.set_bf16_native(cpu.avx512_bf16);
+  d.set_f16_native(false);
+  d.set_fp8_native(false);
+  for (const std::string& mode : engine::BuiltinPrecisionNames()) {
+    const engine::PrecisionConfig c = *engine::ResolvePrecision(mode);
+    const bool uses_bf16 = (c.autocast && c.autocast_dtype == engine::DType::kBF16) ||
+                           c.param_dtype == engine::DType::kBF16;
+    if (uses_bf16 && !cpu.bf16_matmul) continue;
+    d.add_precision_modes(mode);
+  }
+  d.set_notes(absl::StrCat(
+      cpu.threads, " threads. f16 matmul is computed as f16-rounded inputs with f32 "
+      "accumulation (oneDNN 2.6 has no f16 matmul on CPUs); bf16 matmul runs in oneDNN",
+      cpu.avx512_bf16 ? " with native AVX-512 BF16." : " (emulated: no AVX-512 BF16)."));
+  return d;
+}
+
+grpc::ServerUnaryReactor* PrecisionServiceImpl::GetCapabilities(grpc::CallbackServerContext* ctx,
+                                                                const v1::GetCapabilitiesRequest*,
+                                                                v1::Capabilities* response) {
+  *response->add_devices() = CpuDeviceInfo();
+  absl::StatusOr<engine::Backend*> cuda = engine::BackendFor(engine::Device::kCuda);
+  if (!cuda.ok()) response->add_unavailable(std::string(cuda.status().message()));
+  response->set_server_version("ampd 0.1.0");
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
+    grpc::CallbackServerContext* ctx, const v1::ExplainPrecisionRequest* request,
+    v1::ExplainPrecisionResponse* response) {
+  if (request->batch_size() < 0) return Done(ctx, InvalidField("batch_size", "must be >= 0"));
+  v1::JobSpec spec;
+  *spec.mutable_model() = request->model();
+  *spec.mutable_data() = request->data();
+  *spec.mutable_optimizer() = request->optimizer();
+  *spec.mutable_precision() = request->precision();
+  engine::JobSpecContext context;
+  context.profiles = [this](const std::string& name) -> std::optional<v1::PrecisionConfig> {
+    auto p = profiles_->Get(name);
+    if (!p) return std::nullopt;
+    return p->config();
+  };
+  std::vector<engine::FieldViolation> violations = engine::ValidateJobSpec(spec, context);
+  if (!violations.empty()) return Done(ctx, InvalidArgument(violations));
+  absl::StatusOr<engine::ResolvedJob> job = engine::ResolveJobSpec(spec, context);
+  if (!job.ok()) return Done(ctx, ToGrpc(job.status()));
+  const engine::MlpSpec& mlp = std::get<engine::MlpSpec>(job->config.model);
+  if (mlp.input_dim == 0 || mlp.num_classes == 0) {
+    return Done(ctx, InvalidField("model.mlp.input_dim",
+                                  "required (with num_classes) when the data is a file"));
+  }
+  std::vector<engine::PrecisionConfig> modes;
+  if (request->has_precision()) {
+    modes.push_back(job->config.precision);
+  } else {
+    for (const std::string& name : engine::BuiltinPrecisionNames()) {
+      modes.push_back(*engine::ResolvePrecision(name));
+    }
+  }
+  const int64_t batch = request->batch_size() ? request->batch_size() : 128;
+  for (const engine::PrecisionConfig& mode : modes) {
+    absl::StatusOr<engine::PrecisionPlan> plan =
+        engine::ExplainPrecision(job->config.model, mode, job->config.optimizer, batch);
+    if (!plan.ok()) return Done(ctx, ToGrpc(plan.status()));
+    v1::PrecisionExplanation* e = response->add_explanations();
+    e->set_precision(plan->precision);
+    e->set_parameter_count(plan->parameter_count);
+    for (const engine::PlanEntry& op : plan->ops) {
+      v1::OpPlan* o = e->add_ops();
+      o->set_op(op.op);
+      o->set_layer(op.layer);
+      for (engine::DType d : op.input_dtypes) o->add_input_dtypes(ToProto(d));
+      o->set_policy(ToProto(op.policy));
+      o->set_compute_dtype(ToProto(op.compute_dtype));
+      o->set_output_dtype(ToProto(op.output_dtype));
+    }
+    const engine::MemoryEstimate& m = plan->memory;
+    v1::MemoryEstimate* pm = e->mutable_memory();
+    pm->set_weights_bytes(m.weights_bytes);
+    pm->set_master_weights_bytes(m.master_weights_bytes);
+    pm->set_gradients_bytes(m.gradients_bytes);
+    pm->set_optimizer_state_bytes(m.optimizer_state_bytes);
+    pm->set_activation_bytes(m.activation_bytes);
+    pm->set_total_bytes(m.total_bytes());
+  }
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* PrecisionServiceImpl::CreateProfile(
+    grpc::CallbackServerContext* ctx, const v1::CreateProfileRequest* request,
+    v1::PrecisionProfile* response) {
+  static const std::regex kId("[a-z][a-z0-9-]{0,62}");
+  const std::string& id = request->profile_id();
+  std::vector<engine::FieldViolation> violations;
+  if (!std::regex_match(id, kId)) {
+    violations.push_back({"profile_id", "must match [a-z][a-z0-9-]{0,62}"});
+  } else if (IsBuiltinName(id)) {
+    violations.push_back({"profile_id", absl::StrCat("\"", id, "\" is a built-in mode name")});
+  }
+  engine::PrecisionFromProto(request->profile().config(), "profile.config", &violations);
+  if (!violations.empty()) return Done(ctx, InvalidArgument(violations));
+  v1::PrecisionProfile profile = request->profile();
+  profile.set_name("profiles/" + id);
+  profile.set_builtin(false);
+  absl::Status s = profiles_->Create(id, profile);
+  if (!s.ok()) return Done(ctx, ToGrpc(s));
+  *response = profile;
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* PrecisionServiceImpl::GetProfile(grpc::CallbackServerContext* ctx,
+                                                           const v1::GetProfileRequest* request,
+                                                           v1::PrecisionProfile* response) {
+  const std::string id = ProfileId(request->name());
+  if (id.empty()) return Done(ctx, InvalidField("name", "required"));
+  if (IsBuiltinName(id)) {
+    *response = BuiltinProfile(engine::ResolvePrecision(id)->name);
+    return Done(ctx, grpc::Status::OK);
+  }
+  auto p = profiles_->Get(id);
+  if (!p) return Done(ctx, NotFound("profile", request->name()));
+  *response = *p;
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* PrecisionServiceImpl::ListProfiles(grpc::CallbackServerContext* ctx,
+                                                             const v1::ListProfilesRequest*,
+                                                             v1::ListProfilesResponse* response) {
+  for (const std::string& name : engine::BuiltinPrecisionNames()) {
+    *response->add_profiles() = BuiltinProfile(name);
+  }
+  for (auto& p : profiles_->List()) *response->add_profiles() = std::move(p);
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* PrecisionServiceImpl::DeleteProfile(grpc::CallbackServerContext* ctx,
+                                                              const v1::DeleteProfileRequest* request,
+                                                              google::protobuf::Empty*) {
+  const std::string id = ProfileId(request->name());
+  if (id.empty()) return Done(ctx, InvalidField("name", "required"));
+  if (IsBuiltinName(id)) {
+    return Done(ctx, FailedPrecondition("name", absl::StrCat("\"", id, "\" is built in and cannot be deleted")));
+  }
+  if (!profiles_->Delete(id)) return Done(ctx, NotFound("profile", request->name()));
+  return Done(ctx, grpc::Status::OK);
+}
+
+}  // namespace ampd::server

@@ -1,0 +1,41 @@
+#ifndef AMPD_SERVER_PRECISION_SERVICE_H_
+#define AMPD_SERVER_PRECISION_SERVICE_H_
+
+#include "ampd/v1/precision_service.grpc.pb.h"
+#include "server/profile_store.h"
+
+namespace ampd::server {
+
+class PrecisionServiceImpl final : public ampd::v1::PrecisionService::CallbackService {
+ public:
+  explicit PrecisionServiceImpl(ProfileStore* profiles) : profiles_(profiles) {}
+
+  grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* ctx,
+                                            const ampd::v1::GetCapabilitiesRequest* request,
+                                            ampd::v1::Capabilities* response) override;
+  grpc::ServerUnaryReactor* ExplainPrecision(grpc::CallbackServerContext* ctx,
+                                             const ampd::v1::ExplainPrecisionRequest* request,
+                                             ampd::v1::ExplainPrecisionResponse* response) override;
+  grpc::ServerUnaryReactor* CreateProfile(grpc::CallbackServerContext* ctx,
+                                          const ampd::v1::CreateProfileRequest* request,
+                                          ampd::v1::PrecisionProfile* response) override;
+  grpc::ServerUnaryReactor* GetProfile(grpc::CallbackServerContext* ctx,
+                                       const ampd::v1::GetProfileRequest* request,
+                                       ampd::v1::PrecisionProfile* response) override;
+  grpc::ServerUnaryReactor* ListProfiles(grpc::CallbackServerContext* ctx,
+                                         const ampd::v1::ListProfilesRequest* request,
+                                         ampd::v1::ListProfilesResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteProfile(grpc::CallbackServerContext* ctx,
+                                          const ampd::v1::DeleteProfileRequest* request,
+                                          google::protobuf::Empty* response) override;
+
+ private:
+  ProfileStore* profiles_;
+};
+
+// The CPU's entry in GetCapabilities (also used by tests).
+ampd::v1::DeviceInfo CpuDeviceInfo();
+
+}  // namespace ampd::server
+
+#endif  // AMPD_SERVER_PRECISION_SERVICE_H_

@@ -1,0 +1,56 @@
+#ifndef AMPD_SERVER_SERVER_H_
+#define AMPD_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "server/job_manager.h"
+#include "server/precision_service.h"
+#include "server/profile_store.h"
+#include "server/training_service.h"
+
+namespace ampd::server {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";  // port 0: pick a free port
+  JobManagerOptions jobs;
+  int heartbeat_interval_ms = 2000;
+  int shutdown_grace_ms = 5000;
+  int max_message_bytes = 16 << 20;
+};
+
+// The ampd server: TrainingService, PrecisionService, grpc.health.v1.Health
+// and server reflection on one port.
+class AmpdServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<AmpdServer>> Start(ServerOptions options);
+  ~AmpdServer();
+
+  int port() const { return port_; }
+  // Graceful: health NOT_SERVING, no new jobs, running jobs stopped, streams
+  // end with their job's final state, then the server stops. Idempotent.
+  void Shutdown();
+  void Wait();
+
+ private:
+  explicit AmpdServer(ServerOptions options);
+
+  ServerOptions options_;
+  ProfileStore profiles_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<TrainingServiceImpl> training_;
+  std::unique_ptr<PrecisionServiceImpl> precision_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread heartbeat_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+};
+
+}  // namespace ampd::server
+
+#endif  // AMPD_SERVER_SERVER_H_

@@ -1,0 +1,268 @@
+#include "server/training_service.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/time_util.h"
+#include "server/log.h"
+#include "server/rpc_status.h"
+
+namespace ampd::server {
+
+namespace v1 = ::ampd::v1;
+
+namespace {
+
+std::atomic<int> g_open_streams{0};
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+// Maps the manager's errors to statuses with details.
+grpc::Status JobError(const absl::Status& s, const std::string& name) {
+  switch (s.code()) {
+    case absl::StatusCode::kNotFound:
+      return NotFound("job", name);
+    case absl::StatusCode::kResourceExhausted: {
+      std::string m(s.message());
+      size_t colon = m.find(": ");
+      return ResourceExhausted(m.substr(0, colon), colon == std::string::npos ? m : m.substr(colon + 2));
+    }
+    case absl::StatusCode::kFailedPrecondition: {
+      std::string m(s.message());
+      size_t colon = m.find(": ");
+      return FailedPrecondition(m.substr(0, colon), colon == std::string::npos ? m : m.substr(colon + 2));
+    }
+    case absl::StatusCode::kInvalidArgument: {
+      std::string m(s.message());
+      size_t colon = m.find(": ");
+      if (colon != std::string::npos) return InvalidField(m.substr(0, colon), m.substr(colon + 2));
+      return ToGrpc(s);
+    }
+    default:
+      return ToGrpc(s);
+  }
+}
+
+bool ValidName(const std::string& name) { return !JobManager::IdFromName(name).empty(); }
+
+}  // namespace
+
+int TrainingServiceImpl::open_streams() { return g_open_streams.load(); }
+
+grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerContext* ctx,
+                                                         const v1::CreateJobRequest* request,
+                                                         v1::Job* response) {
+  if (request->request_id().size() > 128) {
+    return Done(ctx, InvalidField("request_id", "must be at most 128 characters"));
+  }
+  engine::JobSpecContext context;  // profiles are resolved by the manager
+  std::vector<engine::FieldViolation> violations = engine::ValidateJobSpec(request->spec(), context);
+  // Unknown profile names are checked by the manager (it knows user profiles).
+  violations.erase(std::remove_if(violations.begin(), violations.end(),
+                                  [](const auto& v) { return v.field == "precision.profile"; }),
+                   violations.end());
+  if (!violations.empty()) return Done(ctx, InvalidArgument(violations, "spec."));
+  absl::StatusOr<v1::Job> job = jobs_->Create(request->spec(), request->request_id());
+  if (!job.ok()) {
+    if (job.status().code() == absl::StatusCode::kInvalidArgument) {
+      // All remaining violations (profiles), as field paths under spec.
+      std::string m(job.status().message());
+      size_t colon = m.find(": ");
+      const std::string field = m.substr(0, colon);
+      return Done(ctx, InvalidField(field == "request_id" ? field : "spec." + field,
+                                    colon == std::string::npos ? m : m.substr(colon + 2)));
+    }
+    if (job.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return Done(ctx, FailedPrecondition("spec.device", std::string(job.status().message())));
+    }
+    return Done(ctx, JobError(job.status(), ""));
+  }
+  *response = *job;
+  LogInfo("job created", {{"job", job->id()}, {"precision", job->precision()},
+                          {"request_id", request->request_id()}});
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrainingServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
+                                                      const v1::GetJobRequest* request,
+                                                      v1::Job* response) {
+  if (!ValidName(request->name())) return Done(ctx, InvalidField("name", "required"));
+  absl::StatusOr<v1::Job> job = jobs_->Get(request->name());
+  if (!job.ok()) return Done(ctx, JobError(job.status(), request->name()));
+  *response = *job;
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrainingServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
+                                                        const v1::ListJobsRequest* request,
+                                                        v1::ListJobsResponse* response) {
+  std::vector<v1::JobState> states;
+  for (int s : request->states()) states.push_back(static_cast<v1::JobState>(s));
+  absl::StatusOr<JobManager::Page> page =
+      jobs_->List(states, request->page_size(), request->page_token());
+  if (!page.ok()) return Done(ctx, JobError(page.status(), ""));
+  for (auto& job : page->jobs) *response->add_jobs() = std::move(job);
+  response->set_next_page_token(page->next_page_token);
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrainingServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
+                                                         const v1::CancelJobRequest* request,
+                                                         v1::Job* response) {
+  if (!ValidName(request->name())) return Done(ctx, InvalidField("name", "required"));
+  absl::StatusOr<v1::Job> job = jobs_->Cancel(request->name());
+  if (!job.ok()) return Done(ctx, JobError(job.status(), request->name()));
+  *response = *job;
+  LogInfo("job cancel requested", {{"job", job->id()}});
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrainingServiceImpl::DeleteJob(grpc::CallbackServerContext* ctx,
+                                                         const v1::DeleteJobRequest* request,
+                                                         google::protobuf::Empty*) {
+  if (!ValidName(request->name())) return Done(ctx, InvalidField("name", "required"));
+  absl::Status s = jobs_->Delete(request->name());
+  if (!s.ok()) return Done(ctx, JobError(s, request->name()));
+  LogInfo("job deleted", {{"job", JobManager::IdFromName(request->name())}});
+  return Done(ctx, grpc::Status::OK);
+}
+
+namespace {
+
+// One StreamMetrics call. It reads the job's history from its cursor and
+// writes one event at a time; the job manager only pokes it (OnJobEvents),
+// so training never waits on a slow client.
+class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
+ public:
+  // Bridges the manager's weak listener to this reactor, which gRPC deletes.
+  class Bridge : public EventListener {
+   public:
+    explicit Bridge(MetricsStream* stream) : stream_(stream) {}
+    void OnJobEvents() override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stream_) stream_->Pump(false);
+    }
+    void OnHeartbeat() override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stream_) stream_->Pump(true);
+    }
+    void Detach() {
+      std::lock_guard<std::mutex> lock(mu_);
+      stream_ = nullptr;
+    }
+
+   private:
+    std::mutex mu_;
+    MetricsStream* stream_;
+  };
+
+  MetricsStream(JobManager* jobs, std::string id, size_t cursor)
+      : jobs_(jobs), id_(std::move(id)), cursor_(cursor) {
+    ++g_open_streams;
+    bridge_ = std::make_shared<Bridge>(this);
+    jobs_->Listen(id_, bridge_);
+    // Start with a heartbeat-free pump: replay history right away.
+    std::lock_guard<std::mutex> lock(mu_);
+    PumpLocked(false);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    PumpLocked(false);
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
+  }
+
+  void OnDone() override {
+    bridge_->Detach();
+    --g_open_streams;
+    delete this;
+  }
+
+  void Pump(bool heartbeat) {
+    std::lock_guard<std::mutex> lock(mu_);
+    PumpLocked(heartbeat);
+  }
+
+ private:
+  void PumpLocked(bool heartbeat) {
+    if (heartbeat) heartbeat_due_ = true;
+    if (writing_ || finished_) return;
+    std::vector<v1::MetricsEvent> events;
+    bool terminal = false;
+    absl::Status s = jobs_->Read(id_, cursor_, 1, &events, &terminal);
+    if (!s.ok()) {
+      FinishLocked(NotFound("job", id_));
+      return;
+    }
+    if (!events.empty()) {
+      current_ = std::move(events.front());
+      ++cursor_;
+      writing_ = true;
+      StartWrite(&current_);
+      return;
+    }
+    if (terminal) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    if (heartbeat_due_) {
+      heartbeat_due_ = false;
+      current_.Clear();
+      *current_.mutable_heartbeat()->mutable_time() =
+          google::protobuf::util::TimeUtil::GetCurrentTime();
+      current_.mutable_heartbeat()->set_queue_position(jobs_->QueuePosition(id_));
+      writing_ = true;
+      StartWrite(&current_);
+      return;
+    }
+  }
+
+  void FinishLocked(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  JobManager* jobs_;
+  std::string id_;
+  size_t cursor_;
+  std::shared_ptr<Bridge> bridge_;
+  std::mutex mu_;
+  bool writing_ = false;
+  bool finished_ = false;
+  bool heartbeat_due_ = false;
+  v1::MetricsEvent current_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::MetricsEvent>* TrainingServiceImpl::StreamMetrics(
+    grpc::CallbackServerContext* ctx, const v1::StreamMetricsRequest* request) {
+  class Failed : public grpc::ServerWriteReactor<v1::MetricsEvent> {
+   public:
+    explicit Failed(const grpc::Status& s) { Finish(s); }
+    void OnDone() override { delete this; }
+  };
+  if (!ValidName(request->name())) return new Failed(InvalidField("name", "required"));
+  if (request->since_step() < 0) {
+    return new Failed(InvalidField("since_step", "must be >= 0"));
+  }
+  absl::StatusOr<size_t> cursor = jobs_->StartCursor(request->name(), request->since_step());
+  if (!cursor.ok()) return new Failed(NotFound("job", request->name()));
+  return new MetricsStream(jobs_, JobManager::IdFromName(request->name()), *cursor);
+}
+
+}  // namespace ampd::server

@@ -1,0 +1,44 @@
+#ifndef AMPD_SERVER_TRAINING_SERVICE_H_
+#define AMPD_SERVER_TRAINING_SERVICE_H_
+
+#include <memory>
+
+#include "ampd/v1/training_service.grpc.pb.h"
+#include "server/job_manager.h"
+
+namespace ampd::server {
+
+// ampd.v1.TrainingService on the gRPC callback API: no thread is held per
+// open stream, so one server keeps thousands of StreamMetrics calls open.
+class TrainingServiceImpl final : public ampd::v1::TrainingService::CallbackService {
+ public:
+  explicit TrainingServiceImpl(JobManager* jobs) : jobs_(jobs) {}
+
+  grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
+                                      const ampd::v1::CreateJobRequest* request,
+                                      ampd::v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const ampd::v1::GetJobRequest* request,
+                                   ampd::v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const ampd::v1::ListJobsRequest* request,
+                                     ampd::v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const ampd::v1::CancelJobRequest* request,
+                                      ampd::v1::Job* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const ampd::v1::DeleteJobRequest* request,
+                                      google::protobuf::Empty* response) override;
+  grpc::ServerWriteReactor<ampd::v1::MetricsEvent>* StreamMetrics(
+      grpc::CallbackServerContext* ctx, const ampd::v1::StreamMetricsRequest* request) override;
+
+  // Open StreamMetrics calls, for limits and tests.
+  static int open_streams();
+
+ private:
+  JobManager* jobs_;
+};
+
+}  // namespace ampd::server
+
+#endif  // AMPD_SERVER_TRAINING_SERVICE_H_

@@ -1,0 +1,424 @@
+// Integration tests over loopback against a real ampd process.
+#include <signal.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "ampd/v1/precision_service.grpc.pb.h"
+#include "ampd/v1/training_service.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
+#include "gtest/gtest.h"
+#include "health.grpc.pb.h"
+#include "tests/server/ampd_process.h"
+
+namespace ampd::testing {
+namespace {
+
+namespace v1 = ::ampd::v1;
+using std::chrono::milliseconds;
+
+v1::JobSpec Spec(const std::string& json) {
+  v1::JobSpec spec;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, &spec).ok()) << json;
+  return spec;
+}
+
+google::rpc::Status Details(const grpc::Status& s) {
+  google::rpc::Status details;
+  details.ParseFromString(s.error_details());
+  return details;
+}
+
+std::vector<std::string> ViolatedFields(const grpc::Status& s) {
+  std::vector<std::string> fields;
+  const google::rpc::Status details = Details(s);
+  for (const auto& any : details.details()) {
+    google::rpc::BadRequest bad;
+    if (any.UnpackTo(&bad)) {
+      for (const auto& v : bad.field_violations()) fields.push_back(v.field());
+    }
+  }
+  return fields;
+}
+
+class TrainingServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}); }
+
+  void Start(std::vector<std::string> flags) {
+    server_ = std::make_unique<AmpdProcess>(std::move(flags));
+    ASSERT_TRUE(server_->ok()) << server_->log();
+    stub_ = v1::TrainingService::NewStub(server_->channel());
+  }
+
+  v1::Job Create(const std::string& json, const std::string& request_id = "") {
+    grpc::ClientContext ctx;
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = Spec(json);
+    req.set_request_id(request_id);
+    v1::Job job;
+    grpc::Status s = stub_->CreateJob(&ctx, req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+
+  grpc::Status TryCreate(const std::string& json, v1::Job* job = nullptr) {
+    grpc::ClientContext ctx;
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = Spec(json);
+    v1::Job ignored;
+    return stub_->CreateJob(&ctx, req, job ? job : &ignored);
+  }
+
+  v1::Job Get(const std::string& name) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_name(name);
+    v1::Job job;
+    grpc::Status s = stub_->GetJob(&ctx, req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+
+  v1::Job WaitFor(const std::string& name, std::set<v1::JobState> states, int timeout_ms = 60000) {
+    const auto deadline = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
+    v1::Job job;
+    while (std::chrono::steady_clock::now() < deadline) {
+      job = Get(name);
+      if (states.count(job.state())) return job;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    ADD_FAILURE() << "job " << name << " stuck in " << v1::JobState_Name(job.state());
+    return job;
+  }
+
+  // Reads a stream to its end (or `max_events`), returning the events.
+  std::vector<v1::MetricsEvent> ReadStream(const std::string& name, int64_t since_step,
+                                           grpc::Status* status, int max_events = 1 << 30) {
+    grpc::ClientContext ctx;
+    v1::StreamMetricsRequest req;
+    req.set_name(name);
+    req.set_since_step(since_step);
+    auto reader = stub_->StreamMetrics(&ctx, req);
+    std::vector<v1::MetricsEvent> events;
+    v1::MetricsEvent e;
+    while (static_cast<int>(events.size()) < max_events && reader->Read(&e)) events.push_back(e);
+    if (static_cast<int>(events.size()) >= max_events) ctx.TryCancel();
+    grpc::Status s = reader->Finish();
+    if (status) *status = s;
+    return events;
+  }
+
+  std::unique_ptr<AmpdProcess> server_;
+  std::unique_ptr<v1::TrainingService::Stub> stub_;
+};
+
+std::vector<int64_t> StepsOf(const std::vector<v1::MetricsEvent>& events) {
+  std::vector<int64_t> steps;
+  for (const auto& e : events) {
+    if (e.has_step_record()) steps.push_back(e.step_record().step());
+  }
+  return steps;
+}
+
+TEST_F(TrainingServiceTest, FullLifecycle) {
+  v1::Job job = Create(TinyJobJson(30));
+  EXPECT_EQ(job.name(), "jobs/" + job.id());
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.precision(), "32-true");
+  grpc::Status status;
+  std::vector<v1::MetricsEvent> events = ReadStream(job.name(), 0, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<int64_t> steps = StepsOf(events);
+  ASSERT_EQ(steps.size(), 30u);
+  for (int i = 0; i < 30; ++i) EXPECT_EQ(steps[i], i + 1);
+  int evals = 0;
+  for (const auto& e : events) evals += e.has_eval();
+  EXPECT_EQ(evals, 3);  // every 10 steps
+  ASSERT_TRUE(events.back().has_state());
+  EXPECT_EQ(events.back().state().state(), v1::SUCCEEDED);
+
+  v1::Job done = Get(job.id());  // a bare id works as well as jobs/ID
+  EXPECT_EQ(done.state(), v1::SUCCEEDED);
+  EXPECT_EQ(done.progress().step(), 30);
+  EXPECT_EQ(done.progress().total_steps(), 30);
+  EXPECT_GT(done.latest_eval().accuracy(), 0.0);
+  ASSERT_EQ(done.transitions_size(), 3);
+  EXPECT_EQ(done.transitions(0).state(), v1::QUEUED);
+  EXPECT_EQ(done.transitions(1).state(), v1::RUNNING);
+  EXPECT_EQ(done.transitions(2).state(), v1::SUCCEEDED);
+  EXPECT_TRUE(done.has_create_time() && done.has_start_time() && done.has_end_time());
+  EXPECT_LE(done.start_time().seconds(), done.end_time().seconds());
+
+  grpc::ClientContext del_ctx;
+  v1::DeleteJobRequest del;
+  del.set_name(job.name());
+  google::protobuf::Empty empty;
+  ASSERT_TRUE(stub_->DeleteJob(&del_ctx, del, &empty).ok());
+  grpc::ClientContext get_ctx;
+  v1::GetJobRequest get;
+  get.set_name(job.name());
+  v1::Job gone;
+  grpc::Status s = stub_->GetJob(&get_ctx, get, &gone);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  google::rpc::ResourceInfo info;
+  const google::rpc::Status details = Details(s);
+  ASSERT_EQ(details.details_size(), 1);
+  ASSERT_TRUE(details.details(0).UnpackTo(&info));
+  EXPECT_EQ(info.resource_type(), "job");
+  EXPECT_EQ(info.resource_name(), job.name());
+}
+
+TEST_F(TrainingServiceTest, PaginationIsCompleteNewestFirstAndFiltered) {
+  std::vector<std::string> created;
+  for (int i = 0; i < 5; ++i) created.push_back(Create(TinyJobJson(2, "32-true", i)).name());
+  for (const auto& n : created) WaitFor(n, {v1::SUCCEEDED});
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    req.set_page_size(2);
+    req.set_page_token(token);
+    v1::ListJobsResponse resp;
+    ASSERT_TRUE(stub_->ListJobs(&ctx, req, &resp).ok());
+    EXPECT_LE(resp.jobs_size(), 2);
+    for (const auto& j : resp.jobs()) seen.push_back(j.name());
+    token = resp.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  std::vector<std::string> newest_first(created.rbegin(), created.rend());
+  EXPECT_EQ(seen, newest_first);
+
+  grpc::ClientContext ctx;
+  v1::ListJobsRequest req;
+  req.add_states(v1::RUNNING);
+  v1::ListJobsResponse resp;
+  ASSERT_TRUE(stub_->ListJobs(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.jobs_size(), 0);
+
+  grpc::ClientContext bad_ctx;
+  v1::ListJobsRequest bad;
+  bad.set_page_token("not-a-token");
+  grpc::Status s = stub_->ListJobs(&bad_ctx, bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"page_token"});
+}
+
+TEST_F(TrainingServiceTest, CreateWithTheSameRequestIdIsIdempotent) {
+  v1::Job a = Create(TinyJobJson(5), "req-1");
+  v1::Job b = Create(TinyJobJson(5), "req-1");
+  EXPECT_EQ(a.id(), b.id());
+  grpc::ClientContext ctx;
+  v1::ListJobsRequest req;
+  v1::ListJobsResponse resp;
+  ASSERT_TRUE(stub_->ListJobs(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.jobs_size(), 1);
+  // The same id with a different spec is a client bug, not a retry.
+  grpc::ClientContext ctx2;
+  v1::CreateJobRequest other;
+  *other.mutable_spec() = Spec(TinyJobJson(6));
+  other.set_request_id("req-1");
+  v1::Job c;
+  grpc::Status s = stub_->CreateJob(&ctx2, other, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"request_id"});
+}
+
+TEST_F(TrainingServiceTest, CancelWhileQueuedAndWhileRunning) {
+  v1::Job running = Create(TinyJobJson(1000000));
+  WaitFor(running.name(), {v1::RUNNING});
+  v1::Job queued = Create(TinyJobJson(5));
+  EXPECT_EQ(Get(queued.name()).state(), v1::QUEUED);
+
+  grpc::ClientContext c1;
+  v1::CancelJobRequest req;
+  req.set_name(queued.name());
+  v1::Job after;
+  ASSERT_TRUE(stub_->CancelJob(&c1, req, &after).ok());
+  EXPECT_EQ(after.state(), v1::CANCELLED);
+
+  const auto start = std::chrono::steady_clock::now();
+  grpc::ClientContext c2;
+  req.set_name(running.name());
+  ASSERT_TRUE(stub_->CancelJob(&c2, req, &after).ok());
+  EXPECT_TRUE(after.state() == v1::CANCELLING || after.state() == v1::CANCELLED);
+  v1::Job cancelled = WaitFor(running.name(), {v1::CANCELLED}, 5000);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_LT(cancelled.progress().step(), 1000000);
+  EXPECT_EQ(cancelled.failure_reason(), "cancelled by request");
+
+  // Cancelling an ended job, and deleting a live one, are precondition errors.
+  grpc::ClientContext c3;
+  grpc::Status s = stub_->CancelJob(&c3, req, &after);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  v1::Job live = Create(TinyJobJson(1000000));
+  WaitFor(live.name(), {v1::RUNNING});
+  grpc::ClientContext c4;
+  v1::DeleteJobRequest del;
+  del.set_name(live.name());
+  google::protobuf::Empty empty;
+  s = stub_->DeleteJob(&c4, del, &empty);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("RUNNING"), std::string::npos) << s.error_message();
+  grpc::ClientContext c5;
+  req.set_name(live.name());
+  ASSERT_TRUE(stub_->CancelJob(&c5, req, &after).ok());
+}
+
+TEST_F(TrainingServiceTest, FiftySubscribersSeeIdenticalSequences) {
+  v1::Job job = Create(TinyJobJson(200));
+  std::vector<std::vector<std::string>> seen(50);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 50; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::Status status;
+      for (const auto& e : ReadStream(job.name(), 0, &status)) {
+        if (!e.has_heartbeat()) seen[i].push_back(e.SerializeAsString());
+      }
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_GT(seen[0].size(), 200u);
+  for (int i = 1; i < 50; ++i) EXPECT_EQ(seen[i], seen[0]) << "subscriber " << i;
+}
+
+TEST_F(TrainingServiceTest, ResumeAfterDisconnectHasNoGapAndNoDuplicate) {
+  v1::Job job = Create(TinyJobJson(300));
+  std::vector<int64_t> all;
+  int64_t last = 0;
+  int connections = 0;
+  grpc::Status status;
+  bool ended = false;
+  while (!ended && connections < 50) {
+    ++connections;
+    // Each connection reads a few events, then drops.
+    std::vector<v1::MetricsEvent> events = ReadStream(job.name(), last, &status, 37);
+    for (const auto& e : events) {
+      if (e.has_step_record()) {
+        all.push_back(e.step_record().step());
+        last = e.step_record().step();
+      }
+      if (e.has_state() && e.state().state() == v1::SUCCEEDED) ended = true;
+    }
+  }
+  ASSERT_TRUE(ended);
+  EXPECT_GT(connections, 3);
+  ASSERT_EQ(all.size(), 300u);
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(all[i], i + 1);
+  // After the end, resuming from the last step still yields the final state.
+  std::vector<v1::MetricsEvent> tail = ReadStream(job.name(), 300, &status);
+  ASSERT_EQ(tail.size(), 1u);
+  EXPECT_EQ(tail[0].state().state(), v1::SUCCEEDED);
+}
+
+TEST_F(TrainingServiceTest, InvalidSpecsNameEveryBadField) {
+  grpc::Status s = TryCreate(R"({"training": {"batchSize": "-4", "steps": "0"},
+      "model": {"mlp": {"hidden": [8, 0]}}, "optimizer": {"lr": 0},
+      "data": {"builtin": "nope"}})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  std::vector<std::string> fields = ViolatedFields(s);
+  std::set<std::string> got(fields.begin(), fields.end());
+  for (const char* f : {"spec.training.batch_size", "spec.training.steps",
+                        "spec.model.mlp.hidden[1]", "spec.optimizer.lr", "spec.data.builtin"}) {
+    EXPECT_TRUE(got.count(f)) << "missing " << f << " in " << s.error_message();
+  }
+  s = TryCreate(R"({"precision": {"profile": "fp8-mixed"}})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"spec.precision.profile"});
+  s = TryCreate(R"({"device": "DEVICE_CUDA"})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("CUDA"), std::string::npos) << s.error_message();
+  s = TryCreate(R"({"model": {"mlp": {"hidden": [100000, 100000]}}})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("max_model_parameters"), std::string::npos);
+  // The server is unharmed: a good job still runs to completion.
+  v1::Job ok = Create(TinyJobJson(3));
+  EXPECT_EQ(WaitFor(ok.name(), {v1::SUCCEEDED}).state(), v1::SUCCEEDED);
+}
+
+TEST_F(TrainingServiceTest, BadDataFailsTheJobWithAReasonAndTheServerGoesOn) {
+  v1::Job job = Create(R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "missing.csv"}}})");
+  v1::Job failed = WaitFor(job.name(), {v1::FAILED});
+  EXPECT_NE(failed.failure_reason().find("missing.csv"), std::string::npos)
+      << failed.failure_reason();
+  grpc::Status status;
+  std::vector<v1::MetricsEvent> events = ReadStream(job.name(), 0, &status);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state().state(), v1::FAILED);
+  EXPECT_EQ(WaitFor(Create(TinyJobJson(2)).name(), {v1::SUCCEEDED}).state(), v1::SUCCEEDED);
+}
+
+TEST_F(TrainingServiceTest, UnknownJobsAreNotFoundEverywhere) {
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest req;
+  req.set_name("jobs/nope");
+  v1::Job job;
+  EXPECT_EQ(stub_->CancelJob(&ctx, req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::Status status;
+  ReadStream("jobs/nope", 0, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext ctx2;
+  v1::GetJobRequest get;
+  EXPECT_EQ(stub_->GetJob(&ctx2, get, &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(TrainingServiceTest, QueueLimitAndHeartbeatsWhileQueued) {
+  Start({"--max_queued_jobs=1"});
+  v1::Job running = Create(TinyJobJson(1000000));
+  WaitFor(running.name(), {v1::RUNNING});
+  v1::Job queued = Create(TinyJobJson(5));
+  grpc::Status s = TryCreate(TinyJobJson(5));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("max_queued_jobs"), std::string::npos) << s.error_message();
+  // A stream on the queued job gets heartbeats with its queue position.
+  grpc::Status status;
+  std::vector<v1::MetricsEvent> events = ReadStream(queued.name(), 0, &status, 4);
+  int heartbeats = 0;
+  for (const auto& e : events) {
+    if (e.has_heartbeat()) {
+      ++heartbeats;
+      EXPECT_EQ(e.heartbeat().queue_position(), 0);
+    }
+  }
+  EXPECT_GE(heartbeats, 2);
+}
+
+TEST_F(TrainingServiceTest, SigtermDrainsGracefully) {
+  v1::Job running = Create(TinyJobJson(1000000));
+  WaitFor(running.name(), {v1::RUNNING});
+  v1::Job queued = Create(TinyJobJson(5));
+  auto health = grpc::health::v1::Health::NewStub(server_->channel());
+  {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    kill(server_->pid(), SIGTERM);
+  });
+  grpc::Status status;
+  std::vector<v1::MetricsEvent> events = ReadStream(running.name(), 0, &status);
+  stopper.join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  ASSERT_FALSE(events.empty());
+  ASSERT_TRUE(events.back().has_state());
+  EXPECT_EQ(events.back().state().state(), v1::CANCELLED);
+  EXPECT_NE(events.back().state().reason().find("shut down"), std::string::npos);
+  const auto stop_start = std::chrono::steady_clock::now();
+  EXPECT_EQ(server_->Stop(), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_start, std::chrono::seconds(3)) << server_->log();
+  EXPECT_NE(server_->log().find("\"msg\":\"stopped\""), std::string::npos) << server_->log();
+}
+
+}  // namespace
+}  // namespace ampd::testing
