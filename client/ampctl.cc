@@ -1,0 +1,477 @@
+// ampctl: the command-line client for ampd.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/util/time_util.h"
+#include "client/cli.h"
+#include "client/watch.h"
+
+namespace ampd::client {
+namespace {
+
+namespace v1 = ::ampd::v1;
+
+// The arguments of one command: positional words and --flag[=value]s.
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+  bool Has(const std::string& f) const { return flags.count(f) > 0; }
+  std::string Get(const std::string& f, const std::string& def = "") const {
+    auto it = flags.find(f);
+    return it == flags.end() ? def : it->second;
+  }
+};
+
+struct Command {
+  std::string usage;
+  std::string help;
+  std::vector<std::string> flags;  // accepted flags (besides the global ones)
+  std::function<int(Context&, const Args&)> run;
+};
+
+const char kGlobalHelp[] =
+    "Global flags (before or after the command):\n"
+    "  --server=HOST:PORT   ampd to talk to (default: $AMPD_SERVER, else localhost:50051)\n"
+    "  --output=table|json  output format (default table)\n"
+    "  --timeout=SECONDS    deadline for each request (default 30)\n";
+
+int Usage(const std::string& message, const Command* command) {
+  std::fprintf(stderr, "ampctl: %s\n", message.c_str());
+  if (command) std::fprintf(stderr, "usage: %s\n", command->usage.c_str());
+  std::fprintf(stderr, "Run 'ampctl --help' for the commands.\n");
+  return kExitUsage;
+}
+
+void PrintJobRow(const v1::Job& j) {
+  char progress[64];
+  std::snprintf(progress, sizeof progress, "%lld/%lld", (long long)j.progress().step(),
+                (long long)j.progress().total_steps());
+  char acc[16] = "-";
+  if (j.has_latest_eval()) std::snprintf(acc, sizeof acc, "%.2f%%", 100 * j.latest_eval().accuracy());
+  std::printf("%-15s %-10s %-12s %-13s %-8s %s\n", j.id().c_str(), StateName(j.state()).c_str(),
+              j.precision().c_str(), progress, acc, j.spec().display_name().c_str());
+}
+
+void PrintJob(const Context& ctx, const v1::Job& j) {
+  if (ctx.options.output == OutputFormat::kJson) {
+    std::printf("%s\n", ToJson(j).c_str());
+    return;
+  }
+  std::printf("job        %s\n", j.name().c_str());
+  if (!j.spec().display_name().empty()) std::printf("name       %s\n", j.spec().display_name().c_str());
+  std::printf("state      %s\n", StateName(j.state()).c_str());
+  std::printf("precision  %s\n", j.precision().c_str());
+  std::printf("progress   %lld/%lld steps (%lld skipped)\n", (long long)j.progress().step(),
+              (long long)j.progress().total_steps(), (long long)j.progress().skipped_steps());
+  if (j.has_latest_step()) {
+    std::printf("loss       %.4f (step %lld), loss scale %g\n", j.latest_step().loss(),
+                (long long)j.latest_step().step(), j.latest_step().loss_scale());
+  }
+  if (j.has_latest_eval()) {
+    std::printf("eval       accuracy %.2f%%, loss %.4f (step %lld)\n", 100 * j.latest_eval().accuracy(),
+                j.latest_eval().loss(), (long long)j.latest_eval().step());
+  }
+  if (!j.failure_reason().empty()) std::printf("reason     %s\n", j.failure_reason().c_str());
+  for (const auto& t : j.transitions()) {
+    std::printf("  %-11s at step %lld  %s\n", StateName(t.state()).c_str(), (long long)t.step(),
+                google::protobuf::util::TimeUtil::ToString(t.time()).c_str());
+  }
+}
+
+int Submit(Context& ctx, const Args& args) {
+  v1::CreateJobRequest request;
+  std::string error;
+  if (!ReadJsonFile(args.positional[0], request.mutable_spec(), &error)) {
+    std::fprintf(stderr, "ampctl: %s\n", error.c_str());
+    return kExitUsage;
+  }
+  request.set_request_id(args.Get("request_id"));
+  if (request.request_id().empty()) {
+    // A fresh id per invocation: gRPC retries of this call cannot duplicate it.
+    request.set_request_id("ampctl-" + std::to_string(getpid()) + "-" +
+                           std::to_string(std::chrono::system_clock::now().time_since_epoch().count()));
+  }
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  v1::Job job;
+  grpc::Status status = ctx.training->CreateJob(&call, request, &job);
+  if (!status.ok()) return ReportRpcError(ctx, "submit " + args.positional[0], status);
+  if (ctx.options.output == OutputFormat::kJson && !args.Has("watch")) {
+    std::printf("%s\n", ToJson(job).c_str());
+  } else if (ctx.options.output != OutputFormat::kJson) {
+    std::printf("submitted %s (%s)\n", job.name().c_str(), job.precision().c_str());
+  }
+  std::fflush(stdout);
+  if (!args.Has("watch")) return kExitOk;
+  WatchOptions options;
+  options.tty = isatty(STDOUT_FILENO) && ctx.options.output == OutputFormat::kTable;
+  return WatchJob(ctx, job.name(), options);
+}
+
+int Watch(Context& ctx, const Args& args) {
+  WatchOptions options;
+  options.tty = isatty(STDOUT_FILENO) && ctx.options.output == OutputFormat::kTable;
+  if (args.Has("reconnect_timeout")) {
+    if (!absl::SimpleAtod(args.Get("reconnect_timeout"), &options.reconnect_timeout_s)) {
+      return Usage("--reconnect_timeout: not a number", nullptr);
+    }
+  }
+  return WatchJob(ctx, args.positional[0], options);
+}
+
+int Get(Context& ctx, const Args& args) {
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  v1::GetJobRequest request;
+  request.set_name(args.positional[0]);
+  v1::Job job;
+  grpc::Status status = ctx.training->GetJob(&call, request, &job);
+  if (!status.ok()) return ReportRpcError(ctx, "get " + args.positional[0], status);
+  PrintJob(ctx, job);
+  return kExitOk;
+}
+
+int List(Context& ctx, const Args& args) {
+  v1::ListJobsRequest request;
+  if (args.Has("state")) {
+    for (const std::string& s : std::vector<std::string>(absl::StrSplit(args.Get("state"), ','))) {
+      v1::JobState state;
+      if (!v1::JobState_Parse(absl::AsciiStrToUpper(s), &state) ||
+          state == v1::JOB_STATE_UNSPECIFIED) {
+        return Usage("--state: unknown state \"" + s +
+                         "\" (QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)",
+                     nullptr);
+      }
+      request.add_states(state);
+    }
+  }
+  std::vector<v1::Job> jobs;
+  do {
+    grpc::ClientContext call;
+    ctx.SetDeadline(&call);
+    v1::ListJobsResponse response;
+    grpc::Status status = ctx.training->ListJobs(&call, request, &response);
+    if (!status.ok()) return ReportRpcError(ctx, "list", status);
+    jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  if (ctx.options.output == OutputFormat::kJson) {
+    v1::ListJobsResponse all;
+    for (auto& j : jobs) *all.add_jobs() = j;
+    std::printf("%s\n", ToJson(all).c_str());
+    return kExitOk;
+  }
+  std::printf("%-15s %-10s %-12s %-13s %-8s %s\n", "ID", "STATE", "PRECISION", "PROGRESS", "ACC",
+              "NAME");
+  for (const auto& j : jobs) PrintJobRow(j);
+  return kExitOk;
+}
+
+int Cancel(Context& ctx, const Args& args) {
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  v1::CancelJobRequest request;
+  request.set_name(args.positional[0]);
+  v1::Job job;
+  grpc::Status status = ctx.training->CancelJob(&call, request, &job);
+  if (!status.ok()) return ReportRpcError(ctx, "cancel " + args.positional[0], status);
+  if (ctx.options.output == OutputFormat::kJson) {
+    std::printf("%s\n", ToJson(job).c_str());
+  } else {
+    std::printf("%s: %s\n", job.name().c_str(), StateName(job.state()).c_str());
+  }
+  return kExitOk;
+}
+
+int Delete(Context& ctx, const Args& args) {
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  v1::DeleteJobRequest request;
+  request.set_name(args.positional[0]);
+  google::protobuf::Empty empty;
+  grpc::Status status = ctx.training->DeleteJob(&call, request, &empty);
+  if (!status.ok()) return ReportRpcError(ctx, "delete " + args.positional[0], status);
+  if (ctx.options.output == OutputFormat::kJson) {
+    std::printf("{}\n");
+  } else {
+    std::printf("deleted %s\n", args.positional[0].c_str());
+  }
+  return kExitOk;
+}
+
+std::string DTypeName(int d) {
+  return v1::DType_Name(static_cast<v1::DType>(d)).substr(6);  // drop "DTYPE_"
+}
+
+int PrecisionCaps(Context& ctx, const Args&) {
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  v1::Capabilities caps;
+  grpc::Status status = ctx.precision->GetCapabilities(&call, v1::GetCapabilitiesRequest(), &caps);
+  if (!status.ok()) return ReportRpcError(ctx, "precision caps", status);
+  if (ctx.options.output == OutputFormat::kJson) {
+    std::printf("%s\n", ToJson(caps).c_str());
+    return kExitOk;
+  }
+  std::printf("%s\n", caps.server_version().c_str());
+  for (const auto& d : caps.devices()) {
+    std::printf("%s: %s\n", v1::Device_Name(d.kind()).c_str(), d.name().c_str());
+    std::printf("  native bf16 %s, f16 %s, fp8 %s\n", d.bf16_native() ? "yes" : "no",
+                d.f16_native() ? "yes" : "no", d.fp8_native() ? "yes" : "no");
+    std::printf("  modes: %s\n", absl::StrJoin(d.precision_modes(), ", ").c_str());
+    if (!d.notes().empty()) std::printf("  %s\n", d.notes().c_str());
+  }
+  for (const auto& u : caps.unavailable()) std::printf("unavailable: %s\n", u.c_str());
+  return kExitOk;
+}
+
+int PrecisionExplain(Context& ctx, const Args& args) {
+  v1::JobSpec spec;
+  std::string error;
+  if (!ReadJsonFile(args.positional[0], &spec, &error)) {
+    std::fprintf(stderr, "ampctl: %s\n", error.c_str());
+    return kExitUsage;
+  }
+  v1::ExplainPrecisionRequest request;
+  *request.mutable_model() = spec.model();
+  *request.mutable_data() = spec.data();
+  *request.mutable_optimizer() = spec.optimizer();
+  if (args.Has("all")) {
+    // Every built-in mode, for comparison.
+  } else if (args.Has("precision")) {
+    request.mutable_precision()->set_profile(args.Get("precision"));
+  } else if (spec.has_precision()) {
+    *request.mutable_precision() = spec.precision();
+  }
+  if (spec.training().has_batch_size()) request.set_batch_size(spec.training().batch_size());
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  v1::ExplainPrecisionResponse response;
+  grpc::Status status = ctx.precision->ExplainPrecision(&call, request, &response);
+  if (!status.ok()) return ReportRpcError(ctx, "precision explain " + args.positional[0], status);
+  if (ctx.options.output == OutputFormat::kJson) {
+    std::printf("%s\n", ToJson(response).c_str());
+    return kExitOk;
+  }
+  for (const auto& e : response.explanations()) {
+    std::printf("%s (%lld parameters)\n", e.precision().c_str(), (long long)e.parameter_count());
+    std::printf("  %-14s %-8s %-18s %-16s %-8s %s\n", "OP", "LAYER", "INPUTS", "POLICY", "COMPUTE",
+                "OUTPUT");
+    for (const auto& op : e.ops()) {
+      std::vector<std::string> in;
+      for (int d : op.input_dtypes()) in.push_back(DTypeName(d));
+      std::printf("  %-14s %-8s %-18s %-16s %-8s %s\n", op.op().c_str(), op.layer().c_str(),
+                  absl::StrJoin(in, ",").c_str(),
+                  v1::CastPolicy_Name(op.policy()).substr(12).c_str(),
+                  DTypeName(op.compute_dtype()).c_str(), DTypeName(op.output_dtype()).c_str());
+    }
+    const auto& m = e.memory();
+    std::printf("  memory: weights %.2f MiB, master %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, "
+                "activations %.2f MiB, total %.2f MiB\n\n",
+                m.weights_bytes() / 1048576.0, m.master_weights_bytes() / 1048576.0,
+                m.gradients_bytes() / 1048576.0, m.optimizer_state_bytes() / 1048576.0,
+                m.activation_bytes() / 1048576.0, m.total_bytes() / 1048576.0);
+  }
+  return kExitOk;
+}
+
+int PrecisionProfiles(Context& ctx, const Args& args) {
+  const std::string verb = args.positional.size() > 1 ? args.positional[1] : "list";
+  if (verb == "list") {
+    grpc::ClientContext call;
+    ctx.SetDeadline(&call);
+    v1::ListProfilesResponse response;
+    grpc::Status status = ctx.precision->ListProfiles(&call, v1::ListProfilesRequest(), &response);
+    if (!status.ok()) return ReportRpcError(ctx, "precision profiles", status);
+    if (ctx.options.output == OutputFormat::kJson) {
+      std::printf("%s\n", ToJson(response).c_str());
+      return kExitOk;
+    }
+    for (const auto& p : response.profiles()) {
+      std::printf("%-22s %-8s %s\n", p.name().c_str(), p.builtin() ? "builtin" : "user",
+                  p.description().c_str());
+    }
+    return kExitOk;
+  }
+  if (verb == "get" && args.positional.size() == 3) {
+    grpc::ClientContext call;
+    ctx.SetDeadline(&call);
+    v1::GetProfileRequest request;
+    request.set_name(args.positional[2]);
+    v1::PrecisionProfile profile;
+    grpc::Status status = ctx.precision->GetProfile(&call, request, &profile);
+    if (!status.ok()) return ReportRpcError(ctx, "precision profiles get", status);
+    std::printf("%s\n", ToJson(profile).c_str());
+    return kExitOk;
+  }
+  if (verb == "create" && args.positional.size() == 4) {
+    v1::CreateProfileRequest request;
+    request.set_profile_id(args.positional[2]);
+    std::string error;
+    if (!ReadJsonFile(args.positional[3], request.mutable_profile()->mutable_config(), &error)) {
+      std::fprintf(stderr, "ampctl: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    request.mutable_profile()->set_description(args.Get("description"));
+    grpc::ClientContext call;
+    ctx.SetDeadline(&call);
+    v1::PrecisionProfile profile;
+    grpc::Status status = ctx.precision->CreateProfile(&call, request, &profile);
+    if (!status.ok()) return ReportRpcError(ctx, "precision profiles create", status);
+    std::printf("created %s\n", profile.name().c_str());
+    return kExitOk;
+  }
+  if (verb == "delete" && args.positional.size() == 3) {
+    grpc::ClientContext call;
+    ctx.SetDeadline(&call);
+    v1::DeleteProfileRequest request;
+    request.set_name(args.positional[2]);
+    google::protobuf::Empty empty;
+    grpc::Status status = ctx.precision->DeleteProfile(&call, request, &empty);
+    if (!status.ok()) return ReportRpcError(ctx, "precision profiles delete", status);
+    std::printf("deleted %s\n", args.positional[2].c_str());
+    return kExitOk;
+  }
+  return Usage("precision profiles: expected list | get NAME | create ID CONFIG.json | delete ID",
+               nullptr);
+}
+
+const std::map<std::string, Command>& Commands() {
+  static const auto* commands = new std::map<std::string, Command>{
+      {"submit",
+       {"ampctl submit SPEC.json [--watch] [--request_id=ID]",
+        "Submits the job in SPEC.json (proto3 JSON of ampd.v1.JobSpec, see examples/).\n"
+        "  --watch       follow it to the end (exit code: 0 succeeded, 1 failed, 3 cancelled)\n"
+        "  --request_id  idempotency key: resubmitting with the same id returns the same job",
+        {"watch", "request_id"},
+        Submit}},
+      {"watch",
+       {"ampctl watch JOB [--reconnect_timeout=SECONDS]",
+        "Follows a job's metrics live until it ends: a progress bar on a terminal, one line per\n"
+        "update on a pipe. Reconnects after a dropped connection without gaps or repeats.\n"
+        "Exit code: 0 succeeded, 1 failed, 3 cancelled.",
+        {"reconnect_timeout"},
+        Watch}},
+      {"get", {"ampctl get JOB", "Shows one job.", {}, Get}},
+      {"list",
+       {"ampctl list [--state=S[,S...]]", "Lists jobs, newest first.", {"state"}, List}},
+      {"cancel", {"ampctl cancel JOB", "Cancels a queued or running job.", {}, Cancel}},
+      {"delete", {"ampctl delete JOB", "Deletes an ended job and its history.", {}, Delete}},
+      {"precision",
+       {"ampctl precision caps | explain SPEC.json [--precision=MODE|--all] | profiles [list | get "
+        "NAME | create ID CONFIG.json | delete ID]",
+        "caps      devices and the precision modes each supports\n"
+        "explain   per-op dtype plan and memory estimate of SPEC.json's model\n"
+        "profiles  built-in and user-defined precision profiles",
+        {"precision", "all", "description"},
+        [](Context& ctx, const Args& args) {
+          const std::string sub = args.positional[0];
+          if (sub == "caps") return PrecisionCaps(ctx, args);
+          if (sub == "explain") {
+            if (args.positional.size() != 2) return Usage("precision explain needs SPEC.json", nullptr);
+            Args a = args;
+            a.positional.erase(a.positional.begin());
+            return PrecisionExplain(ctx, a);
+          }
+          if (sub == "profiles") return PrecisionProfiles(ctx, args);
+          return Usage("precision: unknown subcommand \"" + sub + "\"", nullptr);
+        }}},
+  };
+  return *commands;
+}
+
+void PrintHelp() {
+  std::printf("ampctl: submit, watch and manage ampd training jobs.\n\nCommands:\n");
+  for (const auto& [name, c] : Commands()) std::printf("  %s\n", c.usage.c_str());
+  std::printf("\n%s\nRun 'ampctl COMMAND --help' for details.\n", kGlobalHelp);
+}
+
+int Main(int argc, char** argv) {
+  GlobalOptions global;
+  if (const char* env = std::getenv("AMPD_SERVER"); env && *env) {
+    global.server = env;
+  } else {
+    global.server = "localhost:50051";
+  }
+  std::string command;
+  Args args;
+  bool help = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      help = true;
+    } else if (a.rfind("--", 0) == 0) {
+      std::string key = a.substr(2), value;
+      size_t eq = key.find('=');
+      if (eq != std::string::npos) {
+        value = key.substr(eq + 1);
+        key = key.substr(0, eq);
+      } else {
+        value = "true";
+      }
+      args.flags[key] = value;
+    } else if (command.empty()) {
+      command = a;
+    } else {
+      args.positional.push_back(a);
+    }
+  }
+  if (command.empty()) {
+    PrintHelp();
+    return help ? kExitOk : kExitUsage;
+  }
+  auto it = Commands().find(command);
+  if (it == Commands().end()) return Usage("unknown command \"" + command + "\"", nullptr);
+  const Command& c = it->second;
+  if (help) {
+    std::printf("usage: %s\n\n%s\n\n%s", c.usage.c_str(), c.help.c_str(), kGlobalHelp);
+    return kExitOk;
+  }
+  for (const auto& [flag, value] : args.flags) {
+    if (flag == "server") {
+      global.server = value;
+    } else if (flag == "output") {
+      if (value == "json") {
+        global.output = OutputFormat::kJson;
+      } else if (value == "table") {
+        global.output = OutputFormat::kTable;
+      } else {
+        return Usage("--output: expected table or json, got \"" + value + "\"", &c);
+      }
+    } else if (flag == "timeout") {
+      if (!absl::SimpleAtod(value, &global.timeout_s) || global.timeout_s <= 0) {
+        return Usage("--timeout: expected a positive number of seconds", &c);
+      }
+    } else if (std::find(c.flags.begin(), c.flags.end(), flag) == c.flags.end()) {
+      return Usage("unknown flag --" + flag + " for " + command, &c);
+    }
+  }
+  const size_t want = command == "precision" ? 1 : (command == "list" ? 0 : 1);
+  if (args.positional.size() < want || (command != "precision" && args.positional.size() > want)) {
+    return Usage("wrong number of arguments", &c);
+  }
+  Context ctx;
+  ctx.options = global;
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(64 << 20);
+  ctx.channel = grpc::CreateCustomChannel(global.server, grpc::InsecureChannelCredentials(),
+                                          channel_args);
+  ctx.training = v1::TrainingService::NewStub(ctx.channel);
+  ctx.precision = v1::PrecisionService::NewStub(ctx.channel);
+  return c.run(ctx, args);
+}
+
+}  // namespace
+}  // namespace ampd::client
+
+int main(int argc, char** argv) { return ampd::client::Main(argc, argv); }

@@ -1,0 +1,55 @@
+#ifndef AMPD_CLIENT_CLI_H_
+#define AMPD_CLIENT_CLI_H_
+
+// Shared pieces of ampctl: options, output, and error reporting.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ampd/v1/precision_service.grpc.pb.h"
+#include "ampd/v1/training_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ampd::client {
+
+// Exit codes: 0 success (a watched job SUCCEEDED), 1 the job FAILED,
+// 2 usage or request error, 3 the job was CANCELLED, 4 server unreachable.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitJobFailed = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitJobCancelled = 3;
+inline constexpr int kExitUnreachable = 4;
+
+enum class OutputFormat { kTable, kJson };
+
+struct GlobalOptions {
+  std::string server;  // --server, else $AMPD_SERVER, else localhost:50051
+  OutputFormat output = OutputFormat::kTable;
+  double timeout_s = 30;  // unary RPC deadline
+};
+
+struct Context {
+  GlobalOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<ampd::v1::TrainingService::Stub> training;
+  std::unique_ptr<ampd::v1::PrecisionService::Stub> precision;
+  void SetDeadline(grpc::ClientContext* ctx) const;
+};
+
+// "INVALID_ARGUMENT: ..." plus one line per field violation / resource;
+// unreachable servers get a hint. Returns the exit code to use.
+int ReportRpcError(const Context& ctx, const std::string& what, const grpc::Status& status);
+
+// Proto3 JSON of a message, pretty or single-line.
+std::string ToJson(const google::protobuf::Message& m, bool pretty = true);
+// Reads a job spec file (proto3 JSON of ampd.v1.JobSpec). On error returns
+// false and sets `error` to "FILE: what is wrong".
+bool ReadJsonFile(const std::string& path, google::protobuf::Message* message, std::string* error);
+
+std::string StateName(ampd::v1::JobState state);
+std::string FormatDuration(double seconds);
+
+}  // namespace ampd::client
+
+#endif  // AMPD_CLIENT_CLI_H_

@@ -1,0 +1,237 @@
+#include "client/watch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <thread>
+
+namespace ampd::client {
+
+namespace v1 = ::ampd::v1;
+
+std::string Sparkline(const std::vector<double>& values, size_t width) {
+  static const char* kBars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  if (values.empty()) return "";
+  const size_t start = values.size() > width ? values.size() - width : 0;
+  double lo = values[start], hi = values[start];
+  for (size_t i = start; i < values.size(); ++i) {
+    lo = std::min(lo, values[i]);
+    hi = std::max(hi, values[i]);
+  }
+  std::string out;
+  for (size_t i = start; i < values.size(); ++i) {
+    int level = hi > lo ? static_cast<int>((values[i] - lo) / (hi - lo) * 7.0 + 0.5) : 3;
+    out += kBars[std::clamp(level, 0, 7)];
+  }
+  return out;
+}
+
+namespace {
+
+class Display {
+ public:
+  Display(const Context& ctx, bool tty) : json_(ctx.options.output == OutputFormat::kJson), tty_(tty) {}
+
+  void Event(const v1::MetricsEvent& e) {
+    if (json_) {
+      std::printf("%s\n", ToJson(e, false).c_str());
+      std::fflush(stdout);
+      return;
+    }
+    if (e.has_step_record()) {
+      Step(e.step_record());
+    } else if (e.has_eval()) {
+      const auto& r = e.eval();
+      last_accuracy_ = r.accuracy();
+      Line("eval  step %lld: loss %.4f  accuracy %.2f%%", (long long)r.step(), r.loss(),
+           100 * r.accuracy());
+    } else if (e.has_skip()) {
+      const auto& s = e.skip();
+      Line("skip  step %lld: %s in %s; loss scale %g -> %g", (long long)s.step(), s.reason().c_str(),
+           s.parameter().empty() ? "?" : s.parameter().c_str(), s.scale_before(), s.scale_after());
+    } else if (e.has_state()) {
+      const auto& s = e.state();
+      if (s.state() != last_state_) {
+        last_state_ = s.state();
+        if (s.reason().empty()) {
+          Line("state %s", StateName(s.state()).c_str());
+        } else {
+          Line("state %s (%s)", StateName(s.state()).c_str(), s.reason().c_str());
+        }
+      }
+    } else if (e.has_heartbeat() && tty_) {
+      Status("queued: %d job(s) ahead", e.heartbeat().queue_position());
+    }
+  }
+
+  void Note(const char* text) {
+    if (json_) {
+      std::fprintf(stderr, "%s\n", text);
+      return;
+    }
+    Line("%s", text);
+  }
+
+  void Finish() {
+    if (tty_ && status_shown_) {
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+
+  double last_accuracy() const { return last_accuracy_; }
+
+ private:
+  void Step(const v1::StepRecord& r) {
+    const auto now = std::chrono::steady_clock::now();
+    rates_.push_back({now, r.step()});
+    while (rates_.size() > 50) rates_.pop_front();
+    losses_.push_back(r.loss());
+    double eta = -1;
+    if (rates_.size() >= 2) {
+      const double dt =
+          std::chrono::duration<double>(rates_.back().first - rates_.front().first).count();
+      const double ds = static_cast<double>(rates_.back().second - rates_.front().second);
+      if (dt > 0 && ds > 0) eta = (r.total_steps() - r.step()) * dt / ds;
+    }
+    if (!tty_) {
+      Line("step  %lld/%lld  loss %.4f  lr %.3g  scale %g  skipped %lld  %.0f samples/s%s",
+           (long long)r.step(), (long long)r.total_steps(), r.loss(), r.lr(), r.loss_scale(),
+           (long long)r.skipped_total(), r.samples_per_s(), r.skipped() ? "  (step skipped)" : "");
+      return;
+    }
+    // Redraw at most ~20 times a second; always draw the last step.
+    if (r.step() != r.total_steps() && now - last_draw_ < std::chrono::milliseconds(50)) return;
+    last_draw_ = now;
+    const int width = 24;
+    const double frac = r.total_steps() > 0 ? static_cast<double>(r.step()) / r.total_steps() : 0;
+    const int filled = static_cast<int>(frac * width);
+    std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
+    char acc[32] = "";
+    if (last_accuracy_ >= 0) std::snprintf(acc, sizeof acc, "  acc %.2f%%", 100 * last_accuracy_);
+    Status("%s %lld/%lld %3.0f%% ETA %s  loss %.4f %s%s  %.0f samples/s  scale %g  skipped %lld",
+           bar.c_str(), (long long)r.step(), (long long)r.total_steps(), 100 * frac,
+           FormatDuration(eta).c_str(), r.loss(), Sparkline(losses_, 16).c_str(), acc,
+           r.samples_per_s(), r.loss_scale(), (long long)r.skipped_total());
+  }
+
+  template <typename... Args>
+  void Line(const char* fmt, Args... args) {
+    if (tty_ && status_shown_) std::printf("\r\x1b[2K");
+    std::printf(fmt, args...);
+    std::printf("\n");
+    if (tty_ && status_shown_) std::printf("%s", status_.c_str());
+    std::fflush(stdout);
+  }
+
+  template <typename... Args>
+  void Status(const char* fmt, Args... args) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, fmt, args...);
+    status_ = buf;
+    status_shown_ = true;
+    std::printf("\r\x1b[2K%s", buf);
+    std::fflush(stdout);
+  }
+
+  bool json_;
+  bool tty_;
+  bool status_shown_ = false;
+  std::string status_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rates_;
+  std::vector<double> losses_;
+  double last_accuracy_ = -1;
+  v1::JobState last_state_ = v1::JOB_STATE_UNSPECIFIED;
+  std::chrono::steady_clock::time_point last_draw_;
+};
+
+bool Transient(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::INTERNAL ||
+         code == grpc::StatusCode::UNKNOWN || code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         code == grpc::StatusCode::CANCELLED;
+}
+
+}  // namespace
+
+int WatchJob(Context& ctx, const std::string& job_name, const WatchOptions& options) {
+  Display display(ctx, options.tty);
+  int64_t last_step = 0;
+  v1::JobState final_state = v1::JOB_STATE_UNSPECIFIED;
+  std::string final_reason;
+  auto last_contact = std::chrono::steady_clock::now();
+  int backoff_ms = 100;
+  bool announced_loss = false;
+  while (true) {
+    grpc::ClientContext call;
+    v1::StreamMetricsRequest request;
+    request.set_name(job_name);
+    request.set_since_step(last_step);
+    auto reader = ctx.training->StreamMetrics(&call, request);
+    v1::MetricsEvent event;
+    bool got_any = false;
+    while (reader->Read(&event)) {
+      got_any = true;
+      last_contact = std::chrono::steady_clock::now();
+      backoff_ms = 100;
+      if (announced_loss) {
+        display.Note(("reconnected; resuming after step " + std::to_string(last_step)).c_str());
+        announced_loss = false;
+      }
+      if (event.has_step_record()) last_step = event.step_record().step();
+      display.Event(event);
+      if (event.has_state() &&
+          (event.state().state() == v1::SUCCEEDED || event.state().state() == v1::FAILED ||
+           event.state().state() == v1::CANCELLED)) {
+        final_state = event.state().state();
+        final_reason = event.state().reason();
+      }
+    }
+    grpc::Status status = reader->Finish();
+    if (final_state != v1::JOB_STATE_UNSPECIFIED) break;
+    if (status.ok()) {
+      // The server ended the stream without a final state (it should not).
+      display.Note("stream ended without a final state; reconnecting");
+    } else if (!Transient(status.error_code())) {
+      display.Finish();
+      return ReportRpcError(ctx, "watch " + job_name, status);
+    }
+    if (got_any) last_contact = std::chrono::steady_clock::now();
+    const double silent =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_contact).count();
+    if (silent > options.reconnect_timeout_s) {
+      display.Finish();
+      return ReportRpcError(ctx, "watch " + job_name, status);
+    }
+    if (!announced_loss) {
+      char note[256];
+      std::snprintf(note, sizeof note, "connection lost (%s); reconnecting from step %lld",
+                    status.error_message().c_str(), (long long)last_step);
+      display.Note(note);
+      announced_loss = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min(backoff_ms * 2, 2000);
+  }
+  display.Finish();
+  if (ctx.options.output != OutputFormat::kJson) {
+    if (final_state == v1::SUCCEEDED) {
+      if (display.last_accuracy() >= 0) {
+        std::printf("job %s SUCCEEDED: final test accuracy %.2f%%\n", job_name.c_str(),
+                    100 * display.last_accuracy());
+      } else {
+        std::printf("job %s SUCCEEDED\n", job_name.c_str());
+      }
+    } else {
+      std::printf("job %s %s%s%s\n", job_name.c_str(), StateName(final_state).c_str(),
+                  final_reason.empty() ? "" : ": ", final_reason.c_str());
+    }
+  }
+  std::fflush(stdout);
+  return final_state == v1::SUCCEEDED ? kExitOk
+         : final_state == v1::FAILED  ? kExitJobFailed
+                                      : kExitJobCancelled;
+}
+
+}  // namespace ampd::client

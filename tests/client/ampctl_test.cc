@@ -1,0 +1,242 @@
+// End-to-end tests that drive the real ampctl and ampd binaries.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "ampd/v1/training_service.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/client/tcp_proxy.h"
+#include "tests/server/ampd_process.h"
+
+namespace ampd::testing {
+namespace {
+
+namespace v1 = ::ampd::v1;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Runfile(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  return srcdir && ws ? std::string(srcdir) + "/" + ws + "/" + path : path;
+}
+
+std::string TmpFile(const std::string& name, const std::string& content) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs ampctl with `args`; stdout/stderr are files (not a terminal).
+Result Ampctl(const std::vector<std::string>& args) {
+  static int counter = 0;
+  const std::string out = TmpFile("out" + std::to_string(counter), "");
+  const std::string err = TmpFile("err" + std::to_string(counter++), "");
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen(out.c_str(), "w", stdout);
+    freopen(err.c_str(), "w", stderr);
+    std::vector<std::string> all = {Runfile("client/ampctl")};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+}
+
+class AmpctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<AmpdProcess>();
+    ASSERT_TRUE(server_->ok()) << server_->log();
+    server_flag_ = "--server=" + server_->address();
+  }
+  std::string Spec(int steps) { return TmpFile("spec" + std::to_string(steps) + ".json", TinyJobJson(steps)); }
+  std::unique_ptr<AmpdProcess> server_;
+  std::string server_flag_;
+};
+
+std::vector<int> StepLines(const std::string& out) {
+  std::vector<int> steps;
+  std::regex re(R"(^step\s+(\d+)/)");
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) steps.push_back(std::stoi(m[1]));
+  }
+  return steps;
+}
+
+TEST_F(AmpctlTest, SubmitAndWatchToCompletion) {
+  Result r = Ampctl({server_flag_, "submit", Spec(40), "--watch"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("SUCCEEDED: final test accuracy"), std::string::npos) << r.out;
+  std::vector<int> steps = StepLines(r.out);
+  ASSERT_EQ(steps.size(), 40u) << r.out;
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(steps[i], i + 1);
+  // On a pipe: no terminal control codes.
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(r.out.find('\r'), std::string::npos);
+
+  Result list = Ampctl({server_flag_, "list", "--state=SUCCEEDED"});
+  EXPECT_EQ(list.code, 0);
+  EXPECT_NE(list.out.find("SUCCEEDED"), std::string::npos) << list.out;
+}
+
+TEST_F(AmpctlTest, FailedJobExitsOneAndCancelledJobExitsThree) {
+  const std::string bad_data = TmpFile(
+      "bad_data.json", R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "nope.csv"}}})");
+  Result failed = Ampctl({server_flag_, "submit", bad_data, "--watch"});
+  EXPECT_EQ(failed.code, 1) << failed.out << failed.err;
+  EXPECT_NE(failed.out.find("FAILED"), std::string::npos) << failed.out;
+  EXPECT_NE(failed.out.find("nope.csv"), std::string::npos) << failed.out;
+
+  Result submitted = Ampctl({server_flag_, "--output=json", "submit", Spec(1000000)});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok()) << submitted.out;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    Result c = Ampctl({server_flag_, "cancel", job.name()});
+    EXPECT_EQ(c.code, 0) << c.err;
+  });
+  Result watched = Ampctl({server_flag_, "watch", job.name()});
+  canceller.join();
+  EXPECT_EQ(watched.code, 3) << watched.out << watched.err;
+  EXPECT_NE(watched.out.find("CANCELLED"), std::string::npos);
+}
+
+TEST_F(AmpctlTest, WatchReconnectsAfterTheConnectionIsCut) {
+  TcpProxy proxy(server_->port());
+  // A job that runs until cancelled, so the cuts land mid-stream.
+  Result submitted = Ampctl({server_flag_, "--output=json", "submit", Spec(1000000)});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok());
+  std::thread cutter([&] {
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      proxy.CutAll();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    Result c = Ampctl({server_flag_, "cancel", job.name()});
+    EXPECT_EQ(c.code, 0) << c.err;
+  });
+  Result r = Ampctl({"--server=127.0.0.1:" + std::to_string(proxy.port()), "watch", job.name()});
+  cutter.join();
+  EXPECT_EQ(r.code, 3) << r.err;  // cancelled, seen through the reconnected stream
+  EXPECT_GE(proxy.connections_accepted(), 2);
+  EXPECT_NE(r.out.find("connection lost"), std::string::npos) << r.err;
+  std::vector<int> steps = StepLines(r.out);
+  ASSERT_GT(steps.size(), 10u);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ASSERT_EQ(steps[i], static_cast<int>(i) + 1) << "gap or repeat at line " << i;
+  }
+  Result final_job = Ampctl({server_flag_, "--output=json", "get", job.name()});
+  v1::Job done;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(final_job.out, &done).ok());
+  EXPECT_EQ(static_cast<int64_t>(steps.size()), done.progress().step());
+}
+
+TEST_F(AmpctlTest, BadSpecFilesAreReportedWithFileAndField) {
+  const std::string typo = TmpFile("typo.json", R"({"trainin": {"steps": 3}})");
+  Result r = Ampctl({server_flag_, "submit", typo});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("typo.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("trainin"), std::string::npos) << r.err;
+
+  const std::string invalid =
+      TmpFile("invalid.json", R"({"training": {"batchSize": "-1"}, "optimizer": {"lr": -1}})");
+  r = Ampctl({server_flag_, "submit", invalid});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("spec.training.batch_size: must be > 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("spec.optimizer.lr"), std::string::npos) << r.err;
+
+  r = Ampctl({server_flag_, "submit", "/nonexistent/spec.json"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/nonexistent/spec.json: cannot open"), std::string::npos) << r.err;
+}
+
+TEST_F(AmpctlTest, JsonOutputIsParsable) {
+  Result submitted = Ampctl({server_flag_, "--output=json", "submit", Spec(12)});
+  ASSERT_EQ(submitted.code, 0);
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok());
+  Result watched = Ampctl({server_flag_, "--output=json", "watch", job.name()});
+  ASSERT_EQ(watched.code, 0) << watched.err;
+  std::istringstream lines(watched.out);
+  std::string line;
+  int events = 0, steps = 0;
+  while (std::getline(lines, line)) {
+    v1::MetricsEvent e;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &e).ok()) << line;
+    ++events;
+    steps += e.has_step_record();
+  }
+  EXPECT_EQ(steps, 12);
+  EXPECT_GT(events, 12);
+  Result got = Ampctl({server_flag_, "--output=json", "get", job.name()});
+  v1::Job fetched;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &fetched).ok()) << got.out;
+  EXPECT_EQ(fetched.state(), v1::SUCCEEDED);
+  Result list = Ampctl({server_flag_, "--output=json", "list"});
+  v1::ListJobsResponse all;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(list.out, &all).ok()) << list.out;
+  EXPECT_EQ(all.jobs_size(), 1);
+}
+
+TEST_F(AmpctlTest, UnreachableServerAndHelp) {
+  Result r = Ampctl({"--server=127.0.0.1:1", "--timeout=2", "list"});
+  EXPECT_EQ(r.code, 4);
+  EXPECT_NE(r.err.find("cannot reach ampd at 127.0.0.1:1"), std::string::npos) << r.err;
+  for (const char* cmd : {"submit", "watch", "get", "list", "cancel", "delete", "precision"}) {
+    Result h = Ampctl({cmd, "--help"});
+    EXPECT_EQ(h.code, 0) << cmd;
+    EXPECT_NE(h.out.find("usage: ampctl " + std::string(cmd)), std::string::npos) << h.out;
+  }
+  Result unknown = Ampctl({"frobnicate"});
+  EXPECT_EQ(unknown.code, 2);
+  Result bad_flag = Ampctl({"list", "--bogus"});
+  EXPECT_EQ(bad_flag.code, 2);
+  EXPECT_NE(bad_flag.err.find("--bogus"), std::string::npos);
+}
+
+TEST_F(AmpctlTest, PrecisionCommands) {
+  Result caps = Ampctl({server_flag_, "precision", "caps"});
+  EXPECT_EQ(caps.code, 0) << caps.err;
+  EXPECT_NE(caps.out.find("bf16-mixed"), std::string::npos) << caps.out;
+  Result explain = Ampctl({server_flag_, "precision", "explain", Runfile("examples/fashion_mlp_bf16.json")});
+  EXPECT_EQ(explain.code, 0) << explain.err;
+  EXPECT_NE(explain.out.find("linear"), std::string::npos) << explain.out;
+  EXPECT_NE(explain.out.find("BF16"), std::string::npos) << explain.out;
+  Result profiles = Ampctl({server_flag_, "precision", "profiles"});
+  EXPECT_EQ(profiles.code, 0);
+  EXPECT_NE(profiles.out.find("profiles/O2"), std::string::npos) << profiles.out;
+}
+
+}  // namespace
+}  // namespace ampd::testing
