@@ -30,6 +30,20 @@ std::string Sparkline(const std::vector<double>& values, size_t width) {
 
 namespace {
 
+// The whole history as `buckets` means: per-step losses are noisy, the trend
+// is what a person watching wants to see.
+std::vector<double> Trend(const std::vector<double>& values, size_t buckets) {
+  if (values.size() <= buckets) return values;
+  std::vector<double> out;
+  for (size_t b = 0; b < buckets; ++b) {
+    const size_t lo = values.size() * b / buckets, hi = values.size() * (b + 1) / buckets;
+    double sum = 0;
+    for (size_t i = lo; i < hi; ++i) sum += values[i];
+    out.push_back(sum / std::max<size_t>(1, hi - lo));
+  }
+  return out;
+}
+
 class Display {
  public:
   Display(const Context& ctx, bool tty) : json_(ctx.options.output == OutputFormat::kJson), tty_(tty) {}
@@ -113,7 +127,7 @@ class Display {
     if (last_accuracy_ >= 0) std::snprintf(acc, sizeof acc, "  acc %.2f%%", 100 * last_accuracy_);
     Status("%s %lld/%lld %3.0f%% ETA %s  loss %.4f %s%s  %.0f samples/s  scale %g  skipped %lld",
            bar.c_str(), (long long)r.step(), (long long)r.total_steps(), 100 * frac,
-           FormatDuration(eta).c_str(), r.loss(), Sparkline(losses_, 16).c_str(), acc,
+           FormatDuration(eta).c_str(), r.loss(), Sparkline(Trend(losses_, 16), 16).c_str(), acc,
            r.samples_per_s(), r.loss_scale(), (long long)r.skipped_total());
   }
 
