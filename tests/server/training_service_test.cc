@@ -318,6 +318,27 @@ TEST_F(TrainingServiceTest, ResumeAfterDisconnectHasNoGapAndNoDuplicate) {
   EXPECT_EQ(tail[0].state().state(), v1::SUCCEEDED);
 }
 
+TEST_F(TrainingServiceTest, AStalledSubscriberNeverSlowsTrainingAndCatchesUpFromHistory) {
+  v1::Job job = Create(TinyJobJson(2000));
+  grpc::ClientContext ctx;
+  v1::StreamMetricsRequest req;
+  req.set_name(job.name());
+  auto reader = stub_->StreamMetrics(&ctx, req);
+  v1::MetricsEvent first;
+  ASSERT_TRUE(reader->Read(&first));
+  // The subscriber stops reading; training must still finish on its own.
+  v1::Job done = WaitFor(job.name(), {v1::SUCCEEDED}, 60000);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED);
+  std::vector<int64_t> steps;
+  v1::MetricsEvent e;
+  while (reader->Read(&e)) {
+    if (e.has_step_record()) steps.push_back(e.step_record().step());
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(steps.size(), 2000u);
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(steps[i], i + 1);
+}
+
 TEST_F(TrainingServiceTest, InvalidSpecsNameEveryBadField) {
   grpc::Status s = TryCreate(R"({"training": {"batchSize": "-4", "steps": "0"},
       "model": {"mlp": {"hidden": [8, 0]}}, "optimizer": {"lr": 0},
