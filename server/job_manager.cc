@@ -13,6 +13,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/log.h"
 
 namespace ampd::server {
 
@@ -27,9 +28,22 @@ struct JobManager::JobRecord {
   engine::CancellationToken cancel;
   std::vector<std::weak_ptr<EventListener>> listeners;
   std::chrono::steady_clock::time_point started;
+  // Persistence: events[0, persisted_events) are in the store; `dirty` when
+  // the job record or its events changed since the last flush.
+  size_t persisted_events = 0;
+  bool dirty = true;
 };
 
 namespace {
+
+// Wall-clock time with sub-second precision. protobuf 3.21's
+// TimeUtil::GetCurrentTime() has whole-second resolution (nanos always 0),
+// which made job timestamps useless for ordering events within a second.
+google::protobuf::Timestamp Now() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  return TimeUtil::NanosecondsToTimestamp(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count());
+}
 
 bool IsTerminal(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
@@ -102,8 +116,119 @@ std::string JobManager::IdFromName(const std::string& name) {
 }
 
 JobManager::JobManager(JobManagerOptions options) : options_(std::move(options)) {
+  if (options_.store != nullptr) {
+    Recover();
+    persister_ = std::thread([this] { PersisterLoop(); });
+  }
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+void JobManager::Recover() {
+  absl::StatusOr<std::vector<StoredJob>> stored = options_.store->LoadJobs();
+  if (!stored.ok()) {
+    LogError("cannot load jobs from the store", {{"error", std::string(stored.status().message())}});
+    return;
+  }
+  engine::JobSpecContext context;
+  context.data_root = options_.data_root;
+  context.fashion_mnist_dir = options_.fashion_mnist_dir;
+  context.profiles = options_.profiles;
+  std::lock_guard<std::mutex> lock(mu_);
+  int requeued = 0;
+  for (StoredJob& s : *stored) {
+    auto record = std::make_shared<JobRecord>();
+    record->job = std::move(s.job);
+    record->sequence = s.sequence;
+    record->events = std::move(s.events);
+    record->persisted_events = record->events.size();
+    record->dirty = false;
+    next_sequence_ = std::max(next_sequence_, s.sequence + 1);
+    const std::string id = record->job.id();
+    jobs_[id] = record;
+    if (!record->job.request_id().empty()) request_ids_[record->job.request_id()] = id;
+    const v1::JobState state = record->job.state();
+    if (IsTerminal(state)) continue;
+    absl::StatusOr<engine::ResolvedJob> resolved =
+        engine::ResolveJobSpec(record->job.spec(), context);
+    if (!resolved.ok()) {
+      Transition(*record, v1::FAILED,
+                 absl::StrCat("cannot resume after restart: ", resolved.status().message()));
+      *record->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+      continue;
+    }
+    record->resolved = *std::move(resolved);
+    if (state == v1::CANCELLING) {
+      Transition(*record, v1::CANCELLED, "cancelled by request (completed after a restart)");
+      *record->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+      continue;
+    }
+    // A job that had started re-runs from its start: its recorded steps are
+    // dropped so a stream from step 0 sees every step exactly once (CPU
+    // training is deterministic, so the re-run reproduces them).
+    size_t keep = 0;
+    while (keep < record->events.size() && record->events[keep].step() == 0) ++keep;
+    if (keep < record->events.size() || state == v1::RUNNING) {
+      record->events.resize(keep);
+      record->persisted_events = std::min(record->persisted_events, keep);
+      options_.store->TruncateEvents(id, keep).IgnoreError();
+      record->job.mutable_progress()->set_step(0);
+      record->job.clear_latest_step();
+      record->job.clear_latest_eval();
+      ++requeued;
+    }
+    if (state == v1::RUNNING) {
+      Transition(*record, v1::QUEUED, "ampd stopped while the job was running; re-queued");
+    }
+    queue_[{-static_cast<int64_t>(record->job.spec().priority()), record->sequence}] = id;
+  }
+  LogInfo("recovered jobs from the store",
+          {{"jobs", std::to_string(jobs_.size())}, {"requeued", std::to_string(requeued)},
+           {"queued", std::to_string(queue_.size())}});
+}
+
+void JobManager::PersisterLoop() {
+  std::unique_lock<std::mutex> stop_lock(persist_mu_);
+  while (!persister_stop_) {
+    persist_cv_.wait_for(stop_lock, std::chrono::milliseconds(options_.persist_interval_ms));
+    FlushLocked();
+  }
+}
+
+void JobManager::FlushLocked() {
+  struct Pending {
+    std::string id;
+    v1::Job job;
+    int64_t sequence;
+    size_t first_index;
+    std::vector<v1::MetricsEvent> events;
+  };
+  std::vector<Pending> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, job] : jobs_) {
+      if (!job->dirty) continue;
+      Pending p{id, job->job, job->sequence, job->persisted_events, {}};
+      p.events.assign(job->events.begin() + job->persisted_events, job->events.end());
+      pending.push_back(std::move(p));
+      job->dirty = false;
+      job->persisted_events = job->events.size();
+    }
+  }
+  for (Pending& p : pending) {
+    absl::Status s = options_.store->AppendEvents(p.id, p.first_index, p.events);
+    if (s.ok()) s = options_.store->PutJob(p.job, p.sequence);
+    if (!s.ok()) {
+      LogError("cannot save job to the store; will retry",
+               {{"job", p.id}, {"error", std::string(s.message())}});
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(p.id);
+      if (it != jobs_.end()) {
+        it->second->dirty = true;
+        it->second->persisted_events = std::min(it->second->persisted_events, p.first_index);
+      }
+    }
   }
 }
 
@@ -139,7 +264,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
                        " parameters; this server allows ", options_.max_model_parameters));
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) return absl::UnavailableError("ampd is shutting down; not accepting jobs");
   if (!request_id.empty()) {
     auto it = request_ids_.find(request_id);
@@ -168,13 +293,21 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   *job.mutable_spec() = spec;
   job.set_request_id(request_id);
   job.set_precision(record->resolved.config.precision.name);
-  *job.mutable_create_time() = TimeUtil::GetCurrentTime();
+  *job.mutable_create_time() = Now();
   jobs_[id] = record;
   if (!request_id.empty()) request_ids_[request_id] = id;
   queue_[{-static_cast<int64_t>(spec.priority()), record->sequence}] = id;
   Transition(*record, v1::QUEUED, "");
+  v1::Job created = job;
+  lock.unlock();
+  if (options_.store != nullptr) {
+    // An acknowledged job is durable: it is in the store before the client
+    // hears about it.
+    std::lock_guard<std::mutex> persist(persist_mu_);
+    FlushLocked();
+  }
   work_cv_.notify_one();
-  return job;
+  return created;
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
@@ -247,7 +380,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
         }
       }
       Transition(*job, v1::CANCELLED, "cancelled by request");
-      *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+      *job->job.mutable_end_time() = Now();
     } else if (state == v1::RUNNING) {
       job->cancel.Cancel();
       Transition(*job, v1::CANCELLING, "cancelled by request");
@@ -272,6 +405,11 @@ absl::Status JobManager::Delete(const std::string& id) {
     listeners = job->listeners;
     if (!job->job.request_id().empty()) request_ids_.erase(job->job.request_id());
     jobs_.erase(job->job.id());
+  }
+  if (options_.store != nullptr) {
+    std::lock_guard<std::mutex> persist(persist_mu_);
+    absl::Status s = options_.store->DeleteJob(JobManager::IdFromName(id));
+    if (!s.ok()) LogError("cannot delete job from the store", {{"error", std::string(s.message())}});
   }
   for (auto& w : listeners) {
     if (auto l = w.lock()) l->OnJobEvents();
@@ -343,7 +481,7 @@ void JobManager::Transition(JobRecord& job, v1::JobState state, const std::strin
   job.job.set_state(state);
   v1::StateChange* change = job.job.add_transitions();
   change->set_state(state);
-  *change->mutable_time() = TimeUtil::GetCurrentTime();
+  *change->mutable_time() = Now();
   change->set_step(job.job.progress().step());
   change->set_reason(reason);
   if (!reason.empty() && (state == v1::FAILED || state == v1::CANCELLED)) {
@@ -357,6 +495,7 @@ void JobManager::Transition(JobRecord& job, v1::JobState state, const std::strin
 
 void JobManager::Append(JobRecord& job, v1::MetricsEvent event) {
   job.events.push_back(std::move(event));
+  job.dirty = true;
 }
 
 void JobManager::Notify(JobRecord& job) {
@@ -393,7 +532,7 @@ void JobManager::WorkerLoop() {
       queue_.erase(queue_.begin());
       job = jobs_.at(id);
       Transition(*job, v1::RUNNING, "");
-      *job->job.mutable_start_time() = TimeUtil::GetCurrentTime();
+      *job->job.mutable_start_time() = Now();
       job->started = std::chrono::steady_clock::now();
     }
     Notify(*job);
@@ -411,7 +550,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
   auto fail = [&](const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     Transition(*job, v1::FAILED, reason);
-    *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+    *job->job.mutable_end_time() = Now();
   };
   try {
     // Data: built-in and synthetic sets are cached across jobs (they cannot
@@ -483,13 +622,19 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     auto result = (*trainer)->Run(&events, &job->cancel);
     if (!result.ok()) return fail(std::string(result.status().message()));
     std::lock_guard<std::mutex> lock(mu_);
-    if (result->cancelled) {
+    if (result->cancelled && shutting_down_ && options_.store != nullptr &&
+        job->job.state() == v1::RUNNING) {
+      // Not the user's cancel: the job stays in the store and resumes when
+      // ampd starts again.
+      Transition(*job, v1::QUEUED, "ampd shut down while the job was running; it resumes on restart");
+      return;
+    } else if (result->cancelled) {
       Transition(*job, v1::CANCELLED,
                  shutting_down_ ? "ampd shut down while the job was running" : "cancelled by request");
     } else {
       Transition(*job, v1::SUCCEEDED, "");
     }
-    *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+    *job->job.mutable_end_time() = Now();
   } catch (const std::exception& e) {
     // oneDNN reports unsupported configurations by throwing; a job failing
     // must never take the server down.
@@ -503,11 +648,13 @@ void JobManager::Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_) return;
     shutting_down_ = true;
-    for (const auto& [key, id] : queue_) {
-      auto job = jobs_.at(id);
-      Transition(*job, v1::CANCELLED, "ampd shut down before the job started");
-      *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
-      touched.push_back(job);
+    if (options_.store == nullptr) {
+      // Nothing would survive the process: queued jobs end here.
+      for (const auto& [key, id] : queue_) {
+        auto job = jobs_.at(id);
+        Transition(*job, v1::CANCELLED, "ampd shut down before the job started");
+        *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+      }
     }
     queue_.clear();
     for (auto& [id, job] : jobs_) {
@@ -517,9 +664,25 @@ void JobManager::Shutdown() {
     }
   }
   work_cv_.notify_all();
-  for (auto& job : touched) Notify(*job);
   for (std::thread& t : workers_) {
     if (t.joinable()) t.join();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, job] : jobs_) touched.push_back(job);
+  }
+  // Every stream re-checks its job: ended ones finish, the rest are told the
+  // server is going away.
+  for (auto& job : touched) Notify(*job);
+  if (persister_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(persist_mu_);
+      persister_stop_ = true;
+    }
+    persist_cv_.notify_all();
+    persister_.join();
+    std::lock_guard<std::mutex> lock(persist_mu_);
+    FlushLocked();
   }
 }
 

@@ -21,6 +21,7 @@
 #include "engine/data/dataset.h"
 #include "engine/runner/job_spec.h"
 #include "engine/trainer.h"
+#include "server/job_store.h"
 
 namespace ampd::server {
 
@@ -30,6 +31,9 @@ struct JobManagerOptions {
   int max_queued_jobs = 1000;
   int64_t max_model_parameters = 500'000'000;
   int cpu_workers = 1;
+  // Persistent store (not owned); null keeps everything in memory only.
+  JobStore* store = nullptr;
+  int persist_interval_ms = 50;
   // User precision profiles (the PrecisionService's store).
   std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string&)> profiles;
 };
@@ -78,7 +82,7 @@ class JobManager {
   void SendHeartbeats();
 
   // Stops taking jobs, cancels queued and running ones (reason: shutdown),
-  // and joins the workers. Idempotent.
+  // joins the workers and writes everything to the store. Idempotent.
   void Shutdown();
   bool shutting_down() const;
 
@@ -92,6 +96,11 @@ class JobManager {
   void Transition(JobRecord& job, ampd::v1::JobState state, const std::string& reason);
   void Append(JobRecord& job, ampd::v1::MetricsEvent event);
   void Notify(JobRecord& job);
+  // Loads jobs from the store; jobs that were running are re-queued.
+  void Recover();
+  void PersisterLoop();
+  // Writes every job changed since the last flush. Caller holds persist_mu_.
+  void FlushLocked();
   absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(const std::string& key,
                                                                         std::function<absl::StatusOr<engine::Dataset>()> load);
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
@@ -106,6 +115,10 @@ class JobManager {
   int64_t next_sequence_ = 1;
   bool shutting_down_ = false;
   std::vector<std::thread> workers_;
+  std::mutex persist_mu_;  // serialises store writes (flush vs delete)
+  std::condition_variable persist_cv_;
+  bool persister_stop_ = false;
+  std::thread persister_;
   std::mutex data_mu_;
   std::map<std::string, std::shared_ptr<const engine::Dataset>> data_cache_;
 };

@@ -4,10 +4,20 @@
 
 namespace ampd::server {
 
+ProfileStore::ProfileStore(JobStore* store) : store_(store) {
+  if (store_ == nullptr) return;
+  auto loaded = store_->LoadProfiles();
+  if (!loaded.ok()) return;
+  for (auto& [id, p] : *loaded) profiles_[id] = std::move(p);
+}
+
 absl::Status ProfileStore::Create(const std::string& id, const ampd::v1::PrecisionProfile& profile) {
   std::lock_guard<std::mutex> lock(mu_);
   if (profiles_.count(id)) {
     return absl::AlreadyExistsError(absl::StrCat("profile \"", id, "\" already exists"));
+  }
+  if (store_ != nullptr) {
+    if (absl::Status s = store_->PutProfile(id, profile); !s.ok()) return s;
   }
   profiles_[id] = profile;
   return absl::OkStatus();
@@ -29,7 +39,9 @@ std::vector<ampd::v1::PrecisionProfile> ProfileStore::List() const {
 
 bool ProfileStore::Delete(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  return profiles_.erase(id) > 0;
+  if (profiles_.erase(id) == 0) return false;
+  if (store_ != nullptr) store_->DeleteProfile(id).IgnoreError();
+  return true;
 }
 
 }  // namespace ampd::server

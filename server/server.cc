@@ -11,8 +11,14 @@ AmpdServer::AmpdServer(ServerOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions options) {
   std::unique_ptr<AmpdServer> s(new AmpdServer(std::move(options)));
+  const std::string db_path = s->options_.jobs.data_root + "/ampd.db";
+  absl::StatusOr<std::unique_ptr<JobStore>> store = OpenSqliteJobStore(db_path);
+  if (!store.ok()) return store.status();
+  s->store_ = *std::move(store);
+  s->profiles_ = std::make_unique<ProfileStore>(s->store_.get());
   JobManagerOptions jobs = s->options_.jobs;
-  ProfileStore* profiles = &s->profiles_;
+  jobs.store = s->store_.get();
+  ProfileStore* profiles = s->profiles_.get();
   jobs.profiles = [profiles](const std::string& name) -> std::optional<ampd::v1::PrecisionConfig> {
     auto p = profiles->Get(name);
     if (!p) return std::nullopt;
@@ -20,7 +26,7 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   };
   s->jobs_ = std::make_unique<JobManager>(jobs);
   s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get());
-  s->precision_ = std::make_unique<PrecisionServiceImpl>(&s->profiles_);
+  s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -39,7 +39,8 @@ class AmpdServer {
   explicit AmpdServer(ServerOptions options);
 
   ServerOptions options_;
-  ProfileStore profiles_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TrainingServiceImpl> training_;
   std::unique_ptr<PrecisionServiceImpl> precision_;

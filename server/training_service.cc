@@ -1,6 +1,7 @@
 #include "server/training_service.h"
 
 #include <atomic>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
@@ -218,11 +219,20 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
       FinishLocked(grpc::Status::OK);
       return;
     }
+    if (jobs_->shutting_down()) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "ampd is shutting down; the job resumes when ampd restarts "
+                                "(reconnect with since_step to continue)"));
+      return;
+    }
     if (heartbeat_due_) {
       heartbeat_due_ = false;
       current_.Clear();
+      // Not TimeUtil::GetCurrentTime(): protobuf 3.21's has whole seconds.
+      const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
       *current_.mutable_heartbeat()->mutable_time() =
-          google::protobuf::util::TimeUtil::GetCurrentTime();
+          google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count());
       current_.mutable_heartbeat()->set_queue_position(jobs_->QueuePosition(id_));
       writing_ = true;
       StartWrite(&current_);

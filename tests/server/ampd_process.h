@@ -18,6 +18,8 @@ class AmpdProcess {
   // Starts ampd with a fresh data dir under TEST_TMPDIR and `extra_flags`.
   // The binary is found in the test's runfiles (server/ampd).
   explicit AmpdProcess(std::vector<std::string> extra_flags = {});
+  // Uses `data_dir` (e.g. a previous process's) instead of a fresh one.
+  AmpdProcess(std::vector<std::string> extra_flags, const std::string& data_dir);
   ~AmpdProcess();
 
   bool ok() const { return port_ > 0; }
