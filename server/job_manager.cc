@@ -155,13 +155,13 @@ void JobManager::Recover() {
     if (!resolved.ok()) {
       Transition(*record, v1::FAILED,
                  absl::StrCat("cannot resume after restart: ", resolved.status().message()));
-      *record->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+      *record->job.mutable_end_time() = Now();
       continue;
     }
     record->resolved = *std::move(resolved);
     if (state == v1::CANCELLING) {
       Transition(*record, v1::CANCELLED, "cancelled by request (completed after a restart)");
-      *record->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+      *record->job.mutable_end_time() = Now();
       continue;
     }
     // A job that had started re-runs from its start: its recorded steps are
@@ -653,7 +653,7 @@ void JobManager::Shutdown() {
       for (const auto& [key, id] : queue_) {
         auto job = jobs_.at(id);
         Transition(*job, v1::CANCELLED, "ampd shut down before the job started");
-        *job->job.mutable_end_time() = TimeUtil::GetCurrentTime();
+        *job->job.mutable_end_time() = Now();
       }
     }
     queue_.clear();

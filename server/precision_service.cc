@@ -17,9 +17,7 @@ namespace v1 = ::ampd::v1;
 namespace {
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+  return FinishUnary(ctx, status);
 }
 
 v1::DType ToProto(engine::DType d) {

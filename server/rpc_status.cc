@@ -63,6 +63,12 @@ grpc::Status FailedPrecondition(const std::string& subject, const std::string& d
                     absl::StrCat(subject, ": ", description), failure);
 }
 
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));

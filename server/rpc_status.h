@@ -24,6 +24,9 @@ grpc::Status FailedPrecondition(const std::string& subject, const std::string& d
 // Any other absl::Status, code preserved.
 grpc::Status ToGrpc(const absl::Status& status);
 
+// Finishes a callback-API unary call with `status`.
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, const grpc::Status& status);
+
 }  // namespace ampd::server
 
 #endif  // AMPD_SERVER_RPC_STATUS_H_

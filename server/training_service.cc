@@ -17,9 +17,7 @@ namespace {
 std::atomic<int> g_open_streams{0};
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+  return FinishUnary(ctx, status);
 }
 
 // Maps the manager's errors to statuses with details.
