@@ -72,9 +72,11 @@ class JobManager {
   // Streams. The cursor is an index into the job's event history.
   absl::StatusOr<size_t> StartCursor(const std::string& id, int64_t since_step) const;
   // Events from `cursor` (at most `max`); `terminal` when the job has ended
-  // and every event has been read. NOT_FOUND if the job was deleted.
+  // and every event has been read; `training` while a worker runs it.
+  // NOT_FOUND if the job was deleted.
   absl::Status Read(const std::string& id, size_t cursor, size_t max,
-                    std::vector<ampd::v1::MetricsEvent>* events, bool* terminal) const;
+                    std::vector<ampd::v1::MetricsEvent>* events, bool* terminal,
+                    bool* training = nullptr) const;
   // Position in the queue (0 = next), or -1 when not queued.
   int QueuePosition(const std::string& id) const;
   void Listen(const std::string& id, std::weak_ptr<EventListener> listener);

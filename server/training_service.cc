@@ -200,8 +200,8 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
     if (heartbeat) heartbeat_due_ = true;
     if (writing_ || finished_) return;
     std::vector<v1::MetricsEvent> events;
-    bool terminal = false;
-    absl::Status s = jobs_->Read(id_, cursor_, 1, &events, &terminal);
+    bool terminal = false, training = false;
+    absl::Status s = jobs_->Read(id_, cursor_, 1, &events, &terminal, &training);
     if (!s.ok()) {
       FinishLocked(NotFound("job", id_));
       return;
@@ -217,7 +217,9 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
       FinishLocked(grpc::Status::OK);
       return;
     }
-    if (jobs_->shutting_down()) {
+    // A job still being stopped has its last events to come (it is re-queued
+    // with a state change); the stream ends after those.
+    if (jobs_->shutting_down() && !training) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "ampd is shutting down; the job resumes when ampd restarts "
                                 "(reconnect with since_step to continue)"));
