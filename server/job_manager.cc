@@ -422,6 +422,16 @@ absl::StatusOr<size_t> JobManager::StartCursor(const std::string& id, int64_t si
   auto job = Find(id);
   if (!job) return absl::NotFoundError("job");
   if (since_step <= 0) return 0;
+  // Everything after the step record of `since_step`: a client that saw that
+  // record has seen every event before it (the record is the last event of
+  // its step), so it resumes with no gap and no repeat, whatever came next.
+  for (size_t i = job->events.size(); i-- > 0;) {
+    const v1::MetricsEvent& e = job->events[i];
+    if (e.has_step_record() && e.step_record().step() == since_step) return i + 1;
+    if (e.step() < since_step) break;
+  }
+  // No such record (not reached yet, or re-run after a restart): from the
+  // first event beyond that step.
   size_t cursor = 0;
   while (cursor < job->events.size() && job->events[cursor].step() <= since_step) ++cursor;
   // The stream always ends with the terminal state, even for a client that
