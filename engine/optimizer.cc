@@ -1,6 +1,7 @@
 #include "engine/optimizer.h"
 
 #include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
@@ -94,6 +95,46 @@ void Optimizer::Step(double lr) {
     const Tensor& model_copy = (*params_)[i].value;
     if (model_copy.impl() != weights_[i].impl()) model_copy.CopyFrom(weights_[i]);
   }
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::StateTensors() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  const bool adamw = spec_.kind == OptimizerSpec::Kind::kAdamW;
+  for (size_t i = 0; i < params_->size(); ++i) {
+    const std::string& name = (*params_)[i].name;
+    if (weights_[i].impl() != (*params_)[i].value.impl()) out.emplace_back("master/" + name, weights_[i]);
+    if (adamw) {
+      out.emplace_back("exp_avg/" + name, buf1_[i]);
+      out.emplace_back("exp_avg_sq/" + name, buf2_[i]);
+    } else if (spec_.momentum != 0) {
+      out.emplace_back("momentum/" + name, buf1_[i]);
+    }
+  }
+  return out;
+}
+
+absl::Status Optimizer::LoadState(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  int64_t steps_taken) {
+  std::map<std::string, Tensor> by_name(tensors.begin(), tensors.end());
+  for (const auto& [name, target] : StateTensors()) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("optimizer state: missing tensor ", name));
+    }
+    if (it->second.shape() != target.shape() || it->second.dtype() != target.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state: tensor ", name, " is ", std::string(DTypeName(it->second.dtype())),
+          ShapeString(it->second.shape()), ", expected ", std::string(DTypeName(target.dtype())),
+          ShapeString(target.shape())));
+    }
+  }
+  for (const auto& [name, target] : StateTensors()) target.CopyFrom(by_name.at(name));
+  // Low-precision model copies follow their (restored) masters.
+  for (size_t i = 0; i < params_->size(); ++i) {
+    if (weights_[i].impl() != (*params_)[i].value.impl()) (*params_)[i].value.CopyFrom(weights_[i]);
+  }
+  steps_ = steps_taken;
+  return absl::OkStatus();
 }
 
 void Optimizer::ZeroGrad() {

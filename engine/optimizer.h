@@ -57,6 +57,13 @@ class Optimizer {
   // The weights the optimizer updates (master copies, or the parameters).
   const std::vector<Tensor>& updated_weights() const { return weights_; }
 
+  // Checkpointing: every tensor of optimizer state by name ("master/NAME",
+  // "exp_avg/NAME", "exp_avg_sq/NAME", "momentum/NAME"), and the step count.
+  // Load copies values in; names, shapes and dtypes must match.
+  std::vector<std::pair<std::string, Tensor>> StateTensors() const;
+  absl::Status LoadState(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                         int64_t steps_taken);
+
  private:
   OptimizerSpec spec_;
   std::vector<Parameter>* params_;

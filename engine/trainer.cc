@@ -1,6 +1,7 @@
 #include "engine/trainer.h"
 
 #include <chrono>
+#include <map>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -209,6 +210,55 @@ EvalMetrics Trainer::Evaluate(const Dataset& data) {
   m.loss = data.num_examples ? loss_sum / data.num_examples : 0;
   m.accuracy = data.num_examples ? static_cast<double>(correct) / data.num_examples : 0;
   return m;
+}
+
+TrainerState Trainer::SaveState() const {
+  TrainerState state;
+  state.step = step_;
+  state.skipped_total = skipped_total_;
+  state.data_position = batcher_.position();
+  state.scaler = scaler_.state();
+  state.optimizer_steps = optimizer_->steps_taken();
+  for (const Parameter& p : model_->parameters()) {
+    state.tensors.emplace_back("param/" + p.name, p.value.Clone());
+  }
+  for (auto& [name, t] : optimizer_->StateTensors()) state.tensors.emplace_back(name, t.Clone());
+  return state;
+}
+
+absl::Status Trainer::LoadState(const TrainerState& state) {
+  if (state.step < 0 || state.step > total_steps_) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer state: step ", state.step,
+                                                   " is outside this run (0..", total_steps_, ")"));
+  }
+  std::vector<std::pair<std::string, Tensor>> optimizer_tensors;
+  std::map<std::string, Tensor> params;
+  for (const auto& [name, t] : state.tensors) {
+    if (name.rfind("param/", 0) == 0) {
+      params[name.substr(6)] = t;
+    } else {
+      optimizer_tensors.emplace_back(name, t);
+    }
+  }
+  for (const Parameter& p : model_->parameters()) {
+    auto it = params.find(p.name);
+    if (it == params.end()) {
+      return absl::InvalidArgumentError("trainer state: missing parameter " + p.name);
+    }
+    if (it->second.shape() != p.value.shape() || it->second.dtype() != p.value.dtype()) {
+      return absl::InvalidArgumentError("trainer state: parameter " + p.name +
+                                        " has the wrong shape or dtype");
+    }
+  }
+  for (Parameter& p : model_->parameters()) p.value.CopyFrom(params.at(p.name));
+  if (absl::Status s = optimizer_->LoadState(optimizer_tensors, state.optimizer_steps); !s.ok()) {
+    return s;
+  }
+  scaler_.LoadState(state.scaler);
+  batcher_.Seek(state.data_position);
+  step_ = state.step;
+  skipped_total_ = state.skipped_total;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,

@@ -87,6 +87,19 @@ struct TrainResult {
   std::optional<EvalMetrics> final_eval;
 };
 
+// Everything needed to continue a run exactly where it stopped: with it, a
+// resumed CPU run is bitwise identical to an uninterrupted one (dropout masks
+// and batch order are functions of seed, step and epoch).
+struct TrainerState {
+  int64_t step = 0;
+  int64_t skipped_total = 0;
+  Batcher::Position data_position;
+  GradScalerState scaler;
+  int64_t optimizer_steps = 0;
+  // "param/NAME" for the model, plus the optimizer's state tensors.
+  std::vector<std::pair<std::string, Tensor>> tensors;
+};
+
 class Trainer {
  public:
   // `train` and `test` (may be null) must outlive the trainer.
@@ -103,6 +116,11 @@ class Trainer {
   // last event of its step (metric streams resume after it without gaps).
   StepMetrics RunStep(TrainerCallbacks* callbacks = nullptr);
   EvalMetrics Evaluate(const Dataset& data);
+
+  // A snapshot (copies) of the run's state, and its restoration into a
+  // trainer built from the same config. Load checks every name and shape.
+  TrainerState SaveState() const;
+  absl::Status LoadState(const TrainerState& state);
 
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_done() const { return step_; }
