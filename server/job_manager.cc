@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <random>
 
 #include "absl/strings/escaping.h"
@@ -11,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend.h"
+#include "engine/io/checkpoint.h"
+#include "engine/io/tensorboard.h"
 #include "engine/model.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/log.h"
@@ -32,6 +35,8 @@ struct JobManager::JobRecord {
   // the job record or its events changed since the last flush.
   size_t persisted_events = 0;
   bool dirty = true;
+  // Set at recovery: the checkpoint the next run continues from.
+  std::optional<engine::TrainerState> resume;
 };
 
 namespace {
@@ -66,7 +71,20 @@ class TrainerEvents : public engine::TrainerCallbacks {
  public:
   explicit TrainerEvents(std::function<void(v1::MetricsEvent)> append)
       : append_(std::move(append)) {}
+  // Called after each step's and eval's event is recorded.
+  std::function<void(const engine::StepMetrics&)> after_step;
+  std::function<void(const engine::EvalMetrics&)> after_eval;
   void OnStep(const engine::StepMetrics& m) override {
+    Record(m);
+    if (after_step) after_step(m);
+  }
+  void OnEval(const engine::EvalMetrics& m) override {
+    RecordEval(m);
+    if (after_eval) after_eval(m);
+  }
+
+ private:
+  void Record(const engine::StepMetrics& m) {
     v1::MetricsEvent e;
     e.set_step(m.step);
     auto* r = e.mutable_step_record();
@@ -82,7 +100,7 @@ class TrainerEvents : public engine::TrainerCallbacks {
     r->set_skipped_total(m.skipped_total);
     append_(std::move(e));
   }
-  void OnEval(const engine::EvalMetrics& m) override {
+  void RecordEval(const engine::EvalMetrics& m) {
     v1::MetricsEvent e;
     e.set_step(m.step);
     auto* r = e.mutable_eval();
@@ -92,6 +110,9 @@ class TrainerEvents : public engine::TrainerCallbacks {
     r->set_examples(m.examples);
     append_(std::move(e));
   }
+
+
+ public:
   void OnSkip(const engine::SkipEvent& s) override {
     v1::MetricsEvent e;
     e.set_step(s.step);
@@ -109,6 +130,10 @@ class TrainerEvents : public engine::TrainerCallbacks {
 };
 
 }  // namespace
+
+std::string JobManager::CheckpointDir(const std::string& id) const {
+  return options_.data_root + "/checkpoints/" + id;
+}
 
 std::string JobManager::IdFromName(const std::string& name) {
   const std::string prefix = "jobs/";
@@ -164,19 +189,41 @@ void JobManager::Recover() {
       *record->job.mutable_end_time() = Now();
       continue;
     }
-    // A job that had started re-runs from its start: its recorded steps are
-    // dropped so a stream from step 0 sees every step exactly once (CPU
-    // training is deterministic, so the re-run reproduces them).
+    // A job that had started continues from its newest valid checkpoint (or
+    // from its start): events after that step are dropped, so a stream from
+    // step 0 sees every step exactly once (the re-run reproduces them: CPU
+    // training is deterministic).
+    std::vector<std::string> warnings;
+    std::optional<engine::io::LoadedCheckpoint> checkpoint =
+        engine::io::LoadLatestCheckpoint(CheckpointDir(id), &warnings);
+    for (const std::string& w : warnings) LogWarning("unusable checkpoint", {{"job", id}, {"detail", w}});
+    const int64_t resume_step = checkpoint ? checkpoint->state.step : 0;
     size_t keep = 0;
-    while (keep < record->events.size() && record->events[keep].step() == 0) ++keep;
+    if (resume_step > 0) {
+      for (size_t i = 0; i < record->events.size(); ++i) {
+        const v1::MetricsEvent& e = record->events[i];
+        if (e.has_step_record() && e.step_record().step() == resume_step) keep = i + 1;
+      }
+      if (keep == 0) checkpoint.reset();  // history lost track of it: start over
+    }
+    if (keep == 0) {
+      while (keep < record->events.size() && record->events[keep].step() == 0) ++keep;
+    }
     if (keep < record->events.size() || state == v1::RUNNING) {
       record->events.resize(keep);
       record->persisted_events = std::min(record->persisted_events, keep);
       options_.store->TruncateEvents(id, keep).IgnoreError();
-      record->job.mutable_progress()->set_step(0);
-      record->job.clear_latest_step();
-      record->job.clear_latest_eval();
+      record->job.mutable_progress()->set_step(checkpoint ? resume_step : 0);
+      if (!checkpoint) {
+        record->job.clear_latest_step();
+        record->job.clear_latest_eval();
+      }
       ++requeued;
+    }
+    if (checkpoint) {
+      LogInfo("resuming from checkpoint", {{"job", id}, {"checkpoint", checkpoint->path},
+                                           {"step", std::to_string(resume_step)}});
+      record->resume = std::move(checkpoint->state);
     }
     if (state == v1::RUNNING) {
       Transition(*record, v1::QUEUED, "ampd stopped while the job was running; re-queued");
@@ -406,6 +453,15 @@ absl::Status JobManager::Delete(const std::string& id) {
     if (!job->job.request_id().empty()) request_ids_.erase(job->job.request_id());
     jobs_.erase(job->job.id());
   }
+  {
+    // The job's files go with it.
+    const std::string job_id = JobManager::IdFromName(id);
+    std::error_code ec;
+    for (const std::string& dir : {CheckpointDir(job_id), options_.data_root + "/tensorboard/" + job_id,
+                                   options_.data_root + "/jobs/" + job_id}) {
+      std::filesystem::remove_all(dir, ec);
+    }
+  }
   if (options_.store != nullptr) {
     std::lock_guard<std::mutex> persist(persist_mu_);
     absl::Status s = options_.store->DeleteJob(JobManager::IdFromName(id));
@@ -605,12 +661,52 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     if (mlp.input_dim == 0) mlp.input_dim = train->feature_dim;
     if (mlp.num_classes == 0) mlp.num_classes = std::max(2, train->num_classes);
 
-    auto trainer = engine::Trainer::Create(config, train.get(), test.get());
-    if (!trainer.ok()) return fail(std::string(trainer.status().message()));
+    auto created = engine::Trainer::Create(config, train.get(), test.get());
+    if (!created.ok()) return fail(std::string(created.status().message()));
     {
       std::lock_guard<std::mutex> lock(mu_);
-      job->job.mutable_progress()->set_total_steps((*trainer)->total_steps());
+      job->job.mutable_progress()->set_total_steps((*created)->total_steps());
     }
+    engine::Trainer& trainer = **created;
+    std::optional<engine::TrainerState> resume;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      resume = std::move(job->resume);
+      job->resume.reset();
+    }
+    if (resume) {
+      if (absl::Status s = trainer.LoadState(*resume); !s.ok()) {
+        return fail(absl::StrCat("cannot resume from checkpoint: ", s.message()));
+      }
+      resume.reset();
+    }
+    const std::string id = job->job.id();
+    absl::StatusOr<std::unique_ptr<engine::io::EventFileWriter>> tensorboard =
+        engine::io::EventFileWriter::Open(options_.data_root + "/tensorboard/" + id);
+    if (!tensorboard.ok()) {
+      return fail(absl::StrCat("cannot write TensorBoard logs: ", tensorboard.status().message()));
+    }
+    absl::Status io_error;  // the first checkpoint/log write failure fails the job
+    auto last_checkpoint = std::chrono::steady_clock::now();
+    int64_t last_checkpoint_step = trainer.steps_done();
+    auto checkpoint = [&]() {
+      if (!io_error.ok() || trainer.steps_done() == last_checkpoint_step) return;
+      absl::Status s = engine::io::WriteCheckpoint(CheckpointDir(id), trainer.SaveState(),
+                                                   options_.keep_checkpoints);
+      if (!s.ok()) {
+        io_error = s;
+        job->cancel.Cancel();
+        return;
+      }
+      last_checkpoint = std::chrono::steady_clock::now();
+      last_checkpoint_step = trainer.steps_done();
+      if (options_.store != nullptr) {
+        // The history must reach the checkpoint's step, or a restart could
+        // not line the two up (and would start over).
+        std::lock_guard<std::mutex> persist(persist_mu_);
+        FlushLocked();
+      }
+    };
     TrainerEvents events([&](v1::MetricsEvent e) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -633,8 +729,52 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       }
       Notify(*job);
     });
-    auto result = (*trainer)->Run(&events, &job->cancel);
+    events.after_step = [&](const engine::StepMetrics& m) {
+      engine::io::EventFileWriter& tb = **tensorboard;
+      const double now = engine::io::WallTimeSeconds();
+      absl::Status s = tb.AddScalar("train/loss", m.step, m.loss, now);
+      if (s.ok()) s = tb.AddScalar("train/lr", m.step, m.lr, now);
+      if (s.ok()) s = tb.AddScalar("train/loss_scale", m.step, m.loss_scale, now);
+      if (s.ok()) s = tb.AddScalar("train/grad_norm", m.step, m.grad_norm, now);
+      if (s.ok()) s = tb.AddScalar("train/skipped_steps", m.step, m.skipped_total, now);
+      if (s.ok()) s = tb.AddScalar("train/samples_per_s", m.step, m.samples_per_s, now);
+      if (!s.ok() && io_error.ok()) {
+        io_error = s;
+        job->cancel.Cancel();
+      }
+      const bool by_steps = options_.checkpoint_every_steps > 0 &&
+                            m.step % options_.checkpoint_every_steps == 0;
+      const bool by_time = options_.checkpoint_every_seconds > 0 &&
+                           std::chrono::steady_clock::now() - last_checkpoint >
+                               std::chrono::seconds(options_.checkpoint_every_seconds);
+      if ((by_steps || by_time) && m.step < m.total_steps) checkpoint();
+    };
+    events.after_eval = [&](const engine::EvalMetrics& e) {
+      engine::io::EventFileWriter& tb = **tensorboard;
+      const double now = engine::io::WallTimeSeconds();
+      absl::Status s = tb.AddScalar("eval/accuracy", e.step, e.accuracy, now);
+      if (s.ok()) s = tb.AddScalar("eval/loss", e.step, e.loss, now);
+      if (!s.ok() && io_error.ok()) {
+        io_error = s;
+        job->cancel.Cancel();
+      }
+    };
+    auto result = trainer.Run(&events, &job->cancel);
     if (!result.ok()) return fail(std::string(result.status().message()));
+    if (io_error.ok() && result->cancelled) checkpoint();  // on cancel and on shutdown
+    if (io_error.ok()) {
+      absl::Status s = (*tensorboard)->Close();
+      if (s.ok() && !result->cancelled) {
+        s = engine::io::WriteModelWeights(options_.data_root + "/jobs/" + id + "/model.safetensors",
+                                          trainer.SaveState());
+      }
+      if (!s.ok()) io_error = s;
+    }
+    if (!io_error.ok()) {
+      LogError("job storage failed", {{"job", id}, {"error", std::string(io_error.message())}});
+      return fail(absl::StrCat("storage error (is the data dir full or unwritable?): ",
+                               io_error.message()));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (result->cancelled && shutting_down_ && options_.store != nullptr &&
         job->job.state() == v1::RUNNING) {

@@ -34,6 +34,11 @@ struct JobManagerOptions {
   // Persistent store (not owned); null keeps everything in memory only.
   JobStore* store = nullptr;
   int persist_interval_ms = 50;
+  // Checkpoints under data_root/checkpoints/JOB, whichever comes first; also
+  // on cancel and on shutdown. 0 disables that trigger.
+  int64_t checkpoint_every_steps = 500;
+  int checkpoint_every_seconds = 60;
+  int keep_checkpoints = 3;
   // User precision profiles (the PrecisionService's store).
   std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string&)> profiles;
 };
@@ -106,6 +111,7 @@ class JobManager {
   absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(const std::string& key,
                                                                         std::function<absl::StatusOr<engine::Dataset>()> load);
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
+  std::string CheckpointDir(const std::string& id) const;
 
   JobManagerOptions options_;
   mutable std::mutex mu_;

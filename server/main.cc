@@ -22,6 +22,9 @@ ABSL_FLAG(int64_t, max_model_parameters, 500000000, "Largest model a job may tra
 ABSL_FLAG(int, cpu_workers, 1, "Jobs trained at once on the CPU.");
 ABSL_FLAG(int, heartbeat_interval_ms, 2000, "Heartbeats to streams of queued jobs.");
 ABSL_FLAG(int, shutdown_grace_ms, 5000, "How long shutdown waits for clients to finish reading.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 500, "Checkpoint running jobs every N steps (0: off).");
+ABSL_FLAG(int, checkpoint_every_seconds, 60, "Checkpoint running jobs every N seconds (0: off).");
+ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept per job (newest).");
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
 
 int main(int argc, char** argv) {
@@ -45,6 +48,9 @@ int main(int argc, char** argv) {
   options.jobs.max_model_parameters = absl::GetFlag(FLAGS_max_model_parameters);
   options.jobs.cpu_workers = absl::GetFlag(FLAGS_cpu_workers);
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
+  options.jobs.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  options.jobs.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
+  options.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
   std::error_code ec;
   std::filesystem::create_directories(options.jobs.data_root, ec);

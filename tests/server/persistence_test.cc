@@ -2,7 +2,9 @@
 // was running when ampd died finishes after a restart with every step exactly
 // once and the same losses as an uninterrupted run.
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <thread>
 
@@ -17,6 +19,13 @@ namespace {
 
 namespace v1 = ::ampd::v1;
 using std::chrono::milliseconds;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 class Client {
  public:
@@ -125,6 +134,7 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
   const std::string spec = TinyJobJson(1500, "32-true", 3);
   // Reference: the same job, uninterrupted, on its own server.
   std::map<int64_t, double> reference;
+  std::string reference_weights;
   {
     AmpdProcess ref;
     ASSERT_TRUE(ref.ok());
@@ -134,10 +144,12 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
     v1::JobState final;
     reference = c.Losses(job.name(), &duplicates, &final);
     ASSERT_EQ(final, v1::SUCCEEDED);
+    reference_weights = Slurp(ref.data_dir() + "/jobs/" + job.id() + "/model.safetensors");
   }
   ASSERT_EQ(reference.size(), 1500u);
+  ASSERT_GT(reference_weights.size(), 1000u);
 
-  auto first = std::make_unique<AmpdProcess>();
+  auto first = std::make_unique<AmpdProcess>(std::vector<std::string>{"--checkpoint_every_steps=100"});
   ASSERT_TRUE(first->ok());
   const std::string data_dir = first->data_dir();
   std::string name;
@@ -157,9 +169,11 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
     ASSERT_LT(job.progress().step(), 1500) << "the job finished before it could be killed";
     first->Kill();
 
-    AmpdProcess second({}, data_dir);
+    AmpdProcess second({"--checkpoint_every_steps=100"}, data_dir);
     ASSERT_TRUE(second.ok()) << second.log();
     EXPECT_NE(second.log().find("\"requeued\":\"1\""), std::string::npos) << second.log();
+    // It continued from a checkpoint, not from step 0.
+    EXPECT_NE(second.log().find("resuming from checkpoint"), std::string::npos) << second.log();
     Client c2(second);
     v1::Job resumed = c2.WaitFor(name, v1::SUCCEEDED);
     EXPECT_EQ(resumed.progress().step(), 1500);
@@ -173,7 +187,83 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
       ASSERT_EQ(losses[step], loss) << "step " << step;  // bitwise: same deterministic run
     }
     EXPECT_EQ(c2.WaitFor(queued_behind.name(), v1::SUCCEEDED).state(), v1::SUCCEEDED);
+    // The final weights equal the uninterrupted run's, byte for byte.
+    EXPECT_EQ(Slurp(data_dir + "/jobs/" + resumed.id() + "/model.safetensors"), reference_weights);
   }
+}
+
+TEST(PersistenceTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
+  const std::vector<std::string> flags = {"--checkpoint_every_steps=100", "--keep_checkpoints=3"};
+  auto first = std::make_unique<AmpdProcess>(flags);
+  ASSERT_TRUE(first->ok());
+  const std::string data_dir = first->data_dir();
+  Client c(*first);
+  v1::Job job = c.Create(TinyJobJson(3000, "32-true", 5));
+  v1::Job now;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (c.Get(job.name(), &now).ok() && now.progress().step() >= 450) break;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_LT(now.progress().step(), 3000);
+  first->Kill();
+  // Corrupt the newest checkpoint (one flipped byte in its data).
+  const std::string dir = data_dir + "/checkpoints/" + job.id();
+  std::string newest;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string p = e.path().string();
+    if (p.size() > 12 && p.compare(p.size() - 12, 12, ".safetensors") == 0 && p > newest) newest = p;
+  }
+  ASSERT_FALSE(newest.empty());
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-100, std::ios::end);
+    char b;
+    f.read(&b, 1);
+    f.seekp(-100, std::ios::end);
+    b ^= 0x40;
+    f.write(&b, 1);
+  }
+  AmpdProcess second(flags, data_dir);
+  ASSERT_TRUE(second.ok());
+  const std::string log = second.log();
+  EXPECT_NE(log.find("unusable checkpoint"), std::string::npos) << log;
+  EXPECT_NE(log.find("resuming from checkpoint"), std::string::npos) << log;
+  Client c2(second);
+  EXPECT_EQ(c2.WaitFor(job.name(), v1::SUCCEEDED).state(), v1::SUCCEEDED);
+  int duplicates = -1;
+  v1::JobState final;
+  EXPECT_EQ(c2.Losses(job.name(), &duplicates, &final).size(), 3000u);
+  EXPECT_EQ(duplicates, 0);
+}
+
+TEST(PersistenceTest, AStorageFailureFailsOnlyThatJobAndTheServerKeepsServing) {
+  AmpdProcess server({"--checkpoint_every_steps=10"});
+  ASSERT_TRUE(server.ok());
+  Client c(server);
+  v1::Job blocker = c.Create(TinyJobJson(1000000));
+  c.WaitFor(blocker.name(), v1::RUNNING);
+  v1::Job victim = c.Create(TinyJobJson(50));
+  // Its checkpoint directory cannot be created: a file is in the way.
+  std::filesystem::create_directories(server.data_dir() + "/checkpoints");
+  { std::ofstream(server.data_dir() + "/checkpoints/" + victim.id()) << "in the way"; }
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest cancel;
+  cancel.set_name(blocker.name());
+  v1::Job ignored;
+  ASSERT_TRUE(c.training_->CancelJob(&ctx, cancel, &ignored).ok());
+  v1::Job failed = c.WaitFor(victim.name(), v1::FAILED);
+  EXPECT_NE(failed.failure_reason().find("storage error"), std::string::npos) << failed.failure_reason();
+  EXPECT_NE(failed.failure_reason().find(victim.id()), std::string::npos) << failed.failure_reason();
+  v1::Job fine = c.Create(TinyJobJson(20));
+  EXPECT_EQ(c.WaitFor(fine.name(), v1::SUCCEEDED).state(), v1::SUCCEEDED);
+  // Successful jobs leave their weights and TensorBoard logs.
+  EXPECT_TRUE(std::filesystem::exists(server.data_dir() + "/jobs/" + fine.id() + "/model.safetensors"));
+  bool events = false;
+  for (const auto& e : std::filesystem::directory_iterator(server.data_dir() + "/tensorboard/" + fine.id())) {
+    events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(events);
 }
 
 TEST(PersistenceTest, GracefulShutdownRequeuesRunningJobsWhichResumeOnRestart) {

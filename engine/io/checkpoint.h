@@ -1,0 +1,42 @@
+#ifndef AMPD_ENGINE_IO_CHECKPOINT_H_
+#define AMPD_ENGINE_IO_CHECKPOINT_H_
+
+// Training checkpoints: a TrainerState as a safetensors file (model weights,
+// master weights, optimizer moments; step, data position and GradScaler state
+// in the metadata), written atomically with a SHA-256 sidecar, newest K kept.
+//
+//   DIR/step-00000200.safetensors
+//   DIR/step-00000200.safetensors.sha256
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/tensor.h"
+#include "engine/trainer.h"
+
+namespace ampd::engine::io {
+
+// Writes the checkpoint for `state.step` into `dir` (created if missing), then
+// removes all but the newest `keep` checkpoints.
+absl::Status WriteCheckpoint(const std::string& dir, const TrainerState& state, int keep);
+
+struct LoadedCheckpoint {
+  TrainerState state;
+  std::string path;
+};
+
+// The newest checkpoint in `dir` whose checksum and contents verify. Ones that
+// do not are skipped, each with a line in `warnings`. nullopt: none usable.
+std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
+                                                     std::vector<std::string>* warnings);
+
+// Final model weights under their parameter names ("fc1.weight", ...), in the
+// dtype the model computes with, for safetensors.torch.load_file & co.
+absl::Status WriteModelWeights(const std::string& path, const TrainerState& state);
+
+}  // namespace ampd::engine::io
+
+#endif  // AMPD_ENGINE_IO_CHECKPOINT_H_
