@@ -15,6 +15,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "client/cli.h"
 #include "client/watch.h"
+#include "engine/io/sha256.h"
 
 namespace ampd::client {
 namespace {
@@ -346,6 +347,124 @@ int PrecisionProfiles(Context& ctx, const Args& args) {
                nullptr);
 }
 
+int Artifacts(Context& ctx, const Args& args) {
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  v1::ListArtifactsRequest request;
+  request.set_job(args.positional[0]);
+  v1::ListArtifactsResponse response;
+  grpc::Status status = ctx.artifacts->ListArtifacts(&call, request, &response);
+  if (!status.ok()) return ReportRpcError(ctx, "artifacts " + args.positional[0], status);
+  if (ctx.options.output == OutputFormat::kJson) {
+    std::printf("%s\n", ToJson(response).c_str());
+    return kExitOk;
+  }
+  for (const auto& a : response.artifacts()) {
+    std::printf("%-40s %12lld bytes\n", a.name().c_str(), (long long)a.size_bytes());
+  }
+  return kExitOk;
+}
+
+int Download(Context& ctx, const Args& args) {
+  const std::string job = args.positional[0];
+  const std::string artifact = args.positional.size() > 1 ? args.positional[1] : "model.safetensors";
+  std::string out = args.Get("out");
+  if (out.empty()) {
+    std::string base = artifact.substr(artifact.rfind('/') + 1);
+    out = job.substr(job.rfind('/') + 1) + "-" + base;
+  }
+  grpc::ClientContext call;  // no deadline: large files take as long as they take
+  v1::DownloadArtifactRequest request;
+  request.set_job(job);
+  request.set_artifact(artifact);
+  auto reader = ctx.artifacts->DownloadArtifact(&call, request);
+  const std::string tmp = out + ".part";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) {
+    std::fprintf(stderr, "ampctl: download: cannot write %s\n", tmp.c_str());
+    return kExitUsage;
+  }
+  engine::io::Sha256 sha;
+  v1::ArtifactChunk chunk;
+  std::string server_sha;
+  int64_t bytes = 0;
+  bool write_ok = true;
+  while (reader->Read(&chunk)) {
+    write_ok &= std::fwrite(chunk.data().data(), 1, chunk.data().size(), f) == chunk.data().size();
+    sha.Update(chunk.data());
+    bytes += static_cast<int64_t>(chunk.data().size());
+    if (!chunk.sha256().empty()) server_sha = chunk.sha256();
+  }
+  write_ok &= std::fclose(f) == 0;
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    std::remove(tmp.c_str());
+    return ReportRpcError(ctx, "download " + job + " " + artifact, status);
+  }
+  const std::string local_sha = sha.FinishHex();
+  if (!write_ok || server_sha != local_sha) {
+    std::remove(tmp.c_str());
+    std::fprintf(stderr, "ampctl: download: %s\n",
+                 write_ok ? "checksum mismatch: the file was damaged in transit; nothing saved"
+                          : "cannot write the file (disk full?)");
+    return kExitUsage;
+  }
+  std::rename(tmp.c_str(), out.c_str());
+  if (ctx.options.output == OutputFormat::kJson) {
+    std::printf("{\"path\": \"%s\", \"sizeBytes\": \"%lld\", \"sha256\": \"%s\"}\n", out.c_str(),
+                (long long)bytes, local_sha.c_str());
+  } else {
+    std::printf("downloaded %s (%lld bytes, sha256 %s)\n", out.c_str(), (long long)bytes,
+                local_sha.c_str());
+  }
+  return kExitOk;
+}
+
+int Upload(Context& ctx, const Args& args) {
+  const std::string local = args.positional[0];
+  const std::string remote = args.positional[1];
+  std::FILE* f = std::fopen(local.c_str(), "rb");
+  if (f == nullptr) {
+    std::fprintf(stderr, "ampctl: upload: cannot open %s\n", local.c_str());
+    return kExitUsage;
+  }
+  // First pass: size and checksum, so the server can check both.
+  engine::io::Sha256 sha;
+  std::string buffer(256 * 1024, '\0');
+  int64_t size = 0;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
+    sha.Update(buffer.data(), n);
+    size += static_cast<int64_t>(n);
+  }
+  std::rewind(f);
+  grpc::ClientContext call;
+  v1::UploadedDataset uploaded;
+  auto writer = ctx.artifacts->UploadDataset(&call, &uploaded);
+  v1::UploadDatasetRequest message;
+  message.mutable_header()->set_path(remote);
+  message.mutable_header()->set_size_bytes(size);
+  message.mutable_header()->set_sha256(sha.FinishHex());
+  bool ok = writer->Write(message);
+  while (ok && (n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
+    message.Clear();
+    message.set_chunk(buffer.data(), n);
+    ok = writer->Write(message);
+  }
+  std::fclose(f);
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) return ReportRpcError(ctx, "upload " + local, status);
+  if (ctx.options.output == OutputFormat::kJson) {
+    std::printf("%s\n", ToJson(uploaded).c_str());
+  } else {
+    std::printf("uploaded %s as %s (%lld bytes); name it in a job spec as data.file: \"%s\"\n",
+                local.c_str(), uploaded.path().c_str(), (long long)uploaded.size_bytes(),
+                uploaded.path().c_str());
+  }
+  return kExitOk;
+}
+
 const std::map<std::string, Command>& Commands() {
   static const auto* commands = new std::map<std::string, Command>{
       {"submit",
@@ -363,6 +482,19 @@ const std::map<std::string, Command>& Commands() {
         {"reconnect_timeout"},
         Watch}},
       {"get", {"ampctl get JOB", "Shows one job.", {}, Get}},
+      {"artifacts", {"ampctl artifacts JOB", "Lists a job's downloadable files.", {}, Artifacts}},
+      {"download",
+       {"ampctl download JOB [ARTIFACT] [--out=FILE]",
+        "Downloads a job's final weights (model.safetensors, the default) or a checkpoint\n"
+        "(checkpoints/step-NNNNNNNN.safetensors), verifying its SHA-256.",
+        {"out"},
+        Download}},
+      {"upload",
+       {"ampctl upload LOCAL_FILE REMOTE_PATH",
+        "Uploads a data set (IDX or CSV) to the server's uploads/REMOTE_PATH, verified by\n"
+        "SHA-256; job specs then name it as \"uploads/REMOTE_PATH\".",
+        {},
+        Upload}},
       {"list",
        {"ampctl list [--state=S[,S...]]", "Lists jobs, newest first.", {"state"}, List}},
       {"cancel", {"ampctl cancel JOB", "Cancels a queued or running job.", {}, Cancel}},
@@ -456,8 +588,12 @@ int Main(int argc, char** argv) {
       return Usage("unknown flag --" + flag + " for " + command, &c);
     }
   }
-  const size_t want = command == "precision" ? 1 : (command == "list" ? 0 : 1);
-  if (args.positional.size() < want || (command != "precision" && args.positional.size() > want)) {
+  size_t min_args = 1, max_args = 1;
+  if (command == "list") min_args = max_args = 0;
+  if (command == "precision") max_args = 8;
+  if (command == "download") max_args = 2;
+  if (command == "upload") min_args = max_args = 2;
+  if (args.positional.size() < min_args || args.positional.size() > max_args) {
     return Usage("wrong number of arguments", &c);
   }
   Context ctx;
@@ -468,6 +604,7 @@ int Main(int argc, char** argv) {
                                           channel_args);
   ctx.training = v1::TrainingService::NewStub(ctx.channel);
   ctx.precision = v1::PrecisionService::NewStub(ctx.channel);
+  ctx.artifacts = v1::ArtifactService::NewStub(ctx.channel);
   return c.run(ctx, args);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ampd/v1/artifact_service.grpc.pb.h"
 #include "ampd/v1/precision_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -34,6 +35,7 @@ struct Context {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<ampd::v1::TrainingService::Stub> training;
   std::unique_ptr<ampd::v1::PrecisionService::Stub> precision;
+  std::unique_ptr<ampd::v1::ArtifactService::Stub> artifacts;
   void SetDeadline(grpc::ClientContext* ctx) const;
 };
 

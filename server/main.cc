@@ -25,6 +25,7 @@ ABSL_FLAG(int, shutdown_grace_ms, 5000, "How long shutdown waits for clients to 
 ABSL_FLAG(int64_t, checkpoint_every_steps, 500, "Checkpoint running jobs every N steps (0: off).");
 ABSL_FLAG(int, checkpoint_every_seconds, 60, "Checkpoint running jobs every N seconds (0: off).");
 ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept per job (newest).");
+ABSL_FLAG(int64_t, max_upload_bytes, 1LL << 30, "Largest data set UploadDataset accepts.");
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
 
 int main(int argc, char** argv) {
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   options.jobs.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   options.jobs.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
   options.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  options.max_upload_bytes = absl::GetFlag(FLAGS_max_upload_bytes);
   options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
   std::error_code ec;
   std::filesystem::create_directories(options.jobs.data_root, ec);

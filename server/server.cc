@@ -27,6 +27,8 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   s->jobs_ = std::make_unique<JobManager>(jobs);
   s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get());
   s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get());
+  s->artifacts_ = std::make_unique<ArtifactServiceImpl>(s->jobs_.get(), s->options_.jobs.data_root,
+                                                        s->options_.max_upload_bytes);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -36,6 +38,7 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   builder.SetMaxSendMessageSize(s->options_.max_message_bytes);
   builder.RegisterService(s->training_.get());
   builder.RegisterService(s->precision_.get());
+  builder.RegisterService(s->artifacts_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     s->jobs_->Shutdown();

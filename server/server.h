@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "server/artifact_service.h"
 #include "server/job_manager.h"
 #include "server/precision_service.h"
 #include "server/profile_store.h"
@@ -20,6 +21,7 @@ struct ServerOptions {
   int heartbeat_interval_ms = 2000;
   int shutdown_grace_ms = 5000;
   int max_message_bytes = 16 << 20;
+  int64_t max_upload_bytes = 1LL << 30;
 };
 
 // The ampd server: TrainingService, PrecisionService, grpc.health.v1.Health
@@ -44,6 +46,7 @@ class AmpdServer {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TrainingServiceImpl> training_;
   std::unique_ptr<PrecisionServiceImpl> precision_;
+  std::unique_ptr<ArtifactServiceImpl> artifacts_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread heartbeat_;

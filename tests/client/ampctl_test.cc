@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include "ampd/v1/artifact_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -223,6 +225,78 @@ TEST_F(AmpctlTest, UnreachableServerAndHelp) {
   Result bad_flag = Ampctl({"list", "--bogus"});
   EXPECT_EQ(bad_flag.code, 2);
   EXPECT_NE(bad_flag.err.find("--bogus"), std::string::npos);
+}
+
+TEST_F(AmpctlTest, UploadADataSetTrainOnItAndDownloadTheWeights) {
+  std::string csv = "x0,x1,x2,x3,label\n";
+  for (int i = 0; i < 300; ++i) {
+    const double a = (i * 37 % 101) / 50.0 - 1, b = (i * 53 % 97) / 48.0 - 1;
+    csv += std::to_string(a) + "," + std::to_string(b) + ",0.5,-0.25," +
+           std::to_string(a + b > 0 ? 1 : 0) + "\n";
+  }
+  const std::string local = TmpFile("train.csv", csv);
+  Result up = Ampctl({server_flag_, "upload", local, "mine/train.csv"});
+  ASSERT_EQ(up.code, 0) << up.err;
+  EXPECT_NE(up.out.find("uploads/mine/train.csv"), std::string::npos) << up.out;
+  EXPECT_EQ(Slurp(server_->data_dir() + "/uploads/mine/train.csv"), csv);
+
+  const std::string spec = TmpFile("csv_job.json", R"({
+    "data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/mine/train.csv", "labelColumn": -1}},
+    "model": {"mlp": {"hidden": [8]}},
+    "training": {"steps": 30, "batchSize": 20}})");
+  Result submitted = Ampctl({server_flag_, "--output=json", "submit", spec});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok());
+  Result watched = Ampctl({server_flag_, "watch", job.name()});
+  ASSERT_EQ(watched.code, 0) << watched.out << watched.err;
+
+  Result listed = Ampctl({server_flag_, "artifacts", job.name()});
+  EXPECT_NE(listed.out.find("model.safetensors"), std::string::npos) << listed.out;
+  const std::string out = TmpFile("downloaded.safetensors", "");
+  Result down = Ampctl({server_flag_, "download", job.name(), "--out=" + out});
+  ASSERT_EQ(down.code, 0) << down.err;
+  EXPECT_NE(down.out.find("sha256"), std::string::npos);
+  const std::string original = Slurp(server_->data_dir() + "/jobs/" + job.id() + "/model.safetensors");
+  EXPECT_GT(original.size(), 100u);
+  EXPECT_EQ(Slurp(out), original);
+
+  Result missing = Ampctl({server_flag_, "download", job.name(), "checkpoints/step-00000001.safetensors",
+                           "--out=" + out + ".x"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("NOT_FOUND"), std::string::npos) << missing.err;
+}
+
+TEST_F(AmpctlTest, UploadsAreConfinedCheckedAndLimited) {
+  const std::string local = TmpFile("small.csv", "1,2,0\n3,4,1\n");
+  Result escape = Ampctl({server_flag_, "upload", local, "../../etc/evil.csv"});
+  EXPECT_EQ(escape.code, 2);
+  EXPECT_NE(escape.err.find("header.path"), std::string::npos) << escape.err;
+  EXPECT_FALSE(std::filesystem::exists(server_->data_dir() + "/../etc/evil.csv"));
+
+  // A wrong checksum: refused, and nothing is stored.
+  auto stub = v1::ArtifactService::NewStub(server_->channel());
+  grpc::ClientContext ctx;
+  v1::UploadedDataset uploaded;
+  auto writer = stub->UploadDataset(&ctx, &uploaded);
+  v1::UploadDatasetRequest m;
+  m.mutable_header()->set_path("bad/sum.csv");
+  m.mutable_header()->set_size_bytes(4);
+  m.mutable_header()->set_sha256(std::string(64, '0'));
+  ASSERT_TRUE(writer->Write(m));
+  m.Clear();
+  m.set_chunk("abcd");
+  writer->Write(m);
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
+  EXPECT_FALSE(std::filesystem::exists(server_->data_dir() + "/uploads/bad/sum.csv"));
+
+  AmpdProcess limited({"--max_upload_bytes=8"});
+  ASSERT_TRUE(limited.ok());
+  Result big = Ampctl({"--server=" + limited.address(), "upload", local, "big.csv"});
+  EXPECT_EQ(big.code, 2);
+  EXPECT_NE(big.err.find("max_upload_bytes"), std::string::npos) << big.err;
 }
 
 TEST_F(AmpctlTest, PrecisionCommands) {

@@ -16,7 +16,8 @@ void Pump(int from, int to) {
     if (n <= 0) break;
     ssize_t off = 0;
     while (off < n) {
-      ssize_t w = write(to, buf + off, n - off);
+      // MSG_NOSIGNAL: a peer that is gone must not SIGPIPE the test.
+      ssize_t w = send(to, buf + off, n - off, MSG_NOSIGNAL);
       if (w <= 0) {
         shutdown(from, SHUT_RDWR);
         return;
