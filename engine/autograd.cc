@@ -80,7 +80,8 @@ void Backward(const Tensor& root, const Tensor& grad) {
     if (const auto& node = t.grad_fn()) {
       std::vector<Tensor> gin = node->backward(gout);
       for (size_t i = 0; i < node->inputs.size() && i < gin.size(); ++i) {
-        if (gin[i].defined() && node->inputs[i].defined()) Accumulate(grads, node->inputs[i], gin[i]);
+        if (gin[i].defined() && node->inputs[i].defined())
+          Accumulate(grads, node->inputs[i], gin[i]);
       }
     } else if (t.requires_grad()) {
       Tensor leaf_grad = gout.dtype() == t.dtype() ? gout : BackendOf(gout).Cast(gout, t.dtype());

@@ -8,7 +8,7 @@
 namespace ampd::engine {
 
 struct CpuCapabilities {
-  std::string name;          // /proc/cpuinfo's model name
+  std::string name;  // /proc/cpuinfo's model name
   int threads = 0;
   bool avx512_bf16 = false;  // native bf16 dot products
   bool f16c = false;         // hardware f16 <-> f32 conversion

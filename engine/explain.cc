@@ -7,8 +7,7 @@ namespace ampd::engine {
 
 absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
                                                const PrecisionConfig& precision,
-                                               const OptimizerSpec& optimizer,
-                                               int64_t batch_size) {
+                                               const OptimizerSpec& optimizer, int64_t batch_size) {
   if (batch_size < 1) return absl::InvalidArgumentError("batch_size: must be >= 1");
   absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(model_spec, precision, 0);
   if (!model.ok()) return model.status();
@@ -45,8 +44,8 @@ absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
     }
   }
   const DType act = precision.autocast ? precision.autocast_dtype : precision.param_dtype;
-  m.activation_bytes =
-      batch_size * (*model)->activation_elements_per_example() * static_cast<int64_t>(DTypeSize(act));
+  m.activation_bytes = batch_size * (*model)->activation_elements_per_example() *
+                       static_cast<int64_t>(DTypeSize(act));
   return plan;
 }
 

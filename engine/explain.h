@@ -38,8 +38,7 @@ struct PrecisionPlan {
 
 absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model,
                                                const PrecisionConfig& precision,
-                                               const OptimizerSpec& optimizer,
-                                               int64_t batch_size);
+                                               const OptimizerSpec& optimizer, int64_t batch_size);
 
 }  // namespace ampd::engine
 

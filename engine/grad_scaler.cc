@@ -32,8 +32,8 @@ absl::Status ValidateGradScalerOptions(const GradScalerOptions& o) {
     return bad("max_scale", absl::StrCat("must be > 0, got ", *o.max_scale));
   }
   if (o.min_scale && o.max_scale && *o.min_scale > *o.max_scale) {
-    return bad("max_scale", absl::StrCat("must be >= min_scale (", *o.min_scale, "), got ",
-                                         *o.max_scale));
+    return bad("max_scale",
+               absl::StrCat("must be >= min_scale (", *o.min_scale, "), got ", *o.max_scale));
   }
   return absl::OkStatus();
 }
@@ -62,7 +62,9 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
   state_.scale = static_cast<float>(options.init_scale);
 }
 
-float GradScaler::scale() const { return options_.enabled ? static_cast<float>(state_.scale) : 1.0f; }
+float GradScaler::scale() const {
+  return options_.enabled ? static_cast<float>(state_.scale) : 1.0f;
+}
 
 Tensor GradScaler::Scale(const Tensor& loss) const {
   if (!options_.enabled) return loss;
@@ -81,8 +83,9 @@ bool GradScaler::Unscale(const std::vector<Tensor>& grads, const std::vector<std
       index.push_back(i);
     }
   }
-  NonFiniteCheck check =
-      defined.empty() ? NonFiniteCheck{} : BackendOf(defined[0]).UnscaleAndCheck(defined, inv_scale);
+  NonFiniteCheck check = defined.empty()
+                             ? NonFiniteCheck{}
+                             : BackendOf(defined[0]).UnscaleAndCheck(defined, inv_scale);
   unscaled_ = true;
   found_inf_ = check.found_inf;
   first_bad_.clear();

@@ -115,8 +115,7 @@ int64_t ParameterCount(const ModelSpec& spec) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
-                                                  const PrecisionConfig& precision,
-                                                  uint64_t seed) {
+                                                  const PrecisionConfig& precision, uint64_t seed) {
   if (absl::Status s = ValidateModelSpec(spec); !s.ok()) return s;
   if (absl::Status s = ValidatePrecision(precision); !s.ok()) return s;
   return std::unique_ptr<Model>(new Mlp(std::get<MlpSpec>(spec), precision, seed));

@@ -35,10 +35,10 @@ using ModelSpec = std::variant<MlpSpec>;
 absl::Status ValidateModelSpec(const ModelSpec& spec);
 
 struct Parameter {
-  std::string name;    // "fc1.weight", "norm1.bias", "head.weight", ...
-  std::string layer;   // "fc1", "norm1", "head"
+  std::string name;   // "fc1.weight", "norm1.bias", "head.weight", ...
+  std::string layer;  // "fc1", "norm1", "head"
   bool is_norm = false;
-  Tensor value;        // in the model's compute dtype (requires grad)
+  Tensor value;  // in the model's compute dtype (requires grad)
 };
 
 class Model {
@@ -58,8 +58,7 @@ class Model {
 // norms), then cast to the precision's param dtype (norms stay f32 when the
 // precision keeps them).
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
-                                                  const PrecisionConfig& precision,
-                                                  uint64_t seed);
+                                                  const PrecisionConfig& precision, uint64_t seed);
 
 int64_t ParameterCount(const ModelSpec& spec);
 

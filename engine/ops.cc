@@ -58,9 +58,8 @@ Tensor Cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor y = BackendOf(x).Cast(x, dtype);
   const DType from = x.dtype();
-  return Record(y, "cast", {x}, [from](const Tensor& g) -> std::vector<Tensor> {
-    return {AsDType(g, from)};
-  });
+  return Record(y, "cast", {x},
+                [from](const Tensor& g) -> std::vector<Tensor> { return {AsDType(g, from)}; });
 }
 
 Tensor Matmul(Tensor a, Tensor b) {
@@ -135,11 +134,11 @@ Tensor SoftmaxCrossEntropy(Tensor logits, const std::vector<int32_t>& labels) {
   Tensor lse;
   Tensor loss = BackendOf(logits).SoftmaxCrossEntropy(logits, labels, &lse);
   d.Finish(loss);
-  return Record(loss, "cross_entropy", {logits},
-                [logits, labels, lse](const Tensor& g) -> std::vector<Tensor> {
-                  return {BackendOf(logits).SoftmaxCrossEntropyBackward(logits, labels, lse,
-                                                                        g.Item())};
-                });
+  return Record(
+      loss, "cross_entropy", {logits},
+      [logits, labels, lse](const Tensor& g) -> std::vector<Tensor> {
+        return {BackendOf(logits).SoftmaxCrossEntropyBackward(logits, labels, lse, g.Item())};
+      });
 }
 
 Tensor Embedding(Tensor table, const std::vector<int32_t>& ids) {
@@ -168,8 +167,8 @@ Tensor Sum(Tensor x) {
   Tensor y = BackendOf(x).SumAll(x, d.compute_dtype());
   d.Finish(y);
   return Record(y, "sum", {x}, [x](const Tensor& g) -> std::vector<Tensor> {
-    return {BackendOf(x).Binary(BinaryOp::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0), g,
-                                x.dtype())};
+    return {
+        BackendOf(x).Binary(BinaryOp::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0), g, x.dtype())};
   });
 }
 

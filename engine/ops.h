@@ -24,7 +24,7 @@ Tensor Relu(Tensor x);
 Tensor Gelu(Tensor x);
 Tensor Exp(Tensor x);
 Tensor Log(Tensor x);
-Tensor Square(Tensor x);  // pow(x, 2)
+Tensor Square(Tensor x);      // pow(x, 2)
 Tensor Softmax(Tensor x);     // along the last dim
 Tensor LogSoftmax(Tensor x);  // along the last dim
 Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps = 1e-5);

@@ -37,8 +37,7 @@ double ScheduledLearningRate(const ScheduleSpec& schedule, double base_lr, int64
   return base_lr * (schedule.min_lr_ratio + (1.0 - schedule.min_lr_ratio) * cosine);
 }
 
-Optimizer::Optimizer(const OptimizerSpec& spec, std::vector<Parameter>* params,
-                     bool master_weights)
+Optimizer::Optimizer(const OptimizerSpec& spec, std::vector<Parameter>* params, bool master_weights)
     : spec_(spec), params_(params), master_(master_weights) {
   for (Parameter& p : *params_) {
     const Tensor& v = p.value;
@@ -102,7 +101,8 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::StateTensors() const {
   const bool adamw = spec_.kind == OptimizerSpec::Kind::kAdamW;
   for (size_t i = 0; i < params_->size(); ++i) {
     const std::string& name = (*params_)[i].name;
-    if (weights_[i].impl() != (*params_)[i].value.impl()) out.emplace_back("master/" + name, weights_[i]);
+    if (weights_[i].impl() != (*params_)[i].value.impl())
+      out.emplace_back("master/" + name, weights_[i]);
     if (adamw) {
       out.emplace_back("exp_avg/" + name, buf1_[i]);
       out.emplace_back("exp_avg_sq/" + name, buf2_[i]);

@@ -52,10 +52,18 @@ std::vector<std::string> BuiltinPrecisionNames() {
 absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
   const std::string name = absl::AsciiStrToLower(std::string(name_in));
   static const auto* aliases = new std::map<std::string, std::string>{
-      {"32", "32-true"},        {"fp32", "32-true"},      {"32-true", "32-true"},
-      {"16", "16-mixed"},       {"16-mixed", "16-mixed"}, {"bf16", "bf16-mixed"},
-      {"bf16-mixed", "bf16-mixed"}, {"16-true", "16-true"}, {"bf16-true", "bf16-true"},
-      {"o0", "O0"},             {"o1", "O1"},             {"o2", "O2"},
+      {"32", "32-true"},
+      {"fp32", "32-true"},
+      {"32-true", "32-true"},
+      {"16", "16-mixed"},
+      {"16-mixed", "16-mixed"},
+      {"bf16", "bf16-mixed"},
+      {"bf16-mixed", "bf16-mixed"},
+      {"16-true", "16-true"},
+      {"bf16-true", "bf16-true"},
+      {"o0", "O0"},
+      {"o1", "O1"},
+      {"o2", "O2"},
       {"o3", "O3"},
   };
   auto it = aliases->find(name);

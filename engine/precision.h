@@ -31,15 +31,15 @@ struct PrecisionConfig {
     return o;
   }
 
-  std::string name;             // canonical mode name, or a user profile's name
+  std::string name;  // canonical mode name, or a user profile's name
   bool autocast = false;
   DType autocast_dtype = DType::kBF16;
   DType param_dtype = DType::kF32;  // the dtype the model computes with
   bool master_weights = false;      // f32 master copy when param_dtype is low
   bool keep_norms_fp32 = false;     // norm parameters stay f32 (Apex O2)
   GradScalerOptions loss_scaling = Disabled();
-  AutocastOverrides overrides;      // per-op policies, layers kept in f32
-  bool allow_tf32 = false;          // CUDA f32 GEMMs; off by default
+  AutocastOverrides overrides;  // per-op policies, layers kept in f32
+  bool allow_tf32 = false;      // CUDA f32 GEMMs; off by default
 };
 
 // "bf16-mixed", "O2", "16", ... -> the config. Unknown names list the valid ones.

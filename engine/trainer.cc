@@ -1,8 +1,8 @@
 #include "engine/trainer.h"
 
 #include <chrono>
-#include <map>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "engine/autocast.h"
@@ -76,20 +76,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   for (const Dataset* d : {train, test}) {
     if (d == nullptr) continue;
     if (d->feature_dim != mlp.input_dim) {
-      return Bad("model.mlp.input_dim",
-                 absl::StrCat("is ", mlp.input_dim, " but the data has ", d->feature_dim,
-                              " features per example"));
+      return Bad("model.mlp.input_dim", absl::StrCat("is ", mlp.input_dim, " but the data has ",
+                                                     d->feature_dim, " features per example"));
     }
     if (d->num_classes > mlp.num_classes) {
-      return Bad("model.mlp.num_classes",
-                 absl::StrCat("is ", mlp.num_classes, " but the data has ", d->num_classes,
-                              " classes"));
+      return Bad("model.mlp.num_classes", absl::StrCat("is ", mlp.num_classes, " but the data has ",
+                                                       d->num_classes, " classes"));
     }
   }
   if (train == nullptr || train->num_examples < config.training.batch_size) {
-    return Bad("training.batch_size",
-               absl::StrCat("is larger than the training set (",
-                            train ? train->num_examples : 0, " examples)"));
+    return Bad("training.batch_size", absl::StrCat("is larger than the training set (",
+                                                   train ? train->num_examples : 0, " examples)"));
   }
   absl::StatusOr<std::unique_ptr<Model>> model =
       BuildModel(config.model, config.precision, config.training.seed);
@@ -108,9 +105,10 @@ Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Datase
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, &model_->parameters(),
                                            config.precision.master_weights);
   const TrainingSpec& t = config.training;
-  total_steps_ = t.steps > 0 ? t.steps
-                             : std::max<int64_t>(1, t.epochs * batcher_.batches_per_epoch() /
-                                                        t.grad_accumulation);
+  total_steps_ =
+      t.steps > 0
+          ? t.steps
+          : std::max<int64_t>(1, t.epochs * batcher_.batches_per_epoch() / t.grad_accumulation);
 }
 
 StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
@@ -151,17 +149,17 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   StepMetrics m;
   // The schedule advances with applied steps only: a skipped step does not
   // consume learning rate.
-  m.lr = ScheduledLearningRate(config_.schedule, config_.optimizer.lr,
-                               optimizer_->steps_taken(), total_steps_);
+  m.lr = ScheduledLearningRate(config_.schedule, config_.optimizer.lr, optimizer_->steps_taken(),
+                               total_steps_);
   m.loss_scale = scaler_.scale();
   if (!skip) optimizer_->Step(m.lr);
   ++step_;
   std::optional<SkipEvent> event = scaler_.Update(step_);
   if (skip && !event) {
     // No scaler to name the parameter: find it here (a rare path).
-    event = SkipEvent{step_, "non-finite gradient",
-                      FirstNonFinite(grads, optimizer_->ParameterNames()), m.loss_scale,
-                      m.loss_scale};
+    event =
+        SkipEvent{step_, "non-finite gradient", FirstNonFinite(grads, optimizer_->ParameterNames()),
+                  m.loss_scale, m.loss_scale};
   }
   if (event) {
     ++skipped_total_;

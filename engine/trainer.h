@@ -22,7 +22,7 @@
 namespace ampd::engine {
 
 struct TrainingSpec {
-  int64_t steps = 0;   // optimizer steps; when 0, `epochs` decides
+  int64_t steps = 0;  // optimizer steps; when 0, `epochs` decides
   int64_t epochs = 1;
   int64_t batch_size = 128;  // per micro-batch
   int64_t grad_accumulation = 1;
@@ -104,8 +104,7 @@ class Trainer {
  public:
   // `train` and `test` (may be null) must outlive the trainer.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config,
-                                                         const Dataset* train,
-                                                         const Dataset* test);
+                                                         const Dataset* train, const Dataset* test);
 
   // Runs to the end (or until cancelled, checked before every step).
   absl::StatusOr<TrainResult> Run(TrainerCallbacks* callbacks = nullptr,

@@ -55,7 +55,9 @@ bool Get(const std::map<std::string, std::string>& m, const std::string& key, T*
 absl::Status WriteCheckpoint(const std::string& dir, const TrainerState& state, int keep) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("checkpoint: cannot create ", dir, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(
+        absl::StrCat("checkpoint: cannot create ", dir, ": ", ec.message()));
   std::map<std::string, std::string> meta = {
       {"format", kFormat},
       {"step", absl::StrCat(state.step)},
@@ -103,8 +105,8 @@ std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
     TrainerState& s = loaded.state;
     const auto& m = file->metadata;
     auto format = m.find("format");
-    if (format == m.end() || format->second != kFormat ||
-        !Get(m, "step", &s.step) || !Get(m, "skipped_total", &s.skipped_total) ||
+    if (format == m.end() || format->second != kFormat || !Get(m, "step", &s.step) ||
+        !Get(m, "skipped_total", &s.skipped_total) ||
         !Get(m, "data_epoch", &s.data_position.epoch) ||
         !Get(m, "data_index", &s.data_position.index) || !Get(m, "loss_scale", &s.scaler.scale) ||
         !Get(m, "growth_tracker", &s.scaler.growth_tracker) ||
@@ -112,7 +114,8 @@ std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
       warnings->push_back(absl::StrCat(path, ": not an ", kFormat, " checkpoint; skipping it"));
       continue;
     }
-    for (const std::string& name : file->names) s.tensors.emplace_back(name, file->tensors.at(name));
+    for (const std::string& name : file->names)
+      s.tensors.emplace_back(name, file->tensors.at(name));
     return loaded;
   }
   return std::nullopt;

@@ -120,11 +120,12 @@ int Main(int argc, char** argv) {
                   std::string(DTypeName(e.output_dtype)).c_str());
     }
     const MemoryEstimate& m = plan->memory;
-    std::printf("memory: weights %lld B, master %lld B, grads %lld B, optimizer %lld B, "
-                "activations %lld B, total %lld B\n",
-                (long long)m.weights_bytes, (long long)m.master_weights_bytes,
-                (long long)m.gradients_bytes, (long long)m.optimizer_state_bytes,
-                (long long)m.activation_bytes, (long long)m.total_bytes());
+    std::printf(
+        "memory: weights %lld B, master %lld B, grads %lld B, optimizer %lld B, "
+        "activations %lld B, total %lld B\n",
+        (long long)m.weights_bytes, (long long)m.master_weights_bytes, (long long)m.gradients_bytes,
+        (long long)m.optimizer_state_bytes, (long long)m.activation_bytes,
+        (long long)m.total_bytes());
     return 0;
   }
   if (job->device != Device::kCpu) {

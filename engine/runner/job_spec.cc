@@ -72,8 +72,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json,
   options.ignore_unknown_fields = false;
   auto status = google::protobuf::util::JsonStringToMessage(json, &spec, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ": not a valid ampd.v1.JobSpec: ",
-                                                   std::string(status.message())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_name, ": not a valid ampd.v1.JobSpec: ", std::string(status.message())));
   }
   return spec;
 }
@@ -151,7 +151,8 @@ PrecisionConfig PrecisionFromProto(const v1::PrecisionConfig& p, const std::stri
     size_t colon = msg.find(": ");
     std::string sub = msg.substr(0, colon);
     if (sub.rfind(prefix, 0) == 0) sub = sub.substr(prefix.size());
-    Violate(violations, field + "." + sub, colon == std::string::npos ? msg : msg.substr(colon + 2));
+    Violate(violations, field + "." + sub,
+            colon == std::string::npos ? msg : msg.substr(colon + 2));
   }
   return c;
 }
@@ -171,8 +172,7 @@ PrecisionConfig ResolveJobPrecision(const v1::PrecisionSpec& spec, const JobSpec
   }
   Violate(violations, "precision.profile",
           absl::StrCat("\"", name, "\" is neither a built-in mode (",
-                       absl::StrJoin(BuiltinPrecisionNames(), ", "),
-                       ") nor a defined profile"));
+                       absl::StrJoin(BuiltinPrecisionNames(), ", "), ") nor a defined profile"));
   return PrecisionConfig();
 }
 
@@ -182,13 +182,17 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
   // Model.
   if (spec.model().has_mlp()) {
     const v1::MlpSpec& m = spec.model().mlp();
-    if (m.input_dim() < 0) Violate(&v, "model.mlp.input_dim", absl::StrCat("must be >= 0 (0: from the data), got ", m.input_dim()));
+    if (m.input_dim() < 0)
+      Violate(&v, "model.mlp.input_dim",
+              absl::StrCat("must be >= 0 (0: from the data), got ", m.input_dim()));
     if (m.num_classes() < 0 || m.num_classes() == 1) {
-      Violate(&v, "model.mlp.num_classes", absl::StrCat("must be >= 2 (0: from the data), got ", m.num_classes()));
+      Violate(&v, "model.mlp.num_classes",
+              absl::StrCat("must be >= 2 (0: from the data), got ", m.num_classes()));
     }
     for (int i = 0; i < m.hidden_size(); ++i) {
       if (m.hidden(i) <= 0) {
-        Violate(&v, absl::StrCat("model.mlp.hidden[", i, "]"), absl::StrCat("must be > 0, got ", m.hidden(i)));
+        Violate(&v, absl::StrCat("model.mlp.hidden[", i, "]"),
+                absl::StrCat("must be > 0, got ", m.hidden(i)));
       }
     }
     if (!(m.dropout() >= 0 && m.dropout() < 1)) {
@@ -200,7 +204,8 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
   switch (d.source_case()) {
     case v1::DataSpec::kBuiltin:
       if (d.builtin() != "fashion-mnist") {
-        Violate(&v, "data.builtin", absl::StrCat("unknown data set \"", d.builtin(), "\"; known: fashion-mnist"));
+        Violate(&v, "data.builtin",
+                absl::StrCat("unknown data set \"", d.builtin(), "\"; known: fashion-mnist"));
       }
       break;
     case v1::DataSpec::kFile: {
@@ -211,7 +216,9 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
           return;
         }
         if (!SafeRelativePath(value)) {
-          Violate(&v, "data.file." + name, absl::StrCat("\"", value, "\" must be a relative path under the data root, without \"..\""));
+          Violate(&v, "data.file." + name,
+                  absl::StrCat("\"", value,
+                               "\" must be a relative path under the data root, without \"..\""));
         }
       };
       if (f.format() == v1::FileDataset::FORMAT_IDX) {
@@ -230,10 +237,17 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
     }
     case v1::DataSpec::kSynthetic: {
       const v1::SyntheticDataset& s = d.synthetic();
-      if (s.num_examples() < 0) Violate(&v, "data.synthetic.num_examples", absl::StrCat("must be >= 0, got ", s.num_examples()));
-      if (s.feature_dim() < 0) Violate(&v, "data.synthetic.feature_dim", absl::StrCat("must be >= 0, got ", s.feature_dim()));
-      if (s.num_classes() < 0 || s.num_classes() == 1) Violate(&v, "data.synthetic.num_classes", absl::StrCat("must be >= 2, got ", s.num_classes()));
-      if (s.num_test_examples() < 0) Violate(&v, "data.synthetic.num_test_examples", "must be >= 0");
+      if (s.num_examples() < 0)
+        Violate(&v, "data.synthetic.num_examples",
+                absl::StrCat("must be >= 0, got ", s.num_examples()));
+      if (s.feature_dim() < 0)
+        Violate(&v, "data.synthetic.feature_dim",
+                absl::StrCat("must be >= 0, got ", s.feature_dim()));
+      if (s.num_classes() < 0 || s.num_classes() == 1)
+        Violate(&v, "data.synthetic.num_classes",
+                absl::StrCat("must be >= 2, got ", s.num_classes()));
+      if (s.num_test_examples() < 0)
+        Violate(&v, "data.synthetic.num_test_examples", "must be >= 0");
       break;
     }
     default:
@@ -241,28 +255,43 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
   }
   // Optimizer.
   const v1::OptimizerSpec& o = spec.optimizer();
-  if (o.has_lr() && !(o.lr() > 0 && std::isfinite(o.lr()))) Violate(&v, "optimizer.lr", absl::StrCat("must be a finite number > 0, got ", o.lr()));
-  if (o.weight_decay() < 0) Violate(&v, "optimizer.weight_decay", absl::StrCat("must be >= 0, got ", o.weight_decay()));
+  if (o.has_lr() && !(o.lr() > 0 && std::isfinite(o.lr())))
+    Violate(&v, "optimizer.lr", absl::StrCat("must be a finite number > 0, got ", o.lr()));
+  if (o.weight_decay() < 0)
+    Violate(&v, "optimizer.weight_decay", absl::StrCat("must be >= 0, got ", o.weight_decay()));
   if (o.has_sgd()) {
-    if (!(o.sgd().momentum() >= 0 && o.sgd().momentum() < 1)) Violate(&v, "optimizer.sgd.momentum", absl::StrCat("must be in [0, 1), got ", o.sgd().momentum()));
-    if (o.sgd().nesterov() && o.sgd().momentum() == 0) Violate(&v, "optimizer.sgd.nesterov", "requires momentum > 0");
+    if (!(o.sgd().momentum() >= 0 && o.sgd().momentum() < 1))
+      Violate(&v, "optimizer.sgd.momentum",
+              absl::StrCat("must be in [0, 1), got ", o.sgd().momentum()));
+    if (o.sgd().nesterov() && o.sgd().momentum() == 0)
+      Violate(&v, "optimizer.sgd.nesterov", "requires momentum > 0");
   }
   if (o.has_adamw()) {
     const auto& a = o.adamw();
-    if (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1)) Violate(&v, "optimizer.adamw.beta1", "must be in [0, 1)");
-    if (a.has_beta2() && !(a.beta2() >= 0 && a.beta2() < 1)) Violate(&v, "optimizer.adamw.beta2", "must be in [0, 1)");
+    if (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1))
+      Violate(&v, "optimizer.adamw.beta1", "must be in [0, 1)");
+    if (a.has_beta2() && !(a.beta2() >= 0 && a.beta2() < 1))
+      Violate(&v, "optimizer.adamw.beta2", "must be in [0, 1)");
     if (a.has_eps() && !(a.eps() > 0)) Violate(&v, "optimizer.adamw.eps", "must be > 0");
   }
   if (spec.schedule().warmup_steps() < 0) Violate(&v, "schedule.warmup_steps", "must be >= 0");
-  if (!(spec.schedule().min_lr_ratio() >= 0 && spec.schedule().min_lr_ratio() <= 1)) Violate(&v, "schedule.min_lr_ratio", "must be in [0, 1]");
+  if (!(spec.schedule().min_lr_ratio() >= 0 && spec.schedule().min_lr_ratio() <= 1))
+    Violate(&v, "schedule.min_lr_ratio", "must be in [0, 1]");
   // Training.
   const v1::TrainingSpec& t = spec.training();
-  if (t.has_steps() && t.steps() <= 0) Violate(&v, "training.steps", absl::StrCat("must be > 0, got ", t.steps()));
-  if (t.has_epochs() && t.epochs() <= 0) Violate(&v, "training.epochs", absl::StrCat("must be > 0, got ", t.epochs()));
-  if (t.has_batch_size() && t.batch_size() <= 0) Violate(&v, "training.batch_size", absl::StrCat("must be > 0, got ", t.batch_size()));
-  if (t.has_grad_accumulation() && t.grad_accumulation() <= 0) Violate(&v, "training.grad_accumulation", absl::StrCat("must be > 0, got ", t.grad_accumulation()));
-  if (t.eval_interval() < 0) Violate(&v, "training.eval_interval", absl::StrCat("must be >= 0, got ", t.eval_interval()));
-  if (!(t.clip_norm() >= 0)) Violate(&v, "training.clip_norm", absl::StrCat("must be >= 0, got ", t.clip_norm()));
+  if (t.has_steps() && t.steps() <= 0)
+    Violate(&v, "training.steps", absl::StrCat("must be > 0, got ", t.steps()));
+  if (t.has_epochs() && t.epochs() <= 0)
+    Violate(&v, "training.epochs", absl::StrCat("must be > 0, got ", t.epochs()));
+  if (t.has_batch_size() && t.batch_size() <= 0)
+    Violate(&v, "training.batch_size", absl::StrCat("must be > 0, got ", t.batch_size()));
+  if (t.has_grad_accumulation() && t.grad_accumulation() <= 0)
+    Violate(&v, "training.grad_accumulation",
+            absl::StrCat("must be > 0, got ", t.grad_accumulation()));
+  if (t.eval_interval() < 0)
+    Violate(&v, "training.eval_interval", absl::StrCat("must be >= 0, got ", t.eval_interval()));
+  if (!(t.clip_norm() >= 0))
+    Violate(&v, "training.clip_norm", absl::StrCat("must be >= 0, got ", t.clip_norm()));
   // Precision.
   ResolveJobPrecision(spec.precision(), context, &v);
   return v;
@@ -366,11 +395,13 @@ absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext&
     const v1::FileDataset& f = d.file();
     if (f.format() == v1::FileDataset::FORMAT_IDX) {
       const int classes = f.num_classes() ? f.num_classes() : 10;
-      auto train = ReadIdxDataset(under_root(f.train_images()), under_root(f.train_labels()), classes);
+      auto train =
+          ReadIdxDataset(under_root(f.train_images()), under_root(f.train_labels()), classes);
       if (!train.ok()) return train.status();
       data.train = *std::move(train);
       if (!f.test_images().empty()) {
-        auto test = ReadIdxDataset(under_root(f.test_images()), under_root(f.test_labels()), classes);
+        auto test =
+            ReadIdxDataset(under_root(f.test_images()), under_root(f.test_labels()), classes);
         if (!test.ok()) return test.status();
         data.test = *std::move(test);
       }

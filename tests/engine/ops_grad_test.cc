@@ -88,8 +88,7 @@ TEST(OpsGradTest, Activations) {
   Tensor signs = Random({4, 5}, 8);
   std::vector<double> v = x.ToDoubles(), s = signs.ToDoubles();
   for (size_t i = 0; i < v.size(); ++i) v[i] = s[i] < 0 ? -v[i] : v[i];
-  CheckGradients("relu", [](auto& in) { return Relu(in[0]); },
-                 {Tensor::FromDoubles(v, {4, 5})});
+  CheckGradients("relu", [](auto& in) { return Relu(in[0]); }, {Tensor::FromDoubles(v, {4, 5})});
   CheckGradients("gelu", [](auto& in) { return Gelu(in[0]); }, {Random({4, 5}, 9, -3, 3)});
   CheckGradients("exp", [](auto& in) { return Exp(in[0]); }, {Random({3, 3}, 10)});
   CheckGradients("log", [](auto& in) { return Log(in[0]); }, {Random({3, 3}, 11, 0.5, 2)});
@@ -105,14 +104,14 @@ TEST(OpsGradTest, SoftmaxAndLogSoftmax) {
 }
 
 TEST(OpsGradTest, LayerNorm) {
-  CheckGradients("layer_norm", [](auto& in) { return LayerNorm(in[0], in[1], in[2]); },
-                 {Random({3, 6}, 16, -2, 2), Random({6}, 17, 0.5, 1.5), Random({6}, 18)}, 1e-5);
+  CheckGradients(
+      "layer_norm", [](auto& in) { return LayerNorm(in[0], in[1], in[2]); },
+      {Random({3, 6}, 16, -2, 2), Random({6}, 17, 0.5, 1.5), Random({6}, 18)}, 1e-5);
 }
 
 TEST(OpsGradTest, SoftmaxCrossEntropy) {
   const std::vector<int32_t> labels = {2, 0, 4};
-  CheckGradients("cross_entropy",
-                 [&](auto& in) { return SoftmaxCrossEntropy(in[0], labels); },
+  CheckGradients("cross_entropy", [&](auto& in) { return SoftmaxCrossEntropy(in[0], labels); },
                  {Random({3, 5}, 19, -3, 3)});
 }
 

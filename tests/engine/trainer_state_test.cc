@@ -85,8 +85,8 @@ void CheckResumeIsExact(const std::string& precision, OptimizerSpec::Kind kind) 
 TEST(TrainerStateTest, ResumeIsBitwiseExactInEveryKindOfMode) {
   CheckResumeIsExact("32-true", OptimizerSpec::Kind::kAdamW);
   CheckResumeIsExact("16-mixed", OptimizerSpec::Kind::kAdamW);  // dynamic loss scaling
-  CheckResumeIsExact("bf16-mixed", OptimizerSpec::Kind::kSgd);   // momentum buffers
-  CheckResumeIsExact("O2", OptimizerSpec::Kind::kAdamW);         // f32 master weights
+  CheckResumeIsExact("bf16-mixed", OptimizerSpec::Kind::kSgd);  // momentum buffers
+  CheckResumeIsExact("O2", OptimizerSpec::Kind::kAdamW);        // f32 master weights
 }
 
 TEST(TrainerStateTest, StateCarriesTheOptimizerAndMasterTensors) {

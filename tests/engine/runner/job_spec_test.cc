@@ -64,8 +64,7 @@ TEST(JobSpecTest, UnknownJsonFieldIsNamedWithTheFile) {
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(std::string(spec.status().message()).find("my_spec.json"), std::string::npos);
   EXPECT_NE(std::string(spec.status().message()).find("trainig"), std::string::npos);
-  EXPECT_EQ(ReadJobSpecFile("/nonexistent/spec.json").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadJobSpecFile("/nonexistent/spec.json").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(JobSpecTest, PathsMustStayUnderTheDataRoot) {
