@@ -44,7 +44,13 @@ const char kGlobalHelp[] =
     "Global flags (before or after the command):\n"
     "  --server=HOST:PORT   ampd to talk to (default: $AMPD_SERVER, else localhost:50051)\n"
     "  --output=table|json  output format (default table)\n"
-    "  --timeout=SECONDS    deadline for each request (default 30)\n";
+    "  --timeout=SECONDS    deadline for each request (default 30)\n"
+    "  --token=TOKEN        bearer token for a server with --tokens_file (default: $AMPD_TOKEN)\n"
+    "  --tls_ca=PATH        PEM CA that signed the server's certificate; enables TLS\n"
+    "                       (default: $AMPD_TLS_CA)\n"
+    "  --tls_cert=PATH      PEM client certificate for mTLS, with --tls_key\n"
+    "                       (default: $AMPD_TLS_CERT, $AMPD_TLS_KEY)\n"
+    "  --tls_key=PATH       PEM private key of --tls_cert\n";
 
 int Usage(const std::string& message, const Command* command) {
   std::fprintf(stderr, "ampctl: %s\n", message.c_str());
@@ -374,6 +380,7 @@ int Download(Context& ctx, const Args& args) {
     out = job.substr(job.rfind('/') + 1) + "-" + base;
   }
   grpc::ClientContext call;  // no deadline: large files take as long as they take
+  ctx.Authorize(&call);
   v1::DownloadArtifactRequest request;
   request.set_job(job);
   request.set_artifact(artifact);
@@ -439,6 +446,7 @@ int Upload(Context& ctx, const Args& args) {
   }
   std::rewind(f);
   grpc::ClientContext call;
+  ctx.Authorize(&call);
   v1::UploadedDataset uploaded;
   auto writer = ctx.artifacts->UploadDataset(&call, &uploaded);
   v1::UploadDatasetRequest message;
@@ -535,6 +543,14 @@ int Main(int argc, char** argv) {
   } else {
     global.server = "localhost:50051";
   }
+  auto env_or = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  global.token = env_or("AMPD_TOKEN");
+  global.tls_ca = env_or("AMPD_TLS_CA");
+  global.tls_cert = env_or("AMPD_TLS_CERT");
+  global.tls_key = env_or("AMPD_TLS_KEY");
   std::string command;
   Args args;
   bool help = false;
@@ -572,6 +588,14 @@ int Main(int argc, char** argv) {
   for (const auto& [flag, value] : args.flags) {
     if (flag == "server") {
       global.server = value;
+    } else if (flag == "token") {
+      global.token = value;
+    } else if (flag == "tls_ca") {
+      global.tls_ca = value;
+    } else if (flag == "tls_cert") {
+      global.tls_cert = value;
+    } else if (flag == "tls_key") {
+      global.tls_key = value;
     } else if (flag == "output") {
       if (value == "json") {
         global.output = OutputFormat::kJson;
@@ -600,8 +624,11 @@ int Main(int argc, char** argv) {
   ctx.options = global;
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(64 << 20);
-  ctx.channel = grpc::CreateCustomChannel(global.server, grpc::InsecureChannelCredentials(),
-                                          channel_args);
+  std::string credentials_error;
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      MakeChannelCredentials(global, &credentials_error);
+  if (!credentials) return Usage(credentials_error, &c);
+  ctx.channel = grpc::CreateCustomChannel(global.server, credentials, channel_args);
   ctx.training = v1::TrainingService::NewStub(ctx.channel);
   ctx.precision = v1::PrecisionService::NewStub(ctx.channel);
   ctx.artifacts = v1::ArtifactService::NewStub(ctx.channel);

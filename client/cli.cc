@@ -11,7 +11,50 @@
 
 namespace ampd::client {
 
+void Context::Authorize(grpc::ClientContext* ctx) const {
+  if (!options.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options.token);
+}
+
+namespace {
+
+bool ReadFile(const std::string& flag, const std::string& path, std::string* out,
+              std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = "--" + flag + ": cannot read " + path;
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(const GlobalOptions& options,
+                                                                 std::string* error) {
+  if (options.tls_ca.empty() && options.tls_cert.empty() && options.tls_key.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    *error = "--tls_cert and --tls_key must be given together";
+    return nullptr;
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!options.tls_ca.empty() && !ReadFile("tls_ca", options.tls_ca, &ssl.pem_root_certs, error)) {
+    return nullptr;
+  }
+  if (!options.tls_cert.empty() &&
+      (!ReadFile("tls_cert", options.tls_cert, &ssl.pem_cert_chain, error) ||
+       !ReadFile("tls_key", options.tls_key, &ssl.pem_private_key, error))) {
+    return nullptr;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 void Context::SetDeadline(grpc::ClientContext* ctx) const {
+  Authorize(ctx);
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000)));
 }

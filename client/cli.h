@@ -28,6 +28,10 @@ struct GlobalOptions {
   std::string server;  // --server, else $AMPD_SERVER, else localhost:50051
   OutputFormat output = OutputFormat::kTable;
   double timeout_s = 30;  // unary RPC deadline
+  std::string token;      // --token, else $AMPD_TOKEN: sent as "authorization: Bearer ..."
+  std::string tls_ca;     // --tls_ca, else $AMPD_TLS_CA: PEM CA of the server; enables TLS
+  std::string tls_cert;   // --tls_cert, else $AMPD_TLS_CERT: client certificate (mTLS)
+  std::string tls_key;    // --tls_key, else $AMPD_TLS_KEY
 };
 
 struct Context {
@@ -36,7 +40,10 @@ struct Context {
   std::unique_ptr<ampd::v1::TrainingService::Stub> training;
   std::unique_ptr<ampd::v1::PrecisionService::Stub> precision;
   std::unique_ptr<ampd::v1::ArtifactService::Stub> artifacts;
+  // Sets the unary deadline and adds the credentials (Authorize).
   void SetDeadline(grpc::ClientContext* ctx) const;
+  // Adds the bearer token, if any; for calls without a deadline.
+  void Authorize(grpc::ClientContext* ctx) const;
 };
 
 // "INVALID_ARGUMENT: ..." plus one line per field violation / resource;
@@ -51,6 +58,11 @@ bool ReadJsonFile(const std::string& path, google::protobuf::Message* message, s
 
 std::string StateName(ampd::v1::JobState state);
 std::string FormatDuration(double seconds);
+
+// Plaintext, or TLS (with a client certificate for mTLS) per the options. On
+// error (an unreadable file) returns null and sets `error`.
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(const GlobalOptions& options,
+                                                                 std::string* error);
 
 }  // namespace ampd::client
 

@@ -179,6 +179,7 @@ int WatchJob(Context& ctx, const std::string& job_name, const WatchOptions& opti
   bool announced_loss = false;
   while (true) {
     grpc::ClientContext call;
+    ctx.Authorize(&call);
     v1::StreamMetricsRequest request;
     request.set_name(job_name);
     request.set_since_step(last_step);

@@ -39,11 +39,13 @@ bool SafeRelative(const std::string& p) {
 
 }  // namespace
 
-grpc::Status ArtifactServiceImpl::ListArtifacts(grpc::ServerContext*,
+grpc::Status ArtifactServiceImpl::ListArtifacts(grpc::ServerContext* ctx,
                                                 const v1::ListArtifactsRequest* request,
                                                 v1::ListArtifactsResponse* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return a;
   absl::StatusOr<v1::Job> job = jobs_->Get(request->job());
-  if (!job.ok()) return NotFound("job", request->job());
+  if (!job.ok() || !who.CanSee(job->owner())) return NotFound("job", request->job());
   std::error_code ec;
   const std::string weights = data_root_ + "/jobs/" + job->id() + "/model.safetensors";
   if (fs::exists(weights, ec)) {
@@ -70,8 +72,10 @@ grpc::Status ArtifactServiceImpl::ListArtifacts(grpc::ServerContext*,
 grpc::Status ArtifactServiceImpl::DownloadArtifact(grpc::ServerContext* ctx,
                                                    const v1::DownloadArtifactRequest* request,
                                                    grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return a;
   absl::StatusOr<v1::Job> job = jobs_->Get(request->job());
-  if (!job.ok()) return NotFound("job", request->job());
+  if (!job.ok() || !who.CanSee(job->owner())) return NotFound("job", request->job());
   const std::string artifact = request->artifact().empty() ? "model.safetensors" : request->artifact();
   std::string path;
   if (artifact == "model.safetensors") {
@@ -107,9 +111,11 @@ grpc::Status ArtifactServiceImpl::DownloadArtifact(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status ArtifactServiceImpl::UploadDataset(grpc::ServerContext*,
+grpc::Status ArtifactServiceImpl::UploadDataset(grpc::ServerContext* ctx,
                                                 grpc::ServerReader<v1::UploadDatasetRequest>* reader,
                                                 v1::UploadedDataset* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return a;
   v1::UploadDatasetRequest message;
   if (!reader->Read(&message) || !message.has_header()) {
     return InvalidField("header", "the first message must carry the upload header");

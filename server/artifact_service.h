@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ampd/v1/artifact_service.grpc.pb.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 
 namespace ampd::server {
@@ -12,8 +13,10 @@ namespace ampd::server {
 // gRPC's pool for its duration, which suits a few large transfers.
 class ArtifactServiceImpl final : public ampd::v1::ArtifactService::Service {
  public:
-  ArtifactServiceImpl(JobManager* jobs, std::string data_root, int64_t max_upload_bytes)
-      : jobs_(jobs), data_root_(std::move(data_root)), max_upload_bytes_(max_upload_bytes) {}
+  ArtifactServiceImpl(JobManager* jobs, std::string data_root, int64_t max_upload_bytes,
+                      const Authenticator* auth)
+      : jobs_(jobs), data_root_(std::move(data_root)), max_upload_bytes_(max_upload_bytes),
+        auth_(auth) {}
 
   grpc::Status ListArtifacts(grpc::ServerContext* ctx, const ampd::v1::ListArtifactsRequest* request,
                              ampd::v1::ListArtifactsResponse* response) override;
@@ -28,6 +31,7 @@ class ArtifactServiceImpl final : public ampd::v1::ArtifactService::Service {
   JobManager* jobs_;
   std::string data_root_;
   int64_t max_upload_bytes_;
+  const Authenticator* auth_;
 };
 
 }  // namespace ampd::server

@@ -159,7 +159,11 @@ void JobManager::Recover() {
   engine::JobSpecContext context;
   context.data_root = options_.data_root;
   context.fashion_mnist_dir = options_.fashion_mnist_dir;
-  context.profiles = options_.profiles;
+  if (options_.profiles) {
+    context.profiles = [this](const std::string& name) {
+      return options_.profiles(name, std::nullopt);
+    };
+  }
   std::lock_guard<std::mutex> lock(mu_);
   int requeued = 0;
   for (StoredJob& s : *stored) {
@@ -172,7 +176,9 @@ void JobManager::Recover() {
     next_sequence_ = std::max(next_sequence_, s.sequence + 1);
     const std::string id = record->job.id();
     jobs_[id] = record;
-    if (!record->job.request_id().empty()) request_ids_[record->job.request_id()] = id;
+    if (!record->job.request_id().empty()) {
+      request_ids_[RequestKey(record->job.owner(), record->job.request_id())] = id;
+    }
     const v1::JobState state = record->job.state();
     if (IsTerminal(state)) continue;
     absl::StatusOr<engine::ResolvedJob> resolved =
@@ -291,11 +297,18 @@ std::shared_ptr<JobManager::JobRecord> JobManager::Find(const std::string& id) c
   return it == jobs_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& request_id) {
+absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& request_id,
+                                           const std::string& owner, bool admin) {
   engine::JobSpecContext context;
   context.data_root = options_.data_root;
   context.fashion_mnist_dir = options_.fashion_mnist_dir;
-  context.profiles = options_.profiles;
+  if (options_.profiles) {
+    const std::optional<std::string> viewer =
+        admin ? std::nullopt : std::optional<std::string>(owner);
+    context.profiles = [this, viewer](const std::string& name) {
+      return options_.profiles(name, viewer);
+    };
+  }
   absl::StatusOr<engine::ResolvedJob> resolved = engine::ResolveJobSpec(spec, context);
   if (!resolved.ok()) return resolved.status();
   if (resolved->device != engine::Device::kCpu) {
@@ -314,7 +327,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) return absl::UnavailableError("ampd is shutting down; not accepting jobs");
   if (!request_id.empty()) {
-    auto it = request_ids_.find(request_id);
+    auto it = request_ids_.find(RequestKey(owner, request_id));
     if (it != request_ids_.end()) {
       auto existing = jobs_.find(it->second);
       if (existing != jobs_.end()) {
@@ -339,10 +352,11 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   job.set_id(id);
   *job.mutable_spec() = spec;
   job.set_request_id(request_id);
+  job.set_owner(owner);
   job.set_precision(record->resolved.config.precision.name);
   *job.mutable_create_time() = Now();
   jobs_[id] = record;
-  if (!request_id.empty()) request_ids_[request_id] = id;
+  if (!request_id.empty()) request_ids_[RequestKey(owner, request_id)] = id;
   queue_[{-static_cast<int64_t>(spec.priority()), record->sequence}] = id;
   Transition(*record, v1::QUEUED, "");
   v1::Job created = job;
@@ -366,7 +380,8 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
 
 absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState>& states,
                                                   int page_size,
-                                                  const std::string& page_token) const {
+                                                  const std::string& page_token,
+                                                  const std::optional<std::string>& owner) const {
   if (page_size < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
   if (page_size == 0) page_size = 50;
   page_size = std::min(page_size, 1000);
@@ -388,6 +403,7 @@ absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState
   std::vector<std::shared_ptr<JobRecord>> matching;
   for (const auto& [id, job] : jobs_) {
     if (job->sequence >= before) continue;
+    if (owner && job->job.owner() != *owner) continue;
     if (!states.empty() &&
         std::find(states.begin(), states.end(), job->job.state()) == states.end()) {
       continue;
@@ -450,7 +466,9 @@ absl::Status JobManager::Delete(const std::string& id) {
                        "; only ended jobs can be deleted (cancel it first)"));
     }
     listeners = job->listeners;
-    if (!job->job.request_id().empty()) request_ids_.erase(job->job.request_id());
+    if (!job->job.request_id().empty()) {
+      request_ids_.erase(RequestKey(job->job.owner(), job->job.request_id()));
+    }
     jobs_.erase(job->job.id());
   }
   {

@@ -39,8 +39,11 @@ struct JobManagerOptions {
   int64_t checkpoint_every_steps = 500;
   int checkpoint_every_seconds = 60;
   int keep_checkpoints = 3;
-  // User precision profiles (the PrecisionService's store).
-  std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string&)> profiles;
+  // User precision profiles (the PrecisionService's store), by name, as seen
+  // by a principal (owner; nullopt: any profile, as an admin sees them).
+  std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string& name,
+                                                          const std::optional<std::string>& owner)>
+      profiles;
 };
 
 // Told when a job it watches has new events (or a heartbeat is due). Called
@@ -62,15 +65,18 @@ class JobManager {
   // Errors: RESOURCE_EXHAUSTED (queue full, model too large),
   // FAILED_PRECONDITION (device unavailable), INVALID_ARGUMENT (request_id
   // reused with a different spec), UNAVAILABLE (shutting down).
+  // `owner` is the creating principal; request ids are per owner.
   absl::StatusOr<ampd::v1::Job> Create(const ampd::v1::JobSpec& spec,
-                                       const std::string& request_id);
+                                       const std::string& request_id,
+                                       const std::string& owner = "", bool admin = true);
   absl::StatusOr<ampd::v1::Job> Get(const std::string& id) const;
   struct Page {
     std::vector<ampd::v1::Job> jobs;
     std::string next_page_token;
   };
   absl::StatusOr<Page> List(const std::vector<ampd::v1::JobState>& states, int page_size,
-                            const std::string& page_token) const;
+                            const std::string& page_token,
+                            const std::optional<std::string>& owner = std::nullopt) const;
   absl::StatusOr<ampd::v1::Job> Cancel(const std::string& id);
   absl::Status Delete(const std::string& id);
 
@@ -95,6 +101,11 @@ class JobManager {
 
   // Resolves a job name ("jobs/ID" or "ID") to an id.
   static std::string IdFromName(const std::string& name);
+
+ private:
+  static std::string RequestKey(const std::string& owner, const std::string& request_id) {
+    return owner + '\x1f' + request_id;
+  }
 
  private:
   struct JobRecord;

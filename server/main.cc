@@ -9,6 +9,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -26,11 +28,28 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 500, "Checkpoint running jobs every N
 ABSL_FLAG(int, checkpoint_every_seconds, 60, "Checkpoint running jobs every N seconds (0: off).");
 ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept per job (newest).");
 ABSL_FLAG(int64_t, max_upload_bytes, 1LL << 30, "Largest data set UploadDataset accepts.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (chain); with --tls_key enables TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require and verify client certificates (mTLS). Without "
+          "--tokens_file the certificate's CN (else SAN) is the caller's identity.");
+ABSL_FLAG(bool, insecure, false,
+          "Allow plaintext (no TLS) on a non-loopback --listen address (otherwise refused).");
+ABSL_FLAG(std::string, tokens_file, "",
+          "Bearer-token file, lines \"SHA256HEX_OF_TOKEN PRINCIPAL user|admin\" ('#' comments). "
+          "Every RPC except health and reflection then needs \"authorization: Bearer TOKEN\".");
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ampd: a training server with automatic mixed precision.\n"
                                "  ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data");
+  // --help lists this file's flags (absl matches the program name otherwise).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
 
   // Signals are taken by one thread with sigwait, so shutdown runs as
@@ -54,6 +73,11 @@ int main(int argc, char** argv) {
   options.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.max_upload_bytes = absl::GetFlag(FLAGS_max_upload_bytes);
   options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.insecure = absl::GetFlag(FLAGS_insecure);
+  options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   std::error_code ec;
   std::filesystem::create_directories(options.jobs.data_root, ec);
   if (ec) {

@@ -100,6 +100,8 @@ v1::DeviceInfo CpuDeviceInfo() {
 grpc::ServerUnaryReactor* PrecisionServiceImpl::GetCapabilities(grpc::CallbackServerContext* ctx,
                                                                 const v1::GetCapabilitiesRequest*,
                                                                 v1::Capabilities* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   *response->add_devices() = CpuDeviceInfo();
   absl::StatusOr<engine::Backend*> cuda = engine::BackendFor(engine::Device::kCuda);
   if (!cuda.ok()) response->add_unavailable(std::string(cuda.status().message()));
@@ -110,6 +112,8 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::GetCapabilities(grpc::CallbackSe
 grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
     grpc::CallbackServerContext* ctx, const v1::ExplainPrecisionRequest* request,
     v1::ExplainPrecisionResponse* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   if (request->batch_size() < 0) return Done(ctx, InvalidField("batch_size", "must be >= 0"));
   v1::JobSpec spec;
   *spec.mutable_model() = request->model();
@@ -117,9 +121,9 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
   *spec.mutable_optimizer() = request->optimizer();
   *spec.mutable_precision() = request->precision();
   engine::JobSpecContext context;
-  context.profiles = [this](const std::string& name) -> std::optional<v1::PrecisionConfig> {
+  context.profiles = [this, &who](const std::string& name) -> std::optional<v1::PrecisionConfig> {
     auto p = profiles_->Get(name);
-    if (!p) return std::nullopt;
+    if (!p || !who.CanSee(p->owner())) return std::nullopt;
     return p->config();
   };
   std::vector<engine::FieldViolation> violations = engine::ValidateJobSpec(spec, context);
@@ -171,6 +175,8 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
 grpc::ServerUnaryReactor* PrecisionServiceImpl::CreateProfile(
     grpc::CallbackServerContext* ctx, const v1::CreateProfileRequest* request,
     v1::PrecisionProfile* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   static const std::regex kId("[a-z][a-z0-9-]{0,62}");
   const std::string& id = request->profile_id();
   std::vector<engine::FieldViolation> violations;
@@ -184,6 +190,7 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::CreateProfile(
   v1::PrecisionProfile profile = request->profile();
   profile.set_name("profiles/" + id);
   profile.set_builtin(false);
+  profile.set_owner(who.name);
   absl::Status s = profiles_->Create(id, profile);
   if (!s.ok()) return Done(ctx, ToGrpc(s));
   *response = profile;
@@ -193,6 +200,8 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::CreateProfile(
 grpc::ServerUnaryReactor* PrecisionServiceImpl::GetProfile(grpc::CallbackServerContext* ctx,
                                                            const v1::GetProfileRequest* request,
                                                            v1::PrecisionProfile* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   const std::string id = ProfileId(request->name());
   if (id.empty()) return Done(ctx, InvalidField("name", "required"));
   if (IsBuiltinName(id)) {
@@ -200,7 +209,7 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::GetProfile(grpc::CallbackServerC
     return Done(ctx, grpc::Status::OK);
   }
   auto p = profiles_->Get(id);
-  if (!p) return Done(ctx, NotFound("profile", request->name()));
+  if (!p || !who.CanSee(p->owner())) return Done(ctx, NotFound("profile", request->name()));
   *response = *p;
   return Done(ctx, grpc::Status::OK);
 }
@@ -208,22 +217,31 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::GetProfile(grpc::CallbackServerC
 grpc::ServerUnaryReactor* PrecisionServiceImpl::ListProfiles(grpc::CallbackServerContext* ctx,
                                                              const v1::ListProfilesRequest*,
                                                              v1::ListProfilesResponse* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   for (const std::string& name : engine::BuiltinPrecisionNames()) {
     *response->add_profiles() = BuiltinProfile(name);
   }
-  for (auto& p : profiles_->List()) *response->add_profiles() = std::move(p);
+  for (auto& p : profiles_->List()) {
+    if (who.CanSee(p.owner())) *response->add_profiles() = std::move(p);
+  }
   return Done(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* PrecisionServiceImpl::DeleteProfile(grpc::CallbackServerContext* ctx,
                                                               const v1::DeleteProfileRequest* request,
                                                               google::protobuf::Empty*) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   const std::string id = ProfileId(request->name());
   if (id.empty()) return Done(ctx, InvalidField("name", "required"));
   if (IsBuiltinName(id)) {
     return Done(ctx, FailedPrecondition("name", absl::StrCat("\"", id, "\" is built in and cannot be deleted")));
   }
-  if (!profiles_->Delete(id)) return Done(ctx, NotFound("profile", request->name()));
+  auto p = profiles_->Get(id);
+  if (!p || !who.CanSee(p->owner()) || !profiles_->Delete(id)) {
+    return Done(ctx, NotFound("profile", request->name()));
+  }
   return Done(ctx, grpc::Status::OK);
 }
 

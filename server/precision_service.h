@@ -2,13 +2,15 @@
 #define AMPD_SERVER_PRECISION_SERVICE_H_
 
 #include "ampd/v1/precision_service.grpc.pb.h"
+#include "server/auth.h"
 #include "server/profile_store.h"
 
 namespace ampd::server {
 
 class PrecisionServiceImpl final : public ampd::v1::PrecisionService::CallbackService {
  public:
-  explicit PrecisionServiceImpl(ProfileStore* profiles) : profiles_(profiles) {}
+  PrecisionServiceImpl(ProfileStore* profiles, const Authenticator* auth)
+      : profiles_(profiles), auth_(auth) {}
 
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* ctx,
                                             const ampd::v1::GetCapabilitiesRequest* request,
@@ -31,6 +33,7 @@ class PrecisionServiceImpl final : public ampd::v1::PrecisionService::CallbackSe
 
  private:
   ProfileStore* profiles_;
+  const Authenticator* auth_;
 };
 
 // The CPU's entry in GetCapabilities (also used by tests).

@@ -1,5 +1,8 @@
 #include "server/server.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -7,10 +10,82 @@
 
 namespace ampd::server {
 
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// TLS or plaintext credentials for the listening port, per the options.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const ServerOptions& o) {
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  if (o.tls_cert.empty()) {
+    if (!o.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    if (!IsLoopbackAddress(o.listen)) {
+      if (!o.insecure) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "refusing to listen on non-loopback address ", o.listen,
+            " without TLS: pass --tls_cert and --tls_key, or --insecure to allow plaintext"));
+      }
+      LogWarning("listening WITHOUT TLS on a non-loopback address (--insecure): traffic and "
+                 "tokens are readable by anyone on the network",
+                 {{"address", o.listen}});
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  absl::StatusOr<std::string> cert = ReadPem("tls_cert", o.tls_cert);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem("tls_key", o.tls_key);
+  if (!key.ok()) return key.status();
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!o.tls_client_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem("tls_client_ca", o.tls_client_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+bool IsLoopbackAddress(const std::string& listen) {
+  if (listen.rfind("unix:", 0) == 0) return true;
+  std::string host;
+  if (!listen.empty() && listen.front() == '[') {
+    const size_t close = listen.find(']');
+    if (close == std::string::npos) return false;
+    host = listen.substr(1, close - 1);
+  } else {
+    const size_t colon = listen.rfind(':');
+    host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  }
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 AmpdServer::AmpdServer(ServerOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions options) {
   std::unique_ptr<AmpdServer> s(new AmpdServer(std::move(options)));
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeCredentials(s->options_);
+  if (!credentials.ok()) return credentials.status();
+  if (!s->options_.tokens_file.empty()) {
+    absl::StatusOr<Authenticator> auth = Authenticator::FromTokensFile(s->options_.tokens_file);
+    if (!auth.ok()) return auth.status();
+    s->auth_ = *std::move(auth);
+  } else if (!s->options_.tls_client_ca.empty()) {
+    s->auth_ = Authenticator::FromClientCertificates();
+  }
   const std::string db_path = s->options_.jobs.data_root + "/ampd.db";
   absl::StatusOr<std::unique_ptr<JobStore>> store = OpenSqliteJobStore(db_path);
   if (!store.ok()) return store.status();
@@ -19,21 +94,22 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   JobManagerOptions jobs = s->options_.jobs;
   jobs.store = s->store_.get();
   ProfileStore* profiles = s->profiles_.get();
-  jobs.profiles = [profiles](const std::string& name) -> std::optional<ampd::v1::PrecisionConfig> {
+  jobs.profiles = [profiles](const std::string& name, const std::optional<std::string>& owner)
+      -> std::optional<ampd::v1::PrecisionConfig> {
     auto p = profiles->Get(name);
-    if (!p) return std::nullopt;
+    if (!p || (owner && p->owner() != *owner)) return std::nullopt;
     return p->config();
   };
   s->jobs_ = std::make_unique<JobManager>(jobs);
-  s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get());
-  s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get());
+  s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get(), &s->auth_);
+  s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_);
   s->artifacts_ = std::make_unique<ArtifactServiceImpl>(s->jobs_.get(), s->options_.jobs.data_root,
-                                                        s->options_.max_upload_bytes);
+                                                        s->options_.max_upload_bytes, &s->auth_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(s->options_.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(s->options_.listen, *credentials, &s->port_);
   builder.SetMaxReceiveMessageSize(s->options_.max_message_bytes);
   builder.SetMaxSendMessageSize(s->options_.max_message_bytes);
   builder.RegisterService(s->training_.get());
@@ -58,7 +134,12 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
     }
   });
   LogInfo("listening", {{"address", s->options_.listen}, {"port", std::to_string(s->port_)},
-                        {"data_dir", s->options_.jobs.data_root}});
+                        {"data_dir", s->options_.jobs.data_root},
+                        {"tls", s->options_.tls_cert.empty() ? "off"
+                                : s->options_.tls_client_ca.empty() ? "on" : "mtls"},
+                        {"auth", !s->options_.tokens_file.empty() ? "tokens"
+                                 : !s->options_.tls_client_ca.empty() ? "client-certificate"
+                                                                       : "none"}});
   return s;
 }
 
@@ -73,7 +154,7 @@ void AmpdServer::Shutdown() {
   cv_.notify_all();
   LogInfo("shutting down: health NOT_SERVING, no new jobs, stopping running jobs");
   if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
-  jobs_->Shutdown();
+  if (jobs_) jobs_->Shutdown();
   if (heartbeat_.joinable()) heartbeat_.join();
   LogInfo("jobs stopped; closing connections");
   if (server_) {

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "server/artifact_service.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/precision_service.h"
 #include "server/profile_store.h"
@@ -22,7 +23,20 @@ struct ServerOptions {
   int shutdown_grace_ms = 5000;
   int max_message_bytes = 16 << 20;
   int64_t max_upload_bytes = 1LL << 30;
+  // Transport security (PEM file paths). With tls_cert and tls_key the port
+  // speaks TLS; with tls_client_ca too, clients must present a certificate
+  // signed by that CA (mTLS).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  // Allows plaintext on a non-loopback address (refused otherwise).
+  bool insecure = false;
+  // "SHA256HEX PRINCIPAL ROLE" lines; every RPC then needs a bearer token.
+  std::string tokens_file;
 };
+
+// Whether `listen` (HOST:PORT) is a loopback address.
+bool IsLoopbackAddress(const std::string& listen);
 
 // The ampd server: TrainingService, PrecisionService, grpc.health.v1.Health
 // and server reflection on one port.
@@ -41,6 +55,7 @@ class AmpdServer {
   explicit AmpdServer(ServerOptions options);
 
   ServerOptions options_;
+  Authenticator auth_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<JobManager> jobs_;

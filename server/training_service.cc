@@ -48,6 +48,14 @@ grpc::Status JobError(const absl::Status& s, const std::string& name) {
 
 bool ValidName(const std::string& name) { return !JobManager::IdFromName(name).empty(); }
 
+// NOT_FOUND unless the job exists and `who` may see it (owner or admin):
+// other principals' jobs are indistinguishable from missing ones.
+grpc::Status CheckVisible(JobManager* jobs, const Principal& who, const std::string& name) {
+  absl::StatusOr<v1::Job> job = jobs->Get(name);
+  if (!job.ok() || !who.CanSee(job->owner())) return NotFound("job", name);
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 int TrainingServiceImpl::open_streams() { return g_open_streams.load(); }
@@ -55,6 +63,8 @@ int TrainingServiceImpl::open_streams() { return g_open_streams.load(); }
 grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerContext* ctx,
                                                          const v1::CreateJobRequest* request,
                                                          v1::Job* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   if (request->request_id().size() > 128) {
     return Done(ctx, InvalidField("request_id", "must be at most 128 characters"));
   }
@@ -65,7 +75,8 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerCon
                                   [](const auto& v) { return v.field == "precision.profile"; }),
                    violations.end());
   if (!violations.empty()) return Done(ctx, InvalidArgument(violations, "spec."));
-  absl::StatusOr<v1::Job> job = jobs_->Create(request->spec(), request->request_id());
+  absl::StatusOr<v1::Job> job =
+      jobs_->Create(request->spec(), request->request_id(), who.name, who.admin);
   if (!job.ok()) {
     if (job.status().code() == absl::StatusCode::kInvalidArgument) {
       // All remaining violations (profiles), as field paths under spec.
@@ -89,9 +100,11 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* TrainingServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                       const v1::GetJobRequest* request,
                                                       v1::Job* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   if (!ValidName(request->name())) return Done(ctx, InvalidField("name", "required"));
   absl::StatusOr<v1::Job> job = jobs_->Get(request->name());
-  if (!job.ok()) return Done(ctx, JobError(job.status(), request->name()));
+  if (!job.ok() || !who.CanSee(job->owner())) return Done(ctx, NotFound("job", request->name()));
   *response = *job;
   return Done(ctx, grpc::Status::OK);
 }
@@ -99,10 +112,13 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::GetJob(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* TrainingServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                         const v1::ListJobsRequest* request,
                                                         v1::ListJobsResponse* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   std::vector<v1::JobState> states;
   for (int s : request->states()) states.push_back(static_cast<v1::JobState>(s));
   absl::StatusOr<JobManager::Page> page =
-      jobs_->List(states, request->page_size(), request->page_token());
+      jobs_->List(states, request->page_size(), request->page_token(),
+                  who.admin ? std::nullopt : std::optional<std::string>(who.name));
   if (!page.ok()) return Done(ctx, JobError(page.status(), ""));
   for (auto& job : page->jobs) *response->add_jobs() = std::move(job);
   response->set_next_page_token(page->next_page_token);
@@ -112,7 +128,10 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::ListJobs(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* TrainingServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
                                                          const v1::CancelJobRequest* request,
                                                          v1::Job* response) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   if (!ValidName(request->name())) return Done(ctx, InvalidField("name", "required"));
+  if (grpc::Status v = CheckVisible(jobs_, who, request->name()); !v.ok()) return Done(ctx, v);
   absl::StatusOr<v1::Job> job = jobs_->Cancel(request->name());
   if (!job.ok()) return Done(ctx, JobError(job.status(), request->name()));
   *response = *job;
@@ -123,7 +142,10 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CancelJob(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* TrainingServiceImpl::DeleteJob(grpc::CallbackServerContext* ctx,
                                                          const v1::DeleteJobRequest* request,
                                                          google::protobuf::Empty*) {
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   if (!ValidName(request->name())) return Done(ctx, InvalidField("name", "required"));
+  if (grpc::Status v = CheckVisible(jobs_, who, request->name()); !v.ok()) return Done(ctx, v);
   absl::Status s = jobs_->Delete(request->name());
   if (!s.ok()) return Done(ctx, JobError(s, request->name()));
   LogInfo("job deleted", {{"job", JobManager::IdFromName(request->name())}});
@@ -266,7 +288,10 @@ grpc::ServerWriteReactor<v1::MetricsEvent>* TrainingServiceImpl::StreamMetrics(
     explicit Failed(const grpc::Status& s) { Finish(s); }
     void OnDone() override { delete this; }
   };
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return new Failed(a);
   if (!ValidName(request->name())) return new Failed(InvalidField("name", "required"));
+  if (grpc::Status v = CheckVisible(jobs_, who, request->name()); !v.ok()) return new Failed(v);
   if (request->since_step() < 0) {
     return new Failed(InvalidField("since_step", "must be >= 0"));
   }

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "ampd/v1/training_service.grpc.pb.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 
 namespace ampd::server {
@@ -12,7 +13,7 @@ namespace ampd::server {
 // open stream, so one server keeps thousands of StreamMetrics calls open.
 class TrainingServiceImpl final : public ampd::v1::TrainingService::CallbackService {
  public:
-  explicit TrainingServiceImpl(JobManager* jobs) : jobs_(jobs) {}
+  TrainingServiceImpl(JobManager* jobs, const Authenticator* auth) : jobs_(jobs), auth_(auth) {}
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
                                       const ampd::v1::CreateJobRequest* request,
@@ -37,6 +38,7 @@ class TrainingServiceImpl final : public ampd::v1::TrainingService::CallbackServ
 
  private:
   JobManager* jobs_;
+  const Authenticator* auth_;
 };
 
 }  // namespace ampd::server

@@ -312,5 +312,46 @@ TEST_F(AmpctlTest, PrecisionCommands) {
   EXPECT_NE(profiles.out.find("profiles/O2"), std::string::npos) << profiles.out;
 }
 
+// A server with --tokens_file: ampctl sends --token (or $AMPD_TOKEN) as a
+// bearer token, and each user sees only their own jobs.
+TEST(AmpctlSecurityTest, TokenAuthentication) {
+  const std::string sha_out = TmpFile("token_sha.txt", "");
+  auto sha256 = [&](const std::string& token) {
+    EXPECT_EQ(std::system(("printf '%s' '" + token + "' | openssl dgst -sha256 -r > " + sha_out).c_str()), 0);
+    return Slurp(sha_out).substr(0, 64);
+  };
+  const std::string tokens = TmpFile("tokens.txt", sha256("alice-token") + " alice user\n" +
+                                                       sha256("bob-token") + " bob user\n");
+  AmpdProcess server({"--tokens_file=" + tokens});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const std::string server_flag = "--server=" + server.address();
+  const std::string spec = TmpFile("token_spec.json", TinyJobJson(10));
+
+  Result anonymous = Ampctl({server_flag, "list"});
+  EXPECT_EQ(anonymous.code, 2);
+  EXPECT_NE(anonymous.err.find("UNAUTHENTICATED"), std::string::npos) << anonymous.err;
+  Result wrong = Ampctl({server_flag, "--token=nope", "submit", spec});
+  EXPECT_EQ(wrong.code, 2);
+  EXPECT_NE(wrong.err.find("UNAUTHENTICATED"), std::string::npos) << wrong.err;
+
+  Result submitted = Ampctl({server_flag, "--token=alice-token", "--output=json", "submit", spec});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok()) << submitted.out;
+  EXPECT_EQ(job.owner(), "alice");
+  Result watched = Ampctl({server_flag, "--token=alice-token", "watch", job.name()});
+  EXPECT_EQ(watched.code, 0) << watched.out << watched.err;
+
+  Result other = Ampctl({server_flag, "--token=bob-token", "get", job.name()});
+  EXPECT_EQ(other.code, 2);
+  EXPECT_NE(other.err.find("NOT_FOUND"), std::string::npos) << other.err;
+
+  setenv("AMPD_TOKEN", "alice-token", 1);
+  Result listed = Ampctl({server_flag, "list"});
+  unsetenv("AMPD_TOKEN");
+  EXPECT_EQ(listed.code, 0) << listed.err;
+  EXPECT_NE(listed.out.find(job.id()), std::string::npos) << listed.out;
+}
+
 }  // namespace
 }  // namespace ampd::testing

@@ -63,16 +63,43 @@ class Client:
     timeout: seconds for each unary call (None: no deadline). Calls that are
     safe to repeat are retried a few times when the server is unreachable.
     Failed calls raise AmpdError (see its subclasses).
+
+    Security (see the README): token is sent as "authorization: Bearer TOKEN"
+    (default $AMPD_TOKEN); tls_ca (PEM path of the server's CA, default
+    $AMPD_TLS_CA) switches to TLS; tls_cert/tls_key add a client certificate
+    for mTLS (default $AMPD_TLS_CERT/$AMPD_TLS_KEY).
     """
 
     def __init__(self, target: Optional[str] = None, *, timeout: Optional[float] = 30.0,
                  credentials: Optional[grpc.ChannelCredentials] = None,
                  channel: Optional[grpc.Channel] = None,
                  options: Sequence[Tuple[str, Any]] = (),
-                 metadata: Sequence[Tuple[str, str]] = (), retries: int = 3):
+                 metadata: Sequence[Tuple[str, str]] = (), retries: int = 3,
+                 token: Optional[str] = None, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None):
         self.target = target or os.environ.get("AMPD_SERVER") or DEFAULT_TARGET
         self.timeout = timeout
         self.retries = max(1, retries)
+        token = token if token is not None else os.environ.get("AMPD_TOKEN") or None
+        tls_ca = tls_ca or os.environ.get("AMPD_TLS_CA") or None
+        tls_cert = tls_cert or os.environ.get("AMPD_TLS_CERT") or None
+        tls_key = tls_key or os.environ.get("AMPD_TLS_KEY") or None
+        metadata = list(metadata)
+        if token:
+            metadata.append(("authorization", "Bearer " + token))
+        if credentials is None and (tls_ca or tls_cert or tls_key):
+            if bool(tls_cert) != bool(tls_key):
+                raise ValueError("tls_cert and tls_key must be given together")
+
+            def _read(path: Optional[str]) -> Optional[bytes]:
+                if not path:
+                    return None
+                with open(path, "rb") as f:
+                    return f.read()
+
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca), private_key=_read(tls_key),
+                certificate_chain=_read(tls_cert))
         self._metadata = tuple(metadata) or None
         self._own_channel = channel is None
         if channel is None:

@@ -484,3 +484,38 @@ def test_default_target_and_unreachable_server(monkeypatch):
     monkeypatch.delenv("AMPD_SERVER")
     with Client() as c:
         assert c.target == ampd_client.DEFAULT_TARGET
+
+
+# -- security -----------------------------------------------------------------
+
+
+def test_token_authentication_and_job_ownership(tmp_path):
+    import hashlib
+
+    from conftest import AmpdServer
+
+    def line(token, principal, role):
+        return "%s %s %s\n" % (hashlib.sha256(token.encode()).hexdigest(), principal, role)
+
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("# principals\n" + line("alice-token", "alice", "user") +
+                      line("bob-token", "bob", "user") + line("root-token", "root", "admin"))
+    server = AmpdServer(str(tmp_path / "ampd"), ["--tokens_file=%s" % tokens])
+    try:
+        with Client(server.address, timeout=30, retries=1) as anonymous:
+            with pytest.raises(AmpdError) as error:
+                anonymous.capabilities()
+            assert error.value.code == grpc.StatusCode.UNAUTHENTICATED
+        with Client(server.address, timeout=30, token="alice-token") as alice, \
+                Client(server.address, timeout=30, token="bob-token") as bob, \
+                Client(server.address, timeout=30, token="root-token") as root:
+            job = alice.submit(tiny_job(10))
+            assert job.wait(timeout=60).succeeded
+            assert job.to_dict()["owner"] == "alice"
+            with pytest.raises(NotFoundError):
+                bob.get(job.name)
+            assert job.name not in [j.name for j in list(bob.list())]
+            assert job.name in [j.name for j in list(alice.list())]
+            assert root.get(job.name).name == job.name
+    finally:
+        server.stop()

@@ -1,0 +1,48 @@
+#ifndef AMPD_SERVER_AUTH_H_
+#define AMPD_SERVER_AUTH_H_
+
+// Who is calling. Three modes, chosen at startup:
+//   tokens file: "authorization: Bearer TOKEN" is hashed (SHA-256) and looked
+//     up; the line names the principal and its role (user|admin);
+//   mTLS (a client CA, no tokens file): the verified client certificate's
+//     identity (its CN, else its first SAN) is the principal, a user;
+//   neither: every caller is "local", an admin (single-user, as before).
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ampd::server {
+
+struct Principal {
+  std::string name;
+  bool admin = false;
+  // Whether `owner` (a job's or profile's) is visible to this principal.
+  bool CanSee(const std::string& owner) const { return admin || owner == name; }
+};
+
+class Authenticator {
+ public:
+  // No authentication: everyone is "local", an admin.
+  Authenticator() = default;
+  // Parses a tokens file: lines "SHA256HEX PRINCIPAL ROLE", '#' comments.
+  static absl::StatusOr<Authenticator> FromTokensFile(const std::string& path);
+  static Authenticator FromClientCertificates();
+
+  // The caller, or UNAUTHENTICATED.
+  absl::StatusOr<Principal> Authenticate(const grpc::ServerContextBase* ctx) const;
+  // Authenticate() as a grpc::Status; fills *principal on success.
+  grpc::Status Check(const grpc::ServerContextBase* ctx, Principal* principal) const;
+
+ private:
+  enum class Mode { kNone, kTokens, kClientCert };
+  Mode mode_ = Mode::kNone;
+  std::map<std::string, Principal> tokens_;  // sha256 hex -> principal
+};
+
+}  // namespace ampd::server
+
+#endif  // AMPD_SERVER_AUTH_H_
