@@ -36,6 +36,11 @@ struct PrecisionPlan {
   int64_t parameter_count = 0;
 };
 
+// The memory estimate alone, computed from the spec without building the
+// model (cheap enough to check every job against a limit before queueing).
+MemoryEstimate EstimateMemory(const ModelSpec& model, const PrecisionConfig& precision,
+                              const OptimizerSpec& optimizer, int64_t batch_size);
+
 absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model,
                                                const PrecisionConfig& precision,
                                                const OptimizerSpec& optimizer, int64_t batch_size);

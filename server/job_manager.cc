@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend.h"
+#include "engine/explain.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/tensorboard.h"
 #include "engine/model.h"
@@ -130,6 +131,32 @@ class TrainerEvents : public engine::TrainerCallbacks {
 };
 
 }  // namespace
+
+absl::Status JobManager::CheckConfined(const v1::DataSpec& data) const {
+  if (!data.has_file()) return absl::OkStatus();
+  const v1::FileDataset& f = data.file();
+  std::error_code ec;
+  const std::filesystem::path root = std::filesystem::weakly_canonical(options_.data_root, ec);
+  const std::pair<const char*, std::string> paths[] = {
+      {"data.file.train_images", f.train_images()}, {"data.file.train_labels", f.train_labels()},
+      {"data.file.test_images", f.test_images()},   {"data.file.test_labels", f.test_labels()},
+      {"data.file.train_csv", f.train_csv()},       {"data.file.test_csv", f.test_csv()}};
+  for (const auto& [field, value] : paths) {
+    if (value.empty()) continue;
+    // Symlinks are followed: a link inside the root that points outside it
+    // is refused like "../".
+    const std::filesystem::path resolved =
+        std::filesystem::weakly_canonical(std::filesystem::path(options_.data_root) / value, ec);
+    const std::string r = resolved.string(), base = root.string() + "/";
+    if (ec || r.compare(0, base.size(), base) != 0) {
+      LogWarning("refused a data path outside the data root", {{"field", field}, {"path", value},
+                                                               {"resolves_to", r}});
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": \"", value, "\" resolves outside the server's data root"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string JobManager::CheckpointDir(const std::string& id) const {
   return options_.data_root + "/checkpoints/" + id;
@@ -315,6 +342,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
     absl::StatusOr<engine::Backend*> backend = engine::BackendFor(resolved->device);
     if (!backend.ok()) return backend.status();
   }
+  if (absl::Status s = CheckConfined(spec.data()); !s.ok()) return s;
   const engine::MlpSpec& mlp = std::get<engine::MlpSpec>(resolved->config.model);
   if (mlp.input_dim > 0 && mlp.num_classes > 0) {
     const int64_t params = engine::ParameterCount(resolved->config.model);
@@ -322,6 +350,16 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
       return absl::ResourceExhaustedError(
           absl::StrCat("max_model_parameters: the model has ", params,
                        " parameters; this server allows ", options_.max_model_parameters));
+    }
+    const engine::TrainerConfig& c = resolved->config;
+    const int64_t bytes = engine::EstimateMemory(c.model, c.precision, c.optimizer,
+                                                 c.training.batch_size)
+                              .total_bytes();
+    if (bytes > options_.max_job_memory_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "max_job_memory_bytes: the job needs about ", bytes, " bytes (weights, optimizer state "
+          "and activations, as ExplainPrecision estimates); this server allows ",
+          options_.max_job_memory_bytes));
     }
   }
   std::unique_lock<std::mutex> lock(mu_);
@@ -338,6 +376,16 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
         return existing->second->job;
       }
     }
+  }
+  int queued_by_owner = 0;
+  for (const auto& [key, queued_id] : queue_) {
+    auto it = jobs_.find(queued_id);
+    if (it != jobs_.end() && it->second->job.owner() == owner) ++queued_by_owner;
+  }
+  if (queued_by_owner >= options_.max_queued_jobs_per_principal) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_queued_jobs_per_principal: ", owner.empty() ? "you" : owner, " already have ",
+        queued_by_owner, " queued jobs (the limit)"));
   }
   if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -641,6 +689,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     *job->job.mutable_end_time() = Now();
   };
   try {
+    // Checked again now: a symlink may have been swapped in since CreateJob.
+    if (absl::Status s = CheckConfined(spec.data()); !s.ok()) return fail(std::string(s.message()));
     // Data: built-in and synthetic sets are cached across jobs (they cannot
     // change); files are read afresh.
     std::shared_ptr<const engine::Dataset> train, test;

@@ -29,6 +29,10 @@ struct JobManagerOptions {
   std::string data_root = ".";
   std::string fashion_mnist_dir = engine::kFashionMnistDir;
   int max_queued_jobs = 1000;
+  int max_queued_jobs_per_principal = 100;
+  // Weights + master weights + gradients + optimizer state + activations,
+  // as the explain estimate computes them, checked before a job is queued.
+  int64_t max_job_memory_bytes = 16LL << 30;
   int64_t max_model_parameters = 500'000'000;
   int cpu_workers = 1;
   // Persistent store (not owned); null keeps everything in memory only.
@@ -123,6 +127,8 @@ class JobManager {
                                                                         std::function<absl::StatusOr<engine::Dataset>()> load);
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
   std::string CheckpointDir(const std::string& id) const;
+  // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.
+  absl::Status CheckConfined(const ampd::v1::DataSpec& data) const;
 
   JobManagerOptions options_;
   mutable std::mutex mu_;

@@ -28,6 +28,11 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 500, "Checkpoint running jobs every N
 ABSL_FLAG(int, checkpoint_every_seconds, 60, "Checkpoint running jobs every N seconds (0: off).");
 ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept per job (newest).");
 ABSL_FLAG(int64_t, max_upload_bytes, 1LL << 30, "Largest data set UploadDataset accepts.");
+ABSL_FLAG(int, max_message_bytes, 16 << 20, "Largest gRPC message accepted or sent.");
+ABSL_FLAG(int, max_queued_jobs_per_principal, 100, "Queued jobs one principal may have.");
+ABSL_FLAG(int64_t, max_job_memory_bytes, 16LL << 30,
+          "Largest memory estimate (weights, optimizer state, activations) a job may have.");
+ABSL_FLAG(int, max_streams_per_principal, 1000, "Open StreamMetrics calls one principal may have.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (chain); with --tls_key enables TLS.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -72,6 +77,10 @@ int main(int argc, char** argv) {
   options.jobs.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
   options.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.max_upload_bytes = absl::GetFlag(FLAGS_max_upload_bytes);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_streams_per_principal = absl::GetFlag(FLAGS_max_streams_per_principal);
+  options.jobs.max_queued_jobs_per_principal = absl::GetFlag(FLAGS_max_queued_jobs_per_principal);
+  options.jobs.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_bytes);
   options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);

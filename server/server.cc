@@ -101,7 +101,8 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
     return p->config();
   };
   s->jobs_ = std::make_unique<JobManager>(jobs);
-  s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get(), &s->auth_);
+  s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get(), &s->auth_,
+                                                       s->options_.max_streams_per_principal);
   s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_);
   s->artifacts_ = std::make_unique<ArtifactServiceImpl>(s->jobs_.get(), s->options_.jobs.data_root,
                                                         s->options_.max_upload_bytes, &s->auth_);

@@ -1,6 +1,7 @@
 #include "server/training_service.h"
 
 #include <atomic>
+#include <map>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,13 @@ namespace v1 = ::ampd::v1;
 namespace {
 
 std::atomic<int> g_open_streams{0};
+
+// Open streams per principal, for max_streams_per_principal.
+std::mutex g_streams_mu;
+std::map<std::string, int>& StreamsByPrincipal() {
+  static auto* m = new std::map<std::string, int>();
+  return *m;
+}
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
   return FinishUnary(ctx, status);
@@ -181,8 +189,8 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
     MetricsStream* stream_;
   };
 
-  MetricsStream(JobManager* jobs, std::string id, size_t cursor)
-      : jobs_(jobs), id_(std::move(id)), cursor_(cursor) {
+  MetricsStream(JobManager* jobs, std::string id, size_t cursor, std::string principal)
+      : jobs_(jobs), id_(std::move(id)), cursor_(cursor), principal_(std::move(principal)) {
     ++g_open_streams;
     bridge_ = std::make_shared<Bridge>(this);
     jobs_->Listen(id_, bridge_);
@@ -209,6 +217,10 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
   void OnDone() override {
     bridge_->Detach();
     --g_open_streams;
+    {
+      std::lock_guard<std::mutex> lock(g_streams_mu);
+      if (--StreamsByPrincipal()[principal_] == 0) StreamsByPrincipal().erase(principal_);
+    }
     delete this;
   }
 
@@ -271,6 +283,7 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
   JobManager* jobs_;
   std::string id_;
   size_t cursor_;
+  std::string principal_;
   std::shared_ptr<Bridge> bridge_;
   std::mutex mu_;
   bool writing_ = false;
@@ -297,7 +310,17 @@ grpc::ServerWriteReactor<v1::MetricsEvent>* TrainingServiceImpl::StreamMetrics(
   }
   absl::StatusOr<size_t> cursor = jobs_->StartCursor(request->name(), request->since_step());
   if (!cursor.ok()) return new Failed(NotFound("job", request->name()));
-  return new MetricsStream(jobs_, JobManager::IdFromName(request->name()), *cursor);
+  {
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    int& open = StreamsByPrincipal()[who.name];
+    if (open >= max_streams_per_principal_) {
+      return new Failed(ResourceExhausted(
+          "max_streams_per_principal",
+          absl::StrCat("you already have ", open, " open metric streams (the limit)")));
+    }
+    ++open;  // released in MetricsStream::OnDone
+  }
+  return new MetricsStream(jobs_, JobManager::IdFromName(request->name()), *cursor, who.name);
 }
 
 }  // namespace ampd::server

@@ -13,7 +13,9 @@ namespace ampd::server {
 // open stream, so one server keeps thousands of StreamMetrics calls open.
 class TrainingServiceImpl final : public ampd::v1::TrainingService::CallbackService {
  public:
-  TrainingServiceImpl(JobManager* jobs, const Authenticator* auth) : jobs_(jobs), auth_(auth) {}
+  TrainingServiceImpl(JobManager* jobs, const Authenticator* auth,
+                      int max_streams_per_principal = 1000)
+      : jobs_(jobs), auth_(auth), max_streams_per_principal_(max_streams_per_principal) {}
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
                                       const ampd::v1::CreateJobRequest* request,
@@ -39,6 +41,7 @@ class TrainingServiceImpl final : public ampd::v1::TrainingService::CallbackServ
  private:
   JobManager* jobs_;
   const Authenticator* auth_;
+  int max_streams_per_principal_;
 };
 
 }  // namespace ampd::server
