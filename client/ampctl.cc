@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/util/time_util.h"
 #include "client/cli.h"
 #include "client/watch.h"
 #include "engine/io/sha256.h"
+#include "google/protobuf/util/time_util.h"
 
 namespace ampd::client {
 namespace {
@@ -64,7 +64,8 @@ void PrintJobRow(const v1::Job& j) {
   std::snprintf(progress, sizeof progress, "%lld/%lld", (long long)j.progress().step(),
                 (long long)j.progress().total_steps());
   char acc[16] = "-";
-  if (j.has_latest_eval()) std::snprintf(acc, sizeof acc, "%.2f%%", 100 * j.latest_eval().accuracy());
+  if (j.has_latest_eval())
+    std::snprintf(acc, sizeof acc, "%.2f%%", 100 * j.latest_eval().accuracy());
   std::printf("%-15s %-10s %-12s %-13s %-8s %s\n", j.id().c_str(), StateName(j.state()).c_str(),
               j.precision().c_str(), progress, acc, j.spec().display_name().c_str());
 }
@@ -75,7 +76,8 @@ void PrintJob(const Context& ctx, const v1::Job& j) {
     return;
   }
   std::printf("job        %s\n", j.name().c_str());
-  if (!j.spec().display_name().empty()) std::printf("name       %s\n", j.spec().display_name().c_str());
+  if (!j.spec().display_name().empty())
+    std::printf("name       %s\n", j.spec().display_name().c_str());
   std::printf("state      %s\n", StateName(j.state()).c_str());
   std::printf("precision  %s\n", j.precision().c_str());
   std::printf("progress   %lld/%lld steps (%lld skipped)\n", (long long)j.progress().step(),
@@ -85,8 +87,9 @@ void PrintJob(const Context& ctx, const v1::Job& j) {
                 (long long)j.latest_step().step(), j.latest_step().loss_scale());
   }
   if (j.has_latest_eval()) {
-    std::printf("eval       accuracy %.2f%%, loss %.4f (step %lld)\n", 100 * j.latest_eval().accuracy(),
-                j.latest_eval().loss(), (long long)j.latest_eval().step());
+    std::printf("eval       accuracy %.2f%%, loss %.4f (step %lld)\n",
+                100 * j.latest_eval().accuracy(), j.latest_eval().loss(),
+                (long long)j.latest_eval().step());
   }
   if (!j.failure_reason().empty()) std::printf("reason     %s\n", j.failure_reason().c_str());
   for (const auto& t : j.transitions()) {
@@ -105,8 +108,9 @@ int Submit(Context& ctx, const Args& args) {
   request.set_request_id(args.Get("request_id"));
   if (request.request_id().empty()) {
     // A fresh id per invocation: gRPC retries of this call cannot duplicate it.
-    request.set_request_id("ampctl-" + std::to_string(getpid()) + "-" +
-                           std::to_string(std::chrono::system_clock::now().time_since_epoch().count()));
+    request.set_request_id(
+        "ampctl-" + std::to_string(getpid()) + "-" +
+        std::to_string(std::chrono::system_clock::now().time_since_epoch().count()));
   }
   grpc::ClientContext call;
   ctx.SetDeadline(&call);
@@ -283,11 +287,12 @@ int PrecisionExplain(Context& ctx, const Args& args) {
                   DTypeName(op.compute_dtype()).c_str(), DTypeName(op.output_dtype()).c_str());
     }
     const auto& m = e.memory();
-    std::printf("  memory: weights %.2f MiB, master %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, "
-                "activations %.2f MiB, total %.2f MiB\n\n",
-                m.weights_bytes() / 1048576.0, m.master_weights_bytes() / 1048576.0,
-                m.gradients_bytes() / 1048576.0, m.optimizer_state_bytes() / 1048576.0,
-                m.activation_bytes() / 1048576.0, m.total_bytes() / 1048576.0);
+    std::printf(
+        "  memory: weights %.2f MiB, master %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, "
+        "activations %.2f MiB, total %.2f MiB\n\n",
+        m.weights_bytes() / 1048576.0, m.master_weights_bytes() / 1048576.0,
+        m.gradients_bytes() / 1048576.0, m.optimizer_state_bytes() / 1048576.0,
+        m.activation_bytes() / 1048576.0, m.total_bytes() / 1048576.0);
   }
   return kExitOk;
 }
@@ -373,7 +378,8 @@ int Artifacts(Context& ctx, const Args& args) {
 
 int Download(Context& ctx, const Args& args) {
   const std::string job = args.positional[0];
-  const std::string artifact = args.positional.size() > 1 ? args.positional[1] : "model.safetensors";
+  const std::string artifact =
+      args.positional.size() > 1 ? args.positional[1] : "model.safetensors";
   std::string out = args.Get("out");
   if (out.empty()) {
     std::string base = artifact.substr(artifact.rfind('/') + 1);
@@ -503,8 +509,7 @@ const std::map<std::string, Command>& Commands() {
         "SHA-256; job specs then name it as \"uploads/REMOTE_PATH\".",
         {},
         Upload}},
-      {"list",
-       {"ampctl list [--state=S[,S...]]", "Lists jobs, newest first.", {"state"}, List}},
+      {"list", {"ampctl list [--state=S[,S...]]", "Lists jobs, newest first.", {"state"}, List}},
       {"cancel", {"ampctl cancel JOB", "Cancels a queued or running job.", {}, Cancel}},
       {"delete", {"ampctl delete JOB", "Deletes an ended job and its history.", {}, Delete}},
       {"precision",
@@ -518,7 +523,8 @@ const std::map<std::string, Command>& Commands() {
           const std::string sub = args.positional[0];
           if (sub == "caps") return PrecisionCaps(ctx, args);
           if (sub == "explain") {
-            if (args.positional.size() != 2) return Usage("precision explain needs SPEC.json", nullptr);
+            if (args.positional.size() != 2)
+              return Usage("precision explain needs SPEC.json", nullptr);
             Args a = args;
             a.positional.erase(a.positional.begin());
             return PrecisionExplain(ctx, a);

@@ -97,7 +97,8 @@ int ReportRpcError(const Context& ctx, const std::string& what, const grpc::Stat
       google::rpc::QuotaFailure quota;
       google::rpc::PreconditionFailure precondition;
       if (any.UnpackTo(&bad)) {
-        std::fprintf(stderr, "ampctl: %s: %s: the request has invalid fields:\n", what.c_str(), name);
+        std::fprintf(stderr, "ampctl: %s: %s: the request has invalid fields:\n", what.c_str(),
+                     name);
         for (const auto& v : bad.field_violations()) {
           std::fprintf(stderr, "  %s: %s\n", v.field().c_str(), v.description().c_str());
         }
@@ -122,7 +123,8 @@ int ReportRpcError(const Context& ctx, const std::string& what, const grpc::Stat
     }
   }
   if (!printed_details) {
-    std::fprintf(stderr, "ampctl: %s: %s: %s\n", what.c_str(), name, status.error_message().c_str());
+    std::fprintf(stderr, "ampctl: %s: %s: %s\n", what.c_str(), name,
+                 status.error_message().c_str());
   }
   return kExitUsage;
 }

@@ -46,7 +46,8 @@ std::vector<double> Trend(const std::vector<double>& values, size_t buckets) {
 
 class Display {
  public:
-  Display(const Context& ctx, bool tty) : json_(ctx.options.output == OutputFormat::kJson), tty_(tty) {}
+  Display(const Context& ctx, bool tty)
+      : json_(ctx.options.output == OutputFormat::kJson), tty_(tty) {}
 
   void Event(const v1::MetricsEvent& e) {
     if (json_) {
@@ -63,8 +64,9 @@ class Display {
            100 * r.accuracy());
     } else if (e.has_skip()) {
       const auto& s = e.skip();
-      Line("skip  step %lld: %s in %s; loss scale %g -> %g", (long long)s.step(), s.reason().c_str(),
-           s.parameter().empty() ? "?" : s.parameter().c_str(), s.scale_before(), s.scale_after());
+      Line("skip  step %lld: %s in %s; loss scale %g -> %g", (long long)s.step(),
+           s.reason().c_str(), s.parameter().empty() ? "?" : s.parameter().c_str(),
+           s.scale_before(), s.scale_after());
     } else if (e.has_state()) {
       const auto& s = e.state();
       if (s.state() != last_state_) {

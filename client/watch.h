@@ -8,7 +8,7 @@
 namespace ampd::client {
 
 struct WatchOptions {
-  bool tty = false;              // redraw a progress line; otherwise one line per update
+  bool tty = false;                 // redraw a progress line; otherwise one line per update
   double reconnect_timeout_s = 60;  // give up after this long without a connection
 };
 

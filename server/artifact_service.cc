@@ -64,7 +64,8 @@ grpc::Status ArtifactServiceImpl::ListArtifacts(grpc::ServerContext* ctx,
   for (const std::string& name : checkpoints) {
     v1::Artifact* a = response->add_artifacts();
     a->set_name("checkpoints/" + name);
-    a->set_size_bytes(static_cast<int64_t>(fs::file_size(data_root_ + "/checkpoints/" + job->id() + "/" + name, ec)));
+    a->set_size_bytes(static_cast<int64_t>(
+        fs::file_size(data_root_ + "/checkpoints/" + job->id() + "/" + name, ec)));
   }
   return grpc::Status::OK;
 }
@@ -76,7 +77,8 @@ grpc::Status ArtifactServiceImpl::DownloadArtifact(grpc::ServerContext* ctx,
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return a;
   absl::StatusOr<v1::Job> job = jobs_->Get(request->job());
   if (!job.ok() || !who.CanSee(job->owner())) return NotFound("job", request->job());
-  const std::string artifact = request->artifact().empty() ? "model.safetensors" : request->artifact();
+  const std::string artifact =
+      request->artifact().empty() ? "model.safetensors" : request->artifact();
   std::string path;
   if (artifact == "model.safetensors") {
     path = data_root_ + "/jobs/" + job->id() + "/model.safetensors";
@@ -84,7 +86,8 @@ grpc::Status ArtifactServiceImpl::DownloadArtifact(grpc::ServerContext* ctx,
              artifact.find('/', 12) == std::string::npos) {
     path = data_root_ + "/checkpoints/" + job->id() + "/" + artifact.substr(12);
   } else {
-    return InvalidField("artifact", "expected \"model.safetensors\" or \"checkpoints/NAME\" (see ListArtifacts)");
+    return InvalidField(
+        "artifact", "expected \"model.safetensors\" or \"checkpoints/NAME\" (see ListArtifacts)");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("artifact", job->name() + "/" + artifact);
@@ -111,9 +114,9 @@ grpc::Status ArtifactServiceImpl::DownloadArtifact(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status ArtifactServiceImpl::UploadDataset(grpc::ServerContext* ctx,
-                                                grpc::ServerReader<v1::UploadDatasetRequest>* reader,
-                                                v1::UploadedDataset* response) {
+grpc::Status ArtifactServiceImpl::UploadDataset(
+    grpc::ServerContext* ctx, grpc::ServerReader<v1::UploadDatasetRequest>* reader,
+    v1::UploadedDataset* response) {
   Principal who;
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return a;
   v1::UploadDatasetRequest message;
@@ -123,17 +126,20 @@ grpc::Status ArtifactServiceImpl::UploadDataset(grpc::ServerContext* ctx,
   const v1::UploadHeader header = message.header();
   std::vector<engine::FieldViolation> violations;
   if (!SafeRelative(header.path())) {
-    violations.push_back({"header.path", "must be a relative path of plain names ([A-Za-z0-9._-], no \"..\")"});
+    violations.push_back(
+        {"header.path", "must be a relative path of plain names ([A-Za-z0-9._-], no \"..\")"});
   }
   if (header.size_bytes() < 0) violations.push_back({"header.size_bytes", "must be >= 0"});
-  if (header.sha256().size() != 64) violations.push_back({"header.sha256", "must be 64 hex characters"});
+  if (header.sha256().size() != 64)
+    violations.push_back({"header.sha256", "must be 64 hex characters"});
   if (!violations.empty()) {
     LogWarning("upload refused", {{"path", header.path()}});
     return InvalidArgument(violations);
   }
   if (header.size_bytes() > max_upload_bytes_) {
-    return ResourceExhausted("max_upload_bytes", absl::StrCat("the file has ", header.size_bytes(),
-                                                              " bytes; the limit is ", max_upload_bytes_));
+    return ResourceExhausted("max_upload_bytes",
+                             absl::StrCat("the file has ", header.size_bytes(),
+                                          " bytes; the limit is ", max_upload_bytes_));
   }
   const std::string relative = "uploads/" + header.path();
   const std::string path = data_root_ + "/" + relative;
@@ -152,8 +158,9 @@ grpc::Status ArtifactServiceImpl::UploadDataset(grpc::ServerContext* ctx,
     received += static_cast<int64_t>(message.chunk().size());
     if (received > header.size_bytes()) {
       (*out)->Abort();
-      return InvalidField("header.size_bytes", absl::StrCat("the upload sent more than the declared ",
-                                                            header.size_bytes(), " bytes"));
+      return InvalidField(
+          "header.size_bytes",
+          absl::StrCat("the upload sent more than the declared ", header.size_bytes(), " bytes"));
     }
     sha.Update(message.chunk());
     if (absl::Status s = (*out)->Append(message.chunk().data(), message.chunk().size()); !s.ok()) {

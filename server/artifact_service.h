@@ -15,10 +15,13 @@ class ArtifactServiceImpl final : public ampd::v1::ArtifactService::Service {
  public:
   ArtifactServiceImpl(JobManager* jobs, std::string data_root, int64_t max_upload_bytes,
                       const Authenticator* auth)
-      : jobs_(jobs), data_root_(std::move(data_root)), max_upload_bytes_(max_upload_bytes),
+      : jobs_(jobs),
+        data_root_(std::move(data_root)),
+        max_upload_bytes_(max_upload_bytes),
         auth_(auth) {}
 
-  grpc::Status ListArtifacts(grpc::ServerContext* ctx, const ampd::v1::ListArtifactsRequest* request,
+  grpc::Status ListArtifacts(grpc::ServerContext* ctx,
+                             const ampd::v1::ListArtifactsRequest* request,
                              ampd::v1::ListArtifactsResponse* response) override;
   grpc::Status DownloadArtifact(grpc::ServerContext* ctx,
                                 const ampd::v1::DownloadArtifactRequest* request,

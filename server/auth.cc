@@ -21,15 +21,16 @@ absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& p
     ++line_number;
     const size_t hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
-    std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    std::vector<std::string> parts =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (parts.empty()) continue;
     const std::string where = absl::StrCat("tokens_file: ", path, ":", line_number, ": ");
     if (parts.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "expected \"SHA256HEX PRINCIPAL ROLE\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "expected \"SHA256HEX PRINCIPAL ROLE\""));
     }
     std::string digest = absl::AsciiStrToLower(parts[0]);
-    if (digest.size() != 64 ||
-        digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    if (digest.size() != 64 || digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "the first field must be the token's SHA-256 (64 hex characters)"));
     }
@@ -76,7 +77,8 @@ absl::StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContextB
           }
         }
         std::vector<grpc::string_ref> ids = auth->GetPeerIdentity();
-        if (!ids.empty()) return Principal{std::string(ids.front().data(), ids.front().size()), false};
+        if (!ids.empty())
+          return Principal{std::string(ids.front().data(), ids.front().size()), false};
       }
       return absl::UnauthenticatedError("no verified client certificate");
     }
@@ -86,7 +88,8 @@ absl::StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContextB
 
 grpc::Status Authenticator::Check(const grpc::ServerContextBase* ctx, Principal* principal) const {
   absl::StatusOr<Principal> p = Authenticate(ctx);
-  if (!p.ok()) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(p.status().message()));
+  if (!p.ok())
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(p.status().message()));
   *principal = *std::move(p);
   return grpc::Status::OK;
 }

@@ -112,7 +112,6 @@ class TrainerEvents : public engine::TrainerCallbacks {
     append_(std::move(e));
   }
 
-
  public:
   void OnSkip(const engine::SkipEvent& s) override {
     v1::MetricsEvent e;
@@ -149,8 +148,8 @@ absl::Status JobManager::CheckConfined(const v1::DataSpec& data) const {
         std::filesystem::weakly_canonical(std::filesystem::path(options_.data_root) / value, ec);
     const std::string r = resolved.string(), base = root.string() + "/";
     if (ec || r.compare(0, base.size(), base) != 0) {
-      LogWarning("refused a data path outside the data root", {{"field", field}, {"path", value},
-                                                               {"resolves_to", r}});
+      LogWarning("refused a data path outside the data root",
+                 {{"field", field}, {"path", value}, {"resolves_to", r}});
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": \"", value, "\" resolves outside the server's data root"));
     }
@@ -180,7 +179,8 @@ JobManager::JobManager(JobManagerOptions options) : options_(std::move(options))
 void JobManager::Recover() {
   absl::StatusOr<std::vector<StoredJob>> stored = options_.store->LoadJobs();
   if (!stored.ok()) {
-    LogError("cannot load jobs from the store", {{"error", std::string(stored.status().message())}});
+    LogError("cannot load jobs from the store",
+             {{"error", std::string(stored.status().message())}});
     return;
   }
   engine::JobSpecContext context;
@@ -229,7 +229,8 @@ void JobManager::Recover() {
     std::vector<std::string> warnings;
     std::optional<engine::io::LoadedCheckpoint> checkpoint =
         engine::io::LoadLatestCheckpoint(CheckpointDir(id), &warnings);
-    for (const std::string& w : warnings) LogWarning("unusable checkpoint", {{"job", id}, {"detail", w}});
+    for (const std::string& w : warnings)
+      LogWarning("unusable checkpoint", {{"job", id}, {"detail", w}});
     const int64_t resume_step = checkpoint ? checkpoint->state.step : 0;
     size_t keep = 0;
     if (resume_step > 0) {
@@ -254,8 +255,9 @@ void JobManager::Recover() {
       ++requeued;
     }
     if (checkpoint) {
-      LogInfo("resuming from checkpoint", {{"job", id}, {"checkpoint", checkpoint->path},
-                                           {"step", std::to_string(resume_step)}});
+      LogInfo(
+          "resuming from checkpoint",
+          {{"job", id}, {"checkpoint", checkpoint->path}, {"step", std::to_string(resume_step)}});
       record->resume = std::move(checkpoint->state);
     }
     if (state == v1::RUNNING) {
@@ -263,9 +265,9 @@ void JobManager::Recover() {
     }
     queue_[{-static_cast<int64_t>(record->job.spec().priority()), record->sequence}] = id;
   }
-  LogInfo("recovered jobs from the store",
-          {{"jobs", std::to_string(jobs_.size())}, {"requeued", std::to_string(requeued)},
-           {"queued", std::to_string(queue_.size())}});
+  LogInfo("recovered jobs from the store", {{"jobs", std::to_string(jobs_.size())},
+                                            {"requeued", std::to_string(requeued)},
+                                            {"queued", std::to_string(queue_.size())}});
 }
 
 void JobManager::PersisterLoop() {
@@ -347,19 +349,20 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   if (mlp.input_dim > 0 && mlp.num_classes > 0) {
     const int64_t params = engine::ParameterCount(resolved->config.model);
     if (params > options_.max_model_parameters) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("max_model_parameters: the model has ", params,
-                       " parameters; this server allows ", options_.max_model_parameters));
+      return absl::ResourceExhaustedError(absl::StrCat("max_model_parameters: the model has ",
+                                                       params, " parameters; this server allows ",
+                                                       options_.max_model_parameters));
     }
     const engine::TrainerConfig& c = resolved->config;
-    const int64_t bytes = engine::EstimateMemory(c.model, c.precision, c.optimizer,
-                                                 c.training.batch_size)
-                              .total_bytes();
+    const int64_t bytes =
+        engine::EstimateMemory(c.model, c.precision, c.optimizer, c.training.batch_size)
+            .total_bytes();
     if (bytes > options_.max_job_memory_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "max_job_memory_bytes: the job needs about ", bytes, " bytes (weights, optimizer state "
-          "and activations, as ExplainPrecision estimates); this server allows ",
-          options_.max_job_memory_bytes));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("max_job_memory_bytes: the job needs about ", bytes,
+                       " bytes (weights, optimizer state "
+                       "and activations, as ExplainPrecision estimates); this server allows ",
+                       options_.max_job_memory_bytes));
     }
   }
   std::unique_lock<std::mutex> lock(mu_);
@@ -383,13 +386,13 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
     if (it != jobs_.end() && it->second->job.owner() == owner) ++queued_by_owner;
   }
   if (queued_by_owner >= options_.max_queued_jobs_per_principal) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_queued_jobs_per_principal: ", owner.empty() ? "you" : owner, " already have ",
-        queued_by_owner, " queued jobs (the limit)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("max_queued_jobs_per_principal: ", owner.empty() ? "you" : owner,
+                     " already have ", queued_by_owner, " queued jobs (the limit)"));
   }
   if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_queued_jobs: the queue already holds ", queue_.size(), " jobs (the limit)"));
+    return absl::ResourceExhaustedError(absl::StrCat("max_queued_jobs: the queue already holds ",
+                                                     queue_.size(), " jobs (the limit)"));
   }
   auto record = std::make_shared<JobRecord>();
   const std::string id = NewJobId();
@@ -427,8 +430,7 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
 }
 
 absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState>& states,
-                                                  int page_size,
-                                                  const std::string& page_token,
+                                                  int page_size, const std::string& page_token,
                                                   const std::optional<std::string>& owner) const {
   if (page_size < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
   if (page_size == 0) page_size = 50;
@@ -523,15 +525,17 @@ absl::Status JobManager::Delete(const std::string& id) {
     // The job's files go with it.
     const std::string job_id = JobManager::IdFromName(id);
     std::error_code ec;
-    for (const std::string& dir : {CheckpointDir(job_id), options_.data_root + "/tensorboard/" + job_id,
-                                   options_.data_root + "/jobs/" + job_id}) {
+    for (const std::string& dir :
+         {CheckpointDir(job_id), options_.data_root + "/tensorboard/" + job_id,
+          options_.data_root + "/jobs/" + job_id}) {
       std::filesystem::remove_all(dir, ec);
     }
   }
   if (options_.store != nullptr) {
     std::lock_guard<std::mutex> persist(persist_mu_);
     absl::Status s = options_.store->DeleteJob(JobManager::IdFromName(id));
-    if (!s.ok()) LogError("cannot delete job from the store", {{"error", std::string(s.message())}});
+    if (!s.ok())
+      LogError("cannot delete job from the store", {{"error", std::string(s.message())}});
   }
   for (auto& w : listeners) {
     if (auto l = w.lock()) l->OnJobEvents();
@@ -604,8 +608,7 @@ void JobManager::SendHeartbeats() {
     for (const auto& [key, id] : queue_) {
       auto it = jobs_.find(id);
       if (it == jobs_.end()) continue;
-      listeners.insert(listeners.end(), it->second->listeners.begin(),
-                       it->second->listeners.end());
+      listeners.insert(listeners.end(), it->second->listeners.begin(), it->second->listeners.end());
     }
   }
   for (auto& w : listeners) {
@@ -785,9 +788,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
           p->set_step(e.step_record().step());
           p->set_total_steps(e.step_record().total_steps());
           p->set_skipped_steps(e.step_record().skipped_total());
-          const double elapsed = std::chrono::duration<double>(
-                                     std::chrono::steady_clock::now() - job->started)
-                                     .count();
+          const double elapsed =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - job->started)
+                  .count();
           const int64_t left = p->total_steps() - p->step();
           p->set_eta_seconds(p->step() > 0 ? elapsed / p->step() * left : 0);
         } else if (e.has_eval()) {
@@ -810,8 +813,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
         io_error = s;
         job->cancel.Cancel();
       }
-      const bool by_steps = options_.checkpoint_every_steps > 0 &&
-                            m.step % options_.checkpoint_every_steps == 0;
+      const bool by_steps =
+          options_.checkpoint_every_steps > 0 && m.step % options_.checkpoint_every_steps == 0;
       const bool by_time = options_.checkpoint_every_seconds > 0 &&
                            std::chrono::steady_clock::now() - last_checkpoint >
                                std::chrono::seconds(options_.checkpoint_every_seconds);
@@ -848,11 +851,13 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
         job->job.state() == v1::RUNNING) {
       // Not the user's cancel: the job stays in the store and resumes when
       // ampd starts again.
-      Transition(*job, v1::QUEUED, "ampd shut down while the job was running; it resumes on restart");
+      Transition(*job, v1::QUEUED,
+                 "ampd shut down while the job was running; it resumes on restart");
       return;
     } else if (result->cancelled) {
-      Transition(*job, v1::CANCELLED,
-                 shutting_down_ ? "ampd shut down while the job was running" : "cancelled by request");
+      Transition(
+          *job, v1::CANCELLED,
+          shutting_down_ ? "ampd shut down while the job was running" : "cancelled by request");
     } else {
       Transition(*job, v1::SUCCEEDED, "");
     }

@@ -46,7 +46,7 @@ struct JobManagerOptions {
   // User precision profiles (the PrecisionService's store), by name, as seen
   // by a principal (owner; nullopt: any profile, as an admin sees them).
   std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string& name,
-                                                          const std::optional<std::string>& owner)>
+                                                         const std::optional<std::string>& owner)>
       profiles;
 };
 
@@ -70,8 +70,7 @@ class JobManager {
   // FAILED_PRECONDITION (device unavailable), INVALID_ARGUMENT (request_id
   // reused with a different spec), UNAVAILABLE (shutting down).
   // `owner` is the creating principal; request ids are per owner.
-  absl::StatusOr<ampd::v1::Job> Create(const ampd::v1::JobSpec& spec,
-                                       const std::string& request_id,
+  absl::StatusOr<ampd::v1::Job> Create(const ampd::v1::JobSpec& spec, const std::string& request_id,
                                        const std::string& owner = "", bool admin = true);
   absl::StatusOr<ampd::v1::Job> Get(const std::string& id) const;
   struct Page {
@@ -123,8 +122,8 @@ class JobManager {
   void PersisterLoop();
   // Writes every job changed since the last flush. Caller holds persist_mu_.
   void FlushLocked();
-  absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(const std::string& key,
-                                                                        std::function<absl::StatusOr<engine::Dataset>()> load);
+  absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(
+      const std::string& key, std::function<absl::StatusOr<engine::Dataset>()> load);
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
   std::string CheckpointDir(const std::string& id) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.

@@ -12,10 +12,17 @@ namespace ampd::server {
 
 using LogField = std::pair<std::string, std::string>;
 
-void Log(const char* level, const std::string& message, std::initializer_list<LogField> fields = {});
-inline void LogInfo(const std::string& m, std::initializer_list<LogField> f = {}) { Log("info", m, f); }
-inline void LogWarning(const std::string& m, std::initializer_list<LogField> f = {}) { Log("warning", m, f); }
-inline void LogError(const std::string& m, std::initializer_list<LogField> f = {}) { Log("error", m, f); }
+void Log(const char* level, const std::string& message,
+         std::initializer_list<LogField> fields = {});
+inline void LogInfo(const std::string& m, std::initializer_list<LogField> f = {}) {
+  Log("info", m, f);
+}
+inline void LogWarning(const std::string& m, std::initializer_list<LogField> f = {}) {
+  Log("warning", m, f);
+}
+inline void LogError(const std::string& m, std::initializer_list<LogField> f = {}) {
+  Log("error", m, f);
+}
 
 }  // namespace ampd::server
 

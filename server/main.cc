@@ -1,8 +1,8 @@
 // ampd: the training server.
 //   ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data
 #include <csignal>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -46,8 +46,9 @@ ABSL_FLAG(std::string, tokens_file, "",
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("ampd: a training server with automatic mixed precision.\n"
-                               "  ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data");
+  absl::SetProgramUsageMessage(
+      "ampd: a training server with automatic mixed precision.\n"
+      "  ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data");
   // --help lists this file's flags (absl matches the program name otherwise).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {

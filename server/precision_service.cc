@@ -64,11 +64,11 @@ v1::PrecisionProfile BuiltinProfile(const std::string& name) {
       c.autocast ? absl::StrCat("autocast ", std::string(engine::DTypeName(c.autocast_dtype)))
                  : std::string("no autocast"),
       ", ", std::string(engine::DTypeName(c.param_dtype)), " parameters",
-      c.master_weights ? ", f32 master weights" : "",
-      c.keep_norms_fp32 ? ", norms in f32" : "",
+      c.master_weights ? ", f32 master weights" : "", c.keep_norms_fp32 ? ", norms in f32" : "",
       c.loss_scaling.enabled
-          ? (c.loss_scaling.dynamic ? absl::StrCat(", dynamic loss scaling from ", c.loss_scaling.init_scale)
-                                    : absl::StrCat(", static loss scale ", c.loss_scaling.init_scale))
+          ? (c.loss_scaling.dynamic
+                 ? absl::StrCat(", dynamic loss scaling from ", c.loss_scaling.init_scale)
+                 : absl::StrCat(", static loss scale ", c.loss_scaling.init_scale))
           : ""));
   return p;
 }
@@ -91,7 +91,8 @@ v1::DeviceInfo CpuDeviceInfo() {
     d.add_precision_modes(mode);
   }
   d.set_notes(absl::StrCat(
-      cpu.threads, " threads. f16 matmul is computed as f16-rounded inputs with f32 "
+      cpu.threads,
+      " threads. f16 matmul is computed as f16-rounded inputs with f32 "
       "accumulation (oneDNN 2.6 has no f16 matmul on CPUs); bf16 matmul runs in oneDNN",
       cpu.avx512_bf16 ? " with native AVX-512 BF16." : " (emulated: no AVX-512 BF16)."));
   return d;
@@ -228,15 +229,16 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ListProfiles(grpc::CallbackServe
   return Done(ctx, grpc::Status::OK);
 }
 
-grpc::ServerUnaryReactor* PrecisionServiceImpl::DeleteProfile(grpc::CallbackServerContext* ctx,
-                                                              const v1::DeleteProfileRequest* request,
-                                                              google::protobuf::Empty*) {
+grpc::ServerUnaryReactor* PrecisionServiceImpl::DeleteProfile(
+    grpc::CallbackServerContext* ctx, const v1::DeleteProfileRequest* request,
+    google::protobuf::Empty*) {
   Principal who;
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   const std::string id = ProfileId(request->name());
   if (id.empty()) return Done(ctx, InvalidField("name", "required"));
   if (IsBuiltinName(id)) {
-    return Done(ctx, FailedPrecondition("name", absl::StrCat("\"", id, "\" is built in and cannot be deleted")));
+    return Done(ctx, FailedPrecondition(
+                         "name", absl::StrCat("\"", id, "\" is built in and cannot be deleted")));
   }
   auto p = profiles_->Get(id);
   if (!p || !who.CanSee(p->owner()) || !profiles_->Delete(id)) {

@@ -11,7 +11,8 @@ ProfileStore::ProfileStore(JobStore* store) : store_(store) {
   for (auto& [id, p] : *loaded) profiles_[id] = std::move(p);
 }
 
-absl::Status ProfileStore::Create(const std::string& id, const ampd::v1::PrecisionProfile& profile) {
+absl::Status ProfileStore::Create(const std::string& id,
+                                  const ampd::v1::PrecisionProfile& profile) {
   std::lock_guard<std::mutex> lock(mu_);
   if (profiles_.count(id)) {
     return absl::AlreadyExistsError(absl::StrCat("profile \"", id, "\" already exists"));

@@ -59,11 +59,12 @@ grpc::Status FailedPrecondition(const std::string& subject, const std::string& d
   v->set_type("PRECONDITION");
   v->set_subject(subject);
   v->set_description(description);
-  return WithDetail(grpc::StatusCode::FAILED_PRECONDITION,
-                    absl::StrCat(subject, ": ", description), failure);
+  return WithDetail(grpc::StatusCode::FAILED_PRECONDITION, absl::StrCat(subject, ": ", description),
+                    failure);
 }
 
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
+                                      const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(status);
   return reactor;

@@ -35,9 +35,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const S
             "refusing to listen on non-loopback address ", o.listen,
             " without TLS: pass --tls_cert and --tls_key, or --insecure to allow plaintext"));
       }
-      LogWarning("listening WITHOUT TLS on a non-loopback address (--insecure): traffic and "
-                 "tokens are readable by anyone on the network",
-                 {{"address", o.listen}});
+      LogWarning(
+          "listening WITHOUT TLS on a non-loopback address (--insecure): traffic and "
+          "tokens are readable by anyone on the network",
+          {{"address", o.listen}});
     }
     return grpc::InsecureServerCredentials();
   }
@@ -119,8 +120,8 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     s->jobs_->Shutdown();
-    return absl::UnavailableError(
-        absl::StrCat("listen: cannot listen on ", s->options_.listen, " (address in use or invalid)"));
+    return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", s->options_.listen,
+                                               " (address in use or invalid)"));
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   AmpdServer* self = s.get();
@@ -134,13 +135,15 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
       lock.lock();
     }
   });
-  LogInfo("listening", {{"address", s->options_.listen}, {"port", std::to_string(s->port_)},
+  LogInfo("listening", {{"address", s->options_.listen},
+                        {"port", std::to_string(s->port_)},
                         {"data_dir", s->options_.jobs.data_root},
-                        {"tls", s->options_.tls_cert.empty() ? "off"
-                                : s->options_.tls_client_ca.empty() ? "on" : "mtls"},
-                        {"auth", !s->options_.tokens_file.empty() ? "tokens"
+                        {"tls", s->options_.tls_cert.empty()        ? "off"
+                                : s->options_.tls_client_ca.empty() ? "on"
+                                                                    : "mtls"},
+                        {"auth", !s->options_.tokens_file.empty()     ? "tokens"
                                  : !s->options_.tls_client_ca.empty() ? "client-certificate"
-                                                                       : "none"}});
+                                                                      : "none"}});
   return s;
 }
 

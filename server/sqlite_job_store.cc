@@ -23,12 +23,18 @@ static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 
 class Statement {
  public:
-  Statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  Statement(sqlite3* db, const char* sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
   ~Statement() { sqlite3_finalize(stmt_); }
   bool ok() const { return rc_ == SQLITE_OK; }
   sqlite3_stmt* get() { return stmt_; }
-  void Text(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), s.size(), SQLITE_TRANSIENT); }
-  void Blob(int i, const std::string& s) { sqlite3_bind_blob(stmt_, i, s.data(), s.size(), SQLITE_TRANSIENT); }
+  void Text(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), s.size(), SQLITE_TRANSIENT);
+  }
+  void Blob(int i, const std::string& s) {
+    sqlite3_bind_blob(stmt_, i, s.data(), s.size(), SQLITE_TRANSIENT);
+  }
   void Int(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   int Step() { return sqlite3_step(stmt_); }
   void Reset() {
@@ -56,8 +62,11 @@ class SqliteJobStore final : public JobStore {
   ~SqliteJobStore() override { sqlite3_close(db_); }
 
   absl::Status Init() {
-    if (absl::Status s = Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !s.ok()) return s;
-    if (absl::Status s = Exec("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL);"); !s.ok()) {
+    if (absl::Status s = Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !s.ok())
+      return s;
+    if (absl::Status s =
+            Exec("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL);");
+        !s.ok()) {
       return s;
     }
     int64_t version = 0;
@@ -66,15 +75,16 @@ class SqliteJobStore final : public JobStore {
       if (q.Step() == SQLITE_ROW) version = q.ColumnInt(0);
     }
     if (version > kSchemaVersion) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path_, ": the job store has schema version ", version, ", newer than this ampd (",
-          kSchemaVersion, "); use a newer ampd"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(path_, ": the job store has schema version ", version,
+                       ", newer than this ampd (", kSchemaVersion, "); use a newer ampd"));
     }
     for (int64_t v = version; v < kSchemaVersion; ++v) {
-      std::string sql = absl::StrCat("BEGIN;", kMigrations[v],
-                                     v == 0 ? "INSERT INTO schema_version VALUES(1);"
-                                            : absl::StrCat("UPDATE schema_version SET version=", v + 1, ";"),
-                                     "COMMIT;");
+      std::string sql =
+          absl::StrCat("BEGIN;", kMigrations[v],
+                       v == 0 ? "INSERT INTO schema_version VALUES(1);"
+                              : absl::StrCat("UPDATE schema_version SET version=", v + 1, ";"),
+                       "COMMIT;");
       if (absl::Status s = Exec(sql.c_str()); !s.ok()) {
         Exec("ROLLBACK;").IgnoreError();
         return s;
@@ -156,7 +166,8 @@ class SqliteJobStore final : public JobStore {
       while ((rc = ev.Step()) == SQLITE_ROW) {
         v1::MetricsEvent e;
         if (!e.ParseFromString(ev.ColumnBlob(0))) {
-          return absl::DataLossError(absl::StrCat(path_, ": an event of job ", j.job.id(), " is corrupt"));
+          return absl::DataLossError(
+              absl::StrCat(path_, ": an event of job ", j.job.id(), " is corrupt"));
         }
         j.events.push_back(std::move(e));
       }
@@ -180,7 +191,8 @@ class SqliteJobStore final : public JobStore {
     return Done(s.Step(), "delete profile " + id);
   }
 
-  absl::StatusOr<std::vector<std::pair<std::string, v1::PrecisionProfile>>> LoadProfiles() override {
+  absl::StatusOr<std::vector<std::pair<std::string, v1::PrecisionProfile>>> LoadProfiles()
+      override {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::pair<std::string, v1::PrecisionProfile>> out;
     Statement q(db_, "SELECT id, profile FROM profiles ORDER BY id");
@@ -188,7 +200,8 @@ class SqliteJobStore final : public JobStore {
     while ((rc = q.Step()) == SQLITE_ROW) {
       v1::PrecisionProfile p;
       if (!p.ParseFromString(q.ColumnBlob(1))) {
-        return absl::DataLossError(absl::StrCat(path_, ": profile ", q.ColumnText(0), " is corrupt"));
+        return absl::DataLossError(
+            absl::StrCat(path_, ": profile ", q.ColumnText(0), " is corrupt"));
       }
       out.emplace_back(q.ColumnText(0), std::move(p));
     }
@@ -222,7 +235,8 @@ class SqliteJobStore final : public JobStore {
 
 absl::StatusOr<std::unique_ptr<JobStore>> OpenSqliteJobStore(const std::string& path) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+  if (sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK) {
     std::string message = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);

@@ -1,8 +1,8 @@
 #include "server/training_service.h"
 
 #include <atomic>
-#include <map>
 #include <chrono>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
@@ -36,12 +36,14 @@ grpc::Status JobError(const absl::Status& s, const std::string& name) {
     case absl::StatusCode::kResourceExhausted: {
       std::string m(s.message());
       size_t colon = m.find(": ");
-      return ResourceExhausted(m.substr(0, colon), colon == std::string::npos ? m : m.substr(colon + 2));
+      return ResourceExhausted(m.substr(0, colon),
+                               colon == std::string::npos ? m : m.substr(colon + 2));
     }
     case absl::StatusCode::kFailedPrecondition: {
       std::string m(s.message());
       size_t colon = m.find(": ");
-      return FailedPrecondition(m.substr(0, colon), colon == std::string::npos ? m : m.substr(colon + 2));
+      return FailedPrecondition(m.substr(0, colon),
+                                colon == std::string::npos ? m : m.substr(colon + 2));
     }
     case absl::StatusCode::kInvalidArgument: {
       std::string m(s.message());
@@ -77,7 +79,8 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerCon
     return Done(ctx, InvalidField("request_id", "must be at most 128 characters"));
   }
   engine::JobSpecContext context;  // profiles are resolved by the manager
-  std::vector<engine::FieldViolation> violations = engine::ValidateJobSpec(request->spec(), context);
+  std::vector<engine::FieldViolation> violations =
+      engine::ValidateJobSpec(request->spec(), context);
   // Unknown profile names are checked by the manager (it knows user profiles).
   violations.erase(std::remove_if(violations.begin(), violations.end(),
                                   [](const auto& v) { return v.field == "precision.profile"; }),
@@ -100,8 +103,9 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerCon
     return Done(ctx, JobError(job.status(), ""));
   }
   *response = *job;
-  LogInfo("job created", {{"job", job->id()}, {"precision", job->precision()},
-                          {"request_id", request->request_id()}});
+  LogInfo(
+      "job created",
+      {{"job", job->id()}, {"precision", job->precision()}, {"request_id", request->request_id()}});
   return Done(ctx, grpc::Status::OK);
 }
 

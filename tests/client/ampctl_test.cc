@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -76,7 +76,9 @@ class AmpctlTest : public ::testing::Test {
     ASSERT_TRUE(server_->ok()) << server_->log();
     server_flag_ = "--server=" + server_->address();
   }
-  std::string Spec(int steps) { return TmpFile("spec" + std::to_string(steps) + ".json", TinyJobJson(steps)); }
+  std::string Spec(int steps) {
+    return TmpFile("spec" + std::to_string(steps) + ".json", TinyJobJson(steps));
+  }
   std::unique_ptr<AmpdProcess> server_;
   std::string server_flag_;
 };
@@ -120,7 +122,8 @@ TEST_F(AmpctlTest, FailedJobExitsOneAndCancelledJobExitsThree) {
   Result submitted = Ampctl({server_flag_, "--output=json", "submit", Spec(1000000)});
   ASSERT_EQ(submitted.code, 0) << submitted.err;
   v1::Job job;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok()) << submitted.out;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok())
+      << submitted.out;
   std::thread canceller([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     Result c = Ampctl({server_flag_, "cancel", job.name()});
@@ -257,12 +260,13 @@ TEST_F(AmpctlTest, UploadADataSetTrainOnItAndDownloadTheWeights) {
   Result down = Ampctl({server_flag_, "download", job.name(), "--out=" + out});
   ASSERT_EQ(down.code, 0) << down.err;
   EXPECT_NE(down.out.find("sha256"), std::string::npos);
-  const std::string original = Slurp(server_->data_dir() + "/jobs/" + job.id() + "/model.safetensors");
+  const std::string original =
+      Slurp(server_->data_dir() + "/jobs/" + job.id() + "/model.safetensors");
   EXPECT_GT(original.size(), 100u);
   EXPECT_EQ(Slurp(out), original);
 
-  Result missing = Ampctl({server_flag_, "download", job.name(), "checkpoints/step-00000001.safetensors",
-                           "--out=" + out + ".x"});
+  Result missing = Ampctl({server_flag_, "download", job.name(),
+                           "checkpoints/step-00000001.safetensors", "--out=" + out + ".x"});
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("NOT_FOUND"), std::string::npos) << missing.err;
 }
@@ -303,7 +307,8 @@ TEST_F(AmpctlTest, PrecisionCommands) {
   Result caps = Ampctl({server_flag_, "precision", "caps"});
   EXPECT_EQ(caps.code, 0) << caps.err;
   EXPECT_NE(caps.out.find("bf16-mixed"), std::string::npos) << caps.out;
-  Result explain = Ampctl({server_flag_, "precision", "explain", Runfile("examples/fashion_mlp_bf16.json")});
+  Result explain =
+      Ampctl({server_flag_, "precision", "explain", Runfile("examples/fashion_mlp_bf16.json")});
   EXPECT_EQ(explain.code, 0) << explain.err;
   EXPECT_NE(explain.out.find("linear"), std::string::npos) << explain.out;
   EXPECT_NE(explain.out.find("BF16"), std::string::npos) << explain.out;
@@ -317,11 +322,13 @@ TEST_F(AmpctlTest, PrecisionCommands) {
 TEST(AmpctlSecurityTest, TokenAuthentication) {
   const std::string sha_out = TmpFile("token_sha.txt", "");
   auto sha256 = [&](const std::string& token) {
-    EXPECT_EQ(std::system(("printf '%s' '" + token + "' | openssl dgst -sha256 -r > " + sha_out).c_str()), 0);
+    EXPECT_EQ(
+        std::system(("printf '%s' '" + token + "' | openssl dgst -sha256 -r > " + sha_out).c_str()),
+        0);
     return Slurp(sha_out).substr(0, 64);
   };
-  const std::string tokens = TmpFile("tokens.txt", sha256("alice-token") + " alice user\n" +
-                                                       sha256("bob-token") + " bob user\n");
+  const std::string tokens = TmpFile(
+      "tokens.txt", sha256("alice-token") + " alice user\n" + sha256("bob-token") + " bob user\n");
   AmpdProcess server({"--tokens_file=" + tokens});
   ASSERT_TRUE(server.ok()) << server.log();
   const std::string server_flag = "--server=" + server.address();
@@ -337,7 +344,8 @@ TEST(AmpctlSecurityTest, TokenAuthentication) {
   Result submitted = Ampctl({server_flag, "--token=alice-token", "--output=json", "submit", spec});
   ASSERT_EQ(submitted.code, 0) << submitted.err;
   v1::Job job;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok()) << submitted.out;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok())
+      << submitted.out;
   EXPECT_EQ(job.owner(), "alice");
   Result watched = Ampctl({server_flag, "--token=alice-token", "watch", job.name()});
   EXPECT_EQ(watched.code, 0) << watched.out << watched.err;

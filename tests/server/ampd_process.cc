@@ -33,8 +33,8 @@ AmpdProcess::AmpdProcess(std::vector<std::string> extra_flags)
 
 AmpdProcess::AmpdProcess(std::vector<std::string> extra_flags, const std::string& data_dir) {
   static std::atomic<int> counter{0};
-  const std::string base = TmpDir() + "/ampd" + std::to_string(getpid()) + "_" +
-                           std::to_string(counter++);
+  const std::string base =
+      TmpDir() + "/ampd" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   data_dir_ = data_dir.empty() ? base + "_data" : data_dir;
   log_path_ = base + ".log";
   const std::string port_file = base + ".port";

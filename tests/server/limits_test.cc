@@ -62,14 +62,16 @@ TEST(LimitsTest, PathsEscapingTheDataRootAreRefusedAndLogged) {
   std::filesystem::create_symlink(outside, server.data_dir() + "/uploads/link.csv");
   v1::Job job;
   grpc::Status s = Create(stub.get(), R"({"data": {"file": {"format": "FORMAT_CSV",
-      "trainCsv": "uploads/link.csv"}}})", &job);
+      "trainCsv": "uploads/link.csv"}}})",
+                          &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   EXPECT_EQ(Fields(s), std::vector<std::string>{"spec.data.file.train_csv"}) << s.error_message();
   EXPECT_NE(server.log().find("refused a data path outside the data root"), std::string::npos);
   for (const char* path : {"../../etc/passwd", "/etc/passwd"}) {
-    s = Create(stub.get(), std::string(R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": ")") +
-                               path + "\"}}}",
-               &job);
+    s = Create(
+        stub.get(),
+        std::string(R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": ")") + path + "\"}}}",
+        &job);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << path;
     EXPECT_EQ(Fields(s), std::vector<std::string>{"spec.data.file.train_csv"}) << path;
   }
@@ -77,8 +79,10 @@ TEST(LimitsTest, PathsEscapingTheDataRootAreRefusedAndLogged) {
   { std::ofstream(server.data_dir() + "/uploads/real.csv") << "1,2,0\n3,4,1\n5,6,0\n7,8,1\n"; }
   std::filesystem::create_symlink(server.data_dir() + "/uploads/real.csv",
                                   server.data_dir() + "/uploads/alias.csv");
-  s = Create(stub.get(), R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/alias.csv"}},
-      "training": {"steps": 2, "batchSize": 2}})", &job);
+  s = Create(stub.get(),
+             R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/alias.csv"}},
+      "training": {"steps": 2, "batchSize": 2}})",
+             &job);
   EXPECT_TRUE(s.ok()) << s.error_message();
 }
 

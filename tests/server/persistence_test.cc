@@ -4,8 +4,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "ampd/v1/precision_service.grpc.pb.h"
@@ -149,7 +149,8 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
   ASSERT_EQ(reference.size(), 1500u);
   ASSERT_GT(reference_weights.size(), 1000u);
 
-  auto first = std::make_unique<AmpdProcess>(std::vector<std::string>{"--checkpoint_every_steps=100"});
+  auto first =
+      std::make_unique<AmpdProcess>(std::vector<std::string>{"--checkpoint_every_steps=100"});
   ASSERT_TRUE(first->ok());
   const std::string data_dir = first->data_dir();
   std::string name;
@@ -212,7 +213,8 @@ TEST(PersistenceTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
   std::string newest;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string p = e.path().string();
-    if (p.size() > 12 && p.compare(p.size() - 12, 12, ".safetensors") == 0 && p > newest) newest = p;
+    if (p.size() > 12 && p.compare(p.size() - 12, 12, ".safetensors") == 0 && p > newest)
+      newest = p;
   }
   ASSERT_FALSE(newest.empty());
   {
@@ -253,14 +255,18 @@ TEST(PersistenceTest, AStorageFailureFailsOnlyThatJobAndTheServerKeepsServing) {
   v1::Job ignored;
   ASSERT_TRUE(c.training_->CancelJob(&ctx, cancel, &ignored).ok());
   v1::Job failed = c.WaitFor(victim.name(), v1::FAILED);
-  EXPECT_NE(failed.failure_reason().find("storage error"), std::string::npos) << failed.failure_reason();
-  EXPECT_NE(failed.failure_reason().find(victim.id()), std::string::npos) << failed.failure_reason();
+  EXPECT_NE(failed.failure_reason().find("storage error"), std::string::npos)
+      << failed.failure_reason();
+  EXPECT_NE(failed.failure_reason().find(victim.id()), std::string::npos)
+      << failed.failure_reason();
   v1::Job fine = c.Create(TinyJobJson(20));
   EXPECT_EQ(c.WaitFor(fine.name(), v1::SUCCEEDED).state(), v1::SUCCEEDED);
   // Successful jobs leave their weights and TensorBoard logs.
-  EXPECT_TRUE(std::filesystem::exists(server.data_dir() + "/jobs/" + fine.id() + "/model.safetensors"));
+  EXPECT_TRUE(
+      std::filesystem::exists(server.data_dir() + "/jobs/" + fine.id() + "/model.safetensors"));
   bool events = false;
-  for (const auto& e : std::filesystem::directory_iterator(server.data_dir() + "/tensorboard/" + fine.id())) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(server.data_dir() + "/tensorboard/" + fine.id())) {
     events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   }
   EXPECT_TRUE(events);
@@ -283,7 +289,8 @@ TEST(PersistenceTest, GracefulShutdownRequeuesRunningJobsWhichResumeOnRestart) {
   v1::Job done = c.WaitFor(name, v1::SUCCEEDED);
   bool saw_requeue = false;
   for (const auto& t : done.transitions()) {
-    saw_requeue |= t.state() == v1::QUEUED && t.reason().find("resumes on restart") != std::string::npos;
+    saw_requeue |=
+        t.state() == v1::QUEUED && t.reason().find("resumes on restart") != std::string::npos;
   }
   EXPECT_TRUE(saw_requeue) << done.DebugString();
   int duplicates = -1;

@@ -58,18 +58,22 @@ const Certs& TestCerts() {
     Shell("mkdir -p " + d);
     WriteFile(d + "/server.ext", "subjectAltName=DNS:localhost,IP:127.0.0.1\n");
     const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    std::string script = "set -e; mkdir -p " + d + "; cd " + d + "; " +
-                         "openssl req -x509 " + key + " -keyout ca.key -out ca.pem -days 2 "
-                         "-subj /CN=ampd-test-ca 2>/dev/null; "
-                         "openssl req " + key + " -keyout server.key -out server.csr "
-                         "-subj /CN=localhost 2>/dev/null; "
-                         "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
-                         "-CAcreateserial -out server.pem -days 2 -extfile server.ext 2>/dev/null; ";
+    std::string script =
+        "set -e; mkdir -p " + d + "; cd " + d + "; " + "openssl req -x509 " + key +
+        " -keyout ca.key -out ca.pem -days 2 "
+        "-subj /CN=ampd-test-ca 2>/dev/null; "
+        "openssl req " +
+        key +
+        " -keyout server.key -out server.csr "
+        "-subj /CN=localhost 2>/dev/null; "
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -out server.pem -days 2 -extfile server.ext 2>/dev/null; ";
     for (const std::string who : {"alice", "bob"}) {
       script += "openssl req " + key + " -keyout " + who + ".key -out " + who +
-                ".csr -subj /CN=" + who + " 2>/dev/null; " +
-                "openssl x509 -req -in " + who + ".csr -CA ca.pem -CAkey ca.key "
-                "-CAcreateserial -out " + who + ".pem -days 2 2>/dev/null; ";
+                ".csr -subj /CN=" + who + " 2>/dev/null; " + "openssl x509 -req -in " + who +
+                ".csr -CA ca.pem -CAkey ca.key "
+                "-CAcreateserial -out " +
+                who + ".pem -days 2 2>/dev/null; ";
     }
     EXPECT_EQ(Shell("bash -c '" + script + "'"), 0) << script;
     return c;
@@ -300,8 +304,9 @@ TEST(SecurityTest, NonLoopbackWithoutTlsIsRefused) {
   const char* ws = std::getenv("TEST_WORKSPACE");
   ASSERT_TRUE(srcdir && ws);
   const std::string log = TmpDir() + "/refused.log";
-  const int rc = Shell(std::string(srcdir) + "/" + ws + "/server/ampd --listen=0.0.0.0:0 --data_dir=" +
-                     TmpDir() + "/refused_data 2> " + log);
+  const int rc =
+      Shell(std::string(srcdir) + "/" + ws +
+            "/server/ampd --listen=0.0.0.0:0 --data_dir=" + TmpDir() + "/refused_data 2> " + log);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(ReadFile(log).find("without TLS"), std::string::npos) << ReadFile(log);
 }
@@ -327,8 +332,8 @@ class TokenTest : public ::testing::Test {
  protected:
   void SetUp() override {
     WriteFile(path_, "# test tokens\n" + Sha256Hex("alice-token") + " alice user\n" +
-                        Sha256Hex("bob-token") + " bob user  # comment\n\n" +
-                        Sha256Hex("root-token") + " root admin\n");
+                         Sha256Hex("bob-token") + " bob user  # comment\n\n" +
+                         Sha256Hex("root-token") + " root admin\n");
     server_ = std::make_unique<AmpdProcess>(std::vector<std::string>{"--tokens_file=" + path_});
     ASSERT_TRUE(server_->ok()) << server_->log();
   }
@@ -336,8 +341,8 @@ class TokenTest : public ::testing::Test {
   void Restart() {
     const std::string data_dir = server_->data_dir();
     ASSERT_EQ(server_->Stop(), 0);
-    server_ = std::make_unique<AmpdProcess>(std::vector<std::string>{"--tokens_file=" + path_},
-                                            data_dir);
+    server_ =
+        std::make_unique<AmpdProcess>(std::vector<std::string>{"--tokens_file=" + path_}, data_dir);
     ASSERT_TRUE(server_->ok()) << server_->log();
   }
   Caller As(const std::string& token) { return Caller(server_->channel(), token); }

@@ -66,7 +66,8 @@ TEST(SqliteJobStoreTest, SchemaIsVersionedAndANewerOneIsRefused) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* q = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &q, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &q, nullptr),
+            SQLITE_OK);
   ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
   EXPECT_EQ(sqlite3_column_int(q, 0), kSchemaVersion);
   sqlite3_finalize(q);
@@ -82,7 +83,8 @@ TEST(SqliteJobStoreTest, SchemaIsVersionedAndANewerOneIsRefused) {
 TEST(SqliteJobStoreTest, AnUnopenableFileIsAClearError) {
   auto store = OpenSqliteJobStore("/nonexistent-dir/ampd.db");
   ASSERT_FALSE(store.ok());
-  EXPECT_NE(std::string(store.status().message()).find("/nonexistent-dir/ampd.db"), std::string::npos);
+  EXPECT_NE(std::string(store.status().message()).find("/nonexistent-dir/ampd.db"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -365,7 +365,8 @@ TEST_F(TrainingServiceTest, InvalidSpecsNameEveryBadField) {
 }
 
 TEST_F(TrainingServiceTest, BadDataFailsTheJobWithAReasonAndTheServerGoesOn) {
-  v1::Job job = Create(R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "missing.csv"}}})");
+  v1::Job job =
+      Create(R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "missing.csv"}}})");
   v1::Job failed = WaitFor(job.name(), {v1::FAILED});
   EXPECT_NE(failed.failure_reason().find("missing.csv"), std::string::npos)
       << failed.failure_reason();
@@ -439,7 +440,8 @@ TEST_F(TrainingServiceTest, SigtermDrainsGracefully) {
   EXPECT_EQ(events.back().state().state(), v1::QUEUED);
   const auto stop_start = std::chrono::steady_clock::now();
   EXPECT_EQ(server_->Stop(), 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - stop_start, std::chrono::seconds(3)) << server_->log();
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_start, std::chrono::seconds(3))
+      << server_->log();
   EXPECT_NE(server_->log().find("\"msg\":\"stopped\""), std::string::npos) << server_->log();
 }
 
