@@ -10,6 +10,7 @@
 #include "engine/io/sha256.h"
 #include "server/log.h"
 #include "server/rpc_status.h"
+#include "server/uploads.h"
 
 namespace ampd::server {
 
@@ -141,8 +142,17 @@ grpc::Status ArtifactServiceImpl::UploadDataset(
                              absl::StrCat("the file has ", header.size_bytes(),
                                           " bytes; the limit is ", max_upload_bytes_));
   }
+  const int64_t used = UploadBytesUsed(data_root_, who.name);
+  if (used + header.size_bytes() > upload_quota_bytes_) {
+    return ResourceExhausted("upload_quota_bytes_per_principal",
+                             absl::StrCat("your uploads use ", used, " bytes; this one (",
+                                          header.size_bytes(), " bytes) would pass the quota of ",
+                                          upload_quota_bytes_));
+  }
+  // Each principal's uploads live in its own directory; job specs still say
+  // "uploads/PATH" (resolved in the job owner's directory).
   const std::string relative = "uploads/" + header.path();
-  const std::string path = data_root_ + "/" + relative;
+  const std::string path = UploadDir(data_root_, who.name) + "/" + header.path();
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   absl::StatusOr<std::unique_ptr<engine::io::AtomicFileWriter>> out =

@@ -14,10 +14,11 @@ namespace ampd::server {
 class ArtifactServiceImpl final : public ampd::v1::ArtifactService::Service {
  public:
   ArtifactServiceImpl(JobManager* jobs, std::string data_root, int64_t max_upload_bytes,
-                      const Authenticator* auth)
+                      const Authenticator* auth, int64_t upload_quota_bytes = 10LL << 30)
       : jobs_(jobs),
         data_root_(std::move(data_root)),
         max_upload_bytes_(max_upload_bytes),
+        upload_quota_bytes_(upload_quota_bytes),
         auth_(auth) {}
 
   grpc::Status ListArtifacts(grpc::ServerContext* ctx,
@@ -34,6 +35,7 @@ class ArtifactServiceImpl final : public ampd::v1::ArtifactService::Service {
   JobManager* jobs_;
   std::string data_root_;
   int64_t max_upload_bytes_;
+  int64_t upload_quota_bytes_;
   const Authenticator* auth_;
 };
 

@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/log.h"
+#include "server/uploads.h"
 
 namespace ampd::server {
 
@@ -131,7 +132,7 @@ class TrainerEvents : public engine::TrainerCallbacks {
 
 }  // namespace
 
-absl::Status JobManager::CheckConfined(const v1::DataSpec& data) const {
+absl::Status JobManager::CheckConfined(const v1::DataSpec& data, const std::string& owner) const {
   if (!data.has_file()) return absl::OkStatus();
   const v1::FileDataset& f = data.file();
   std::error_code ec;
@@ -143,10 +144,16 @@ absl::Status JobManager::CheckConfined(const v1::DataSpec& data) const {
   for (const auto& [field, value] : paths) {
     if (value.empty()) continue;
     // Symlinks are followed: a link inside the root that points outside it
-    // is refused like "../".
-    const std::filesystem::path resolved =
-        std::filesystem::weakly_canonical(std::filesystem::path(options_.data_root) / value, ec);
-    const std::string r = resolved.string(), base = root.string() + "/";
+    // is refused like "../". An upload path must stay in its owner's uploads.
+    const bool upload = value.rfind("uploads/", 0) == 0;
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(
+        ResolveDataPath(options_.data_root, owner, value), ec);
+    const std::string base =
+        (upload ? std::filesystem::weakly_canonical(UploadDir(options_.data_root, owner), ec)
+                : root)
+            .string() +
+        "/";
+    const std::string r = resolved.string();
     if (ec || r.compare(0, base.size(), base) != 0) {
       LogWarning("refused a data path outside the data root",
                  {{"field", field}, {"path", value}, {"resolves_to", r}});
@@ -344,7 +351,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
     absl::StatusOr<engine::Backend*> backend = engine::BackendFor(resolved->device);
     if (!backend.ok()) return backend.status();
   }
-  if (absl::Status s = CheckConfined(spec.data()); !s.ok()) return s;
+  if (absl::Status s = CheckConfined(spec.data(), owner); !s.ok()) return s;
   const engine::MlpSpec& mlp = std::get<engine::MlpSpec>(resolved->config.model);
   if (mlp.input_dim > 0 && mlp.num_classes > 0) {
     const int64_t params = engine::ParameterCount(resolved->config.model);
@@ -686,6 +693,10 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
   engine::JobSpecContext context;
   context.data_root = options_.data_root;
   context.fashion_mnist_dir = options_.fashion_mnist_dir;
+  const std::string owner = job->job.owner();
+  context.resolve_data_path = [this, owner](const std::string& p) {
+    return ResolveDataPath(options_.data_root, owner, p);
+  };
   auto fail = [&](const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     Transition(*job, v1::FAILED, reason);
@@ -693,7 +704,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
   };
   try {
     // Checked again now: a symlink may have been swapped in since CreateJob.
-    if (absl::Status s = CheckConfined(spec.data()); !s.ok()) return fail(std::string(s.message()));
+    if (absl::Status s = CheckConfined(spec.data(), job->job.owner()); !s.ok()) {
+      return fail(std::string(s.message()));
+    }
     // Data: built-in and synthetic sets are cached across jobs (they cannot
     // change); files are read afresh.
     std::shared_ptr<const engine::Dataset> train, test;

@@ -127,7 +127,7 @@ class JobManager {
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
   std::string CheckpointDir(const std::string& id) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.
-  absl::Status CheckConfined(const ampd::v1::DataSpec& data) const;
+  absl::Status CheckConfined(const ampd::v1::DataSpec& data, const std::string& owner) const;
 
   JobManagerOptions options_;
   mutable std::mutex mu_;

@@ -28,6 +28,8 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 500, "Checkpoint running jobs every N
 ABSL_FLAG(int, checkpoint_every_seconds, 60, "Checkpoint running jobs every N seconds (0: off).");
 ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept per job (newest).");
 ABSL_FLAG(int64_t, max_upload_bytes, 1LL << 30, "Largest data set UploadDataset accepts.");
+ABSL_FLAG(int64_t, upload_quota_bytes_per_principal, 10LL << 30,
+          "Total size of the data sets one principal may have uploaded.");
 ABSL_FLAG(int, max_message_bytes, 16 << 20, "Largest gRPC message accepted or sent.");
 ABSL_FLAG(int, max_queued_jobs_per_principal, 100, "Queued jobs one principal may have.");
 ABSL_FLAG(int64_t, max_job_memory_bytes, 16LL << 30,
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
   options.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.max_upload_bytes = absl::GetFlag(FLAGS_max_upload_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.upload_quota_bytes_per_principal = absl::GetFlag(FLAGS_upload_quota_bytes_per_principal);
   options.max_streams_per_principal = absl::GetFlag(FLAGS_max_streams_per_principal);
   options.jobs.max_queued_jobs_per_principal = absl::GetFlag(FLAGS_max_queued_jobs_per_principal);
   options.jobs.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_bytes);

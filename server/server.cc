@@ -106,7 +106,8 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
                                                        s->options_.max_streams_per_principal);
   s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_);
   s->artifacts_ = std::make_unique<ArtifactServiceImpl>(s->jobs_.get(), s->options_.jobs.data_root,
-                                                        s->options_.max_upload_bytes, &s->auth_);
+                                                        s->options_.max_upload_bytes, &s->auth_,
+                                                        s->options_.upload_quota_bytes_per_principal);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

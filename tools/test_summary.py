@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Prints 'N passed, N failed[, N skipped]' from Bazel's test.xml files.
 
+Usage: test_summary.py [TESTLOGS_DIR [EXTRA.xml ...]]. Extra JUnit XML files
+(e.g. tools/fuzz --junit) are counted the same way; a missing one is a failure.
+
 Counts test cases (GoogleTest writes one <testcase> per TEST; Bazel writes one
 for a plain sh_test/py_test). Exit status: 1 if anything failed or nothing ran.
 """
@@ -9,13 +12,17 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def count(testlogs):
+def count(testlogs, extra=()):
     passed = failed = skipped = 0
     failures = []
-    for root, _, files in os.walk(testlogs, followlinks=True):
-        if "test.xml" not in files:
+    found = [(os.path.relpath(root, testlogs), os.path.join(root, "test.xml"))
+             for root, _, files in os.walk(testlogs, followlinks=True) if "test.xml" in files]
+    found += [(p, p) for p in extra]
+    for label, path in found:
+        if not os.path.exists(path):
+            failed += 1
+            failures.append(f"{path}: missing")
             continue
-        path = os.path.join(root, "test.xml")
         try:
             tree = ET.parse(path)
         except ET.ParseError as e:
@@ -23,7 +30,7 @@ def count(testlogs):
             failures.append(f"{path}: unreadable ({e})")
             continue
         for case in tree.iter("testcase"):
-            name = f"{os.path.relpath(root, testlogs)}::{case.get('classname', '')}.{case.get('name', '')}"
+            name = f"{label}::{case.get('classname', '')}.{case.get('name', '')}"
             if case.find("failure") is not None or case.find("error") is not None:
                 failed += 1
                 failures.append(name)
@@ -38,7 +45,7 @@ def count(testlogs):
 
 def main():
     testlogs = sys.argv[1] if len(sys.argv) > 1 else "bazel-testlogs"
-    passed, failed, skipped, failures = count(testlogs)
+    passed, failed, skipped, failures = count(testlogs, sys.argv[2:])
     for f in failures:
         print(f"FAILED: {f}")
     line = f"{passed} passed, {failed} failed"

@@ -364,7 +364,9 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
 absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext& context,
                                     TrainerConfig* config) {
   JobData data;
-  auto under_root = [&](const std::string& p) { return context.data_root + "/" + p; };
+  auto under_root = [&](const std::string& p) {
+    return context.resolve_data_path ? context.resolve_data_path(p) : context.data_root + "/" + p;
+  };
   if (d.has_synthetic()) {
     const v1::SyntheticDataset& s = d.synthetic();
     SyntheticSpec spec;

@@ -28,6 +28,9 @@ struct JobSpecContext {
   // Root for FileDataset paths (relative paths only, never escaping it).
   std::string data_root = ".";
   std::string fashion_mnist_dir = kFashionMnistDir;
+  // Maps a FileDataset path to the file to read (default: data_root/PATH);
+  // the server uses it to give each principal its own uploads/.
+  std::function<std::string(const std::string&)> resolve_data_path;
   // User-defined precision profiles by name (built-ins are always known).
   std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string&)> profiles;
 };

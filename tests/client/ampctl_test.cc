@@ -241,7 +241,8 @@ TEST_F(AmpctlTest, UploadADataSetTrainOnItAndDownloadTheWeights) {
   Result up = Ampctl({server_flag_, "upload", local, "mine/train.csv"});
   ASSERT_EQ(up.code, 0) << up.err;
   EXPECT_NE(up.out.find("uploads/mine/train.csv"), std::string::npos) << up.out;
-  EXPECT_EQ(Slurp(server_->data_dir() + "/uploads/mine/train.csv"), csv);
+  // Stored in the uploader's own directory ("local" without authentication).
+  EXPECT_EQ(Slurp(server_->data_dir() + "/uploads/local/mine/train.csv"), csv);
 
   const std::string spec = TmpFile("csv_job.json", R"({
     "data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/mine/train.csv", "labelColumn": -1}},
@@ -294,7 +295,7 @@ TEST_F(AmpctlTest, UploadsAreConfinedCheckedAndLimited) {
   writer->WritesDone();
   grpc::Status s = writer->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
-  EXPECT_FALSE(std::filesystem::exists(server_->data_dir() + "/uploads/bad/sum.csv"));
+  EXPECT_FALSE(std::filesystem::exists(server_->data_dir() + "/uploads/local/bad/sum.csv"));
 
   AmpdProcess limited({"--max_upload_bytes=8"});
   ASSERT_TRUE(limited.ok());

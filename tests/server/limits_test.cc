@@ -7,7 +7,9 @@
 #include <fstream>
 #include <thread>
 
+#include "ampd/v1/artifact_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
+#include "engine/io/sha256.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
@@ -18,6 +20,12 @@ namespace ampd::testing {
 namespace {
 
 namespace v1 = ::ampd::v1;
+
+std::string Sha256Hex(const std::string& data) {
+  engine::io::Sha256 sha;
+  sha.Update(data);
+  return sha.FinishHex();
+}
 
 grpc::Status Create(v1::TrainingService::Stub* stub, const std::string& json, v1::Job* job) {
   grpc::ClientContext ctx;
@@ -58,8 +66,10 @@ TEST(LimitsTest, PathsEscapingTheDataRootAreRefusedAndLogged) {
   // A symlink inside the data root that points outside it.
   const std::string outside = server.data_dir() + "_outside.csv";
   { std::ofstream(outside) << "1,2,0\n3,4,1\n"; }
-  std::filesystem::create_directories(server.data_dir() + "/uploads");
-  std::filesystem::create_symlink(outside, server.data_dir() + "/uploads/link.csv");
+  // (Uploads of the unauthenticated principal "local" live in uploads/local.)
+  const std::string mine = server.data_dir() + "/uploads/local";
+  std::filesystem::create_directories(mine);
+  std::filesystem::create_symlink(outside, mine + "/link.csv");
   v1::Job job;
   grpc::Status s = Create(stub.get(), R"({"data": {"file": {"format": "FORMAT_CSV",
       "trainCsv": "uploads/link.csv"}}})",
@@ -76,9 +86,15 @@ TEST(LimitsTest, PathsEscapingTheDataRootAreRefusedAndLogged) {
     EXPECT_EQ(Fields(s), std::vector<std::string>{"spec.data.file.train_csv"}) << path;
   }
   // A symlink that stays inside the root is fine.
-  { std::ofstream(server.data_dir() + "/uploads/real.csv") << "1,2,0\n3,4,1\n5,6,0\n7,8,1\n"; }
-  std::filesystem::create_symlink(server.data_dir() + "/uploads/real.csv",
-                                  server.data_dir() + "/uploads/alias.csv");
+  { std::ofstream(mine + "/real.csv") << "1,2,0\n3,4,1\n5,6,0\n7,8,1\n"; }
+  std::filesystem::create_symlink(mine + "/real.csv", mine + "/alias.csv");
+  // Another principal's directory is outside this one's uploads.
+  std::filesystem::create_directories(server.data_dir() + "/uploads/bob");
+  { std::ofstream(server.data_dir() + "/uploads/bob/secret.csv") << "1,2,0\n"; }
+  std::filesystem::create_symlink(server.data_dir() + "/uploads/bob/secret.csv", mine + "/peek.csv");
+  s = Create(stub.get(), R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/peek.csv"}}})",
+             &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   s = Create(stub.get(),
              R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/alias.csv"}},
       "training": {"steps": 2, "batchSize": 2}})",
@@ -135,6 +151,34 @@ TEST(LimitsTest, MemoryQueueAndStreamLimitsNameTheLimit) {
   EXPECT_TRUE(reopened);
   c2.TryCancel();
   r2->Finish();
+}
+
+TEST(LimitsTest, UploadsCountAgainstAPerPrincipalQuota) {
+  AmpdProcess server({"--upload_quota_bytes_per_principal=40"});
+  ASSERT_TRUE(server.ok());
+  auto stub = v1::ArtifactService::NewStub(server.channel());
+  auto upload = [&](const std::string& path, const std::string& data) {
+    grpc::ClientContext ctx;
+    v1::UploadedDataset out;
+    auto w = stub->UploadDataset(&ctx, &out);
+    v1::UploadDatasetRequest m;
+    m.mutable_header()->set_path(path);
+    m.mutable_header()->set_size_bytes(data.size());
+    m.mutable_header()->set_sha256(Sha256Hex(data));
+    w->Write(m);
+    m.Clear();
+    m.set_chunk(data);
+    w->Write(m);
+    w->WritesDone();
+    return w->Finish();
+  };
+  const std::string data(30, 'a');
+  EXPECT_TRUE(upload("one.csv", data).ok());
+  grpc::Status s = upload("two.csv", data);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("upload_quota_bytes_per_principal"), std::string::npos)
+      << s.error_message();
+  EXPECT_FALSE(std::filesystem::exists(server.data_dir() + "/uploads/local/two.csv"));
 }
 
 }  // namespace
