@@ -5,6 +5,7 @@
 #include <exception>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -178,6 +179,7 @@ JobManager::JobManager(JobManagerOptions options) : options_(std::move(options))
     Recover();
     persister_ = std::thread([this] { PersisterLoop(); });
   }
+  notifier_ = std::thread([this] { NotifierLoop(); });
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -645,13 +647,38 @@ void JobManager::Append(JobRecord& job, v1::MetricsEvent event) {
 }
 
 void JobManager::Notify(JobRecord& job) {
-  std::vector<std::weak_ptr<EventListener>> listeners;
+  // The training thread only marks the job; the notifier thread wakes its
+  // streams. Fanning out here would make every step pay for every subscriber.
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    listeners = job.listeners;
+    std::lock_guard<std::mutex> lock(notify_mu_);
+    pending_notify_.insert(job.job.id());
   }
-  for (auto& w : listeners) {
-    if (auto l = w.lock()) l->OnJobEvents();
+  notify_cv_.notify_one();
+}
+
+void JobManager::NotifierLoop() {
+  std::unique_lock<std::mutex> lock(notify_mu_);
+  while (true) {
+    notify_cv_.wait(lock, [this] { return notifier_stop_ || !pending_notify_.empty(); });
+    if (pending_notify_.empty() && notifier_stop_) return;
+    std::set<std::string> ids;
+    ids.swap(pending_notify_);
+    lock.unlock();
+    std::vector<std::weak_ptr<EventListener>> listeners;
+    {
+      std::lock_guard<std::mutex> jobs_lock(mu_);
+      for (const std::string& id : ids) {
+        auto it = jobs_.find(id);
+        if (it != jobs_.end()) {
+          listeners.insert(listeners.end(), it->second->listeners.begin(),
+                           it->second->listeners.end());
+        }
+      }
+    }
+    for (auto& w : listeners) {
+      if (auto l = w.lock()) l->OnJobEvents();
+    }
+    lock.lock();
   }
 }
 
@@ -914,6 +941,12 @@ void JobManager::Shutdown() {
   // Every stream re-checks its job: ended ones finish, the rest are told the
   // server is going away.
   for (auto& job : touched) Notify(*job);
+  {
+    std::lock_guard<std::mutex> lock(notify_mu_);
+    notifier_stop_ = true;  // after delivering what is pending
+  }
+  notify_cv_.notify_all();
+  if (notifier_.joinable()) notifier_.join();
   if (persister_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(persist_mu_);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,6 +121,7 @@ class JobManager {
   // Loads jobs from the store; jobs that were running are re-queued.
   void Recover();
   void PersisterLoop();
+  void NotifierLoop();
   // Writes every job changed since the last flush. Caller holds persist_mu_.
   void FlushLocked();
   absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(
@@ -143,6 +145,12 @@ class JobManager {
   std::condition_variable persist_cv_;
   bool persister_stop_ = false;
   std::thread persister_;
+  // Streams to wake, by job id (see Notify).
+  std::mutex notify_mu_;
+  std::condition_variable notify_cv_;
+  std::set<std::string> pending_notify_;
+  bool notifier_stop_ = false;
+  std::thread notifier_;
   std::mutex data_mu_;
   std::map<std::string, std::shared_ptr<const engine::Dataset>> data_cache_;
 };
