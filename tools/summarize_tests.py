@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints 'N passed, N failed[, N skipped]' from Bazel's test.xml files.
 
-Usage: test_summary.py [TESTLOGS_DIR [EXTRA.xml ...]]. Extra JUnit XML files
+Usage: summarize_tests.py [TESTLOGS_DIR [EXTRA.xml ...]]. Extra JUnit XML files
 (e.g. tools/fuzz --junit) are counted the same way; a missing one is a failure.
 
 Counts test cases (GoogleTest writes one <testcase> per TEST; Bazel writes one
