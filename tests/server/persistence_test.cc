@@ -173,10 +173,11 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
     AmpdProcess second({"--checkpoint_every_steps=100"}, data_dir);
     ASSERT_TRUE(second.ok()) << second.log();
     EXPECT_NE(second.log().find("\"requeued\":\"1\""), std::string::npos) << second.log();
-    // It continued from a checkpoint, not from step 0.
-    EXPECT_NE(second.log().find("resuming from checkpoint"), std::string::npos) << second.log();
     Client c2(second);
     v1::Job resumed = c2.WaitFor(name, v1::SUCCEEDED);
+    // It continued from a checkpoint, not from step 0. The worker logs this when it picks the
+    // job up, which may be after "listening", so look only once the job is done.
+    EXPECT_NE(second.log().find("resuming from checkpoint"), std::string::npos) << second.log();
     EXPECT_EQ(resumed.progress().step(), 1500);
     int duplicates = -1;
     v1::JobState final = v1::JOB_STATE_UNSPECIFIED;
