@@ -69,7 +69,9 @@ void Backward(const Tensor& root, const Tensor& grad) {
   std::vector<Tensor> order;
   TopoSort(root, seen, order);
   std::unordered_map<TensorImpl*, Tensor> grads;
-  grads.emplace(root.impl(), grad.defined() ? grad : Tensor::Full(root.shape(), root.dtype(), 1.0));
+  grads.emplace(root.impl(), grad.defined()
+                                 ? grad
+                                 : Tensor::Full(root.shape(), root.dtype(), 1.0, root.device()));
   NoGradGuard no_grad;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Tensor& t = *it;

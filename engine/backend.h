@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/tensor.h"
 
@@ -34,11 +35,53 @@ struct NonFiniteCheck {
   int first_index = -1;  // index into the tensor list of the first non-finite one
 };
 
+// The device-side AMP state (torch.amp.GradScaler's _scale, _growth_tracker
+// and found_inf tensors): f32 [1] tensors on the backend's device, so a step
+// can unscale, decide to skip and update the scale without the host reading
+// anything. The host reads them (ReadScalars) only when it reports metrics.
+struct DeviceAmpState {
+  Tensor scale;           // the loss scale
+  Tensor growth_tracker;  // consecutive good steps (integer-valued)
+  Tensor found_inf;       // 1 when this step saw inf/NaN, else 0
+};
+
+struct ScaleUpdateOptions {
+  bool dynamic = true;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  double min_scale = 0;  // 0: no bound
+  double max_scale = 0;  // 0: no bound
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+
+  // --- Memory. Tensors on this backend's device. The CPU versions are plain
+  // host tensors; a device backend allocates from its caching allocator.
+  virtual Tensor Allocate(const std::vector<int64_t>& shape, DType dtype, bool zero) {
+    return zero ? Tensor::Empty(shape, dtype) : Tensor::Uninitialized(shape, dtype);
+  }
+  virtual void Fill(const Tensor& t, double value) {
+    t.CopyFrom(Tensor::Full(t.shape(), t.dtype(), value));
+  }
+  // dst := src rounded to dst's dtype; either may be a host tensor.
+  virtual void CopyInto(const Tensor& dst, const Tensor& src) { dst.CopyFrom(src); }
+  // The values of several small tensors (numel 1 each) with one wait.
+  virtual std::vector<double> ReadScalars(const std::vector<Tensor>& scalars) {
+    std::vector<double> out;
+    for (const Tensor& t : scalars) out.push_back(t.ToDoubles().at(0));
+    return out;
+  }
+  // A failed device call makes the backend unusable for the job that hit it;
+  // kernels cannot return errors through Tensor results, so they record the
+  // first one here (with the call site) and the trainer checks after each step.
+  virtual absl::Status Health() { return absl::OkStatus(); }
+  // Why this backend cannot run jobs now (no device): checked by BackendFor.
+  virtual absl::Status Ready() { return absl::OkStatus(); }
 
   // op(a) @ op(b) for 2-D a, b of the same dtype; fp32 accumulation.
   virtual Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
@@ -98,6 +141,31 @@ class Backend {
   };
   virtual void AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                          const Tensor& exp_avg_sq, const AdamWHyper& h) = 0;
+
+  // --- AMP without host synchronisation (the device path of the trainer).
+  // Every gradient *= 1/scale (the reciprocal taken in f64 and rounded to f32,
+  // as PyTorch); amp.found_inf becomes 1 if any result is inf/NaN. One launch
+  // for all tensors on a device backend.
+  virtual void UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads, const DeviceAmpState& amp);
+  // torch._amp_update_scale_ on the device state, then the optional bounds.
+  virtual void UpdateScaleOnDevice(const DeviceAmpState& amp, const ScaleUpdateOptions& o);
+  // Sum of squares of all elements into `out` (f32 [1]) without a host read.
+  virtual void SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const Tensor& out);
+  // The fused optimizer step: does nothing when found_inf (if defined) is
+  // non-zero; otherwise updates the f32 master `param` and, when `model_copy`
+  // is defined, writes it rounded to the model's dtype in the same pass.
+  // AdamW's bias correction uses step + 1, `step` (f32 [1], on the device)
+  // holding the steps applied before this one.
+  struct FusedStepArgs {
+    Tensor found_inf;   // optional
+    Tensor model_copy;  // optional
+    Tensor step;        // AdamW: required
+  };
+  virtual void SgdStepFused(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                            const SgdHyper& h, bool first, const FusedStepArgs& args);
+  virtual void AdamWStepFused(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                              const Tensor& exp_avg_sq, const AdamWHyper& h,
+                              const FusedStepArgs& args);
 };
 
 Backend& CpuBackend();

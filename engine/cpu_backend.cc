@@ -22,6 +22,7 @@
 #endif
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "engine/backend.h"
 #include "engine/half.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -963,9 +964,16 @@ void RegisterBackend(Device device, Backend* backend) {
 
 absl::StatusOr<Backend*> BackendFor(Device device) {
   if (device == Device::kCpu) return &CpuBackend();
-  if (registered_cuda != nullptr) return registered_cuda;
-  return absl::FailedPreconditionError(
-      "device: no CUDA backend is available (no GPU, or the engine was built without CUDA)");
+  if (registered_cuda == nullptr) {
+    return absl::FailedPreconditionError(
+        "device: no CUDA backend is linked into this program (built with --config=cpu or "
+        "without the CUDA toolkit)");
+  }
+  if (absl::Status ready = registered_cuda->Ready(); !ready.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device: CUDA is not usable here: ", ready.message()));
+  }
+  return registered_cuda;
 }
 
 Backend& BackendOf(const Tensor& t) {

@@ -167,8 +167,8 @@ Tensor Sum(Tensor x) {
   Tensor y = BackendOf(x).SumAll(x, d.compute_dtype());
   d.Finish(y);
   return Record(y, "sum", {x}, [x](const Tensor& g) -> std::vector<Tensor> {
-    return {
-        BackendOf(x).Binary(BinaryOp::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0), g, x.dtype())};
+    return {BackendOf(x).Binary(BinaryOp::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0, x.device()),
+                                g, x.dtype())};
   });
 }
 
@@ -178,7 +178,7 @@ Tensor Mean(Tensor x) {
   Tensor y = BackendOf(x).Scale(BackendOf(x).SumAll(x, DType::kF64), inv_n, d.compute_dtype());
   d.Finish(y);
   return Record(y, "mean", {x}, [x, inv_n](const Tensor& g) -> std::vector<Tensor> {
-    Tensor ones = Tensor::Full(x.shape(), x.dtype(), inv_n);
+    Tensor ones = Tensor::Full(x.shape(), x.dtype(), inv_n, x.device());
     return {BackendOf(x).Binary(BinaryOp::kMul, ones, g, x.dtype())};
   });
 }

@@ -42,12 +42,14 @@ Optimizer::Optimizer(const OptimizerSpec& spec, std::vector<Parameter>* params, 
   for (Parameter& p : *params_) {
     const Tensor& v = p.value;
     // Norm parameters Apex O2 keeps in f32 need no separate master copy.
-    weights_.push_back(master_ && v.dtype() != DType::kF32 ? Tensor::Empty(v.shape(), DType::kF32)
-                                                           : v);
+    const Device dev = v.device();
+    weights_.push_back(
+        master_ && v.dtype() != DType::kF32 ? Tensor::Zeros(v.shape(), DType::kF32, dev) : v);
     if (weights_.back().impl() != v.impl()) weights_.back().CopyFrom(v);
-    buf1_.push_back(Tensor::Zeros(v.shape(), DType::kF32));
-    buf2_.push_back(spec.kind == OptimizerSpec::Kind::kAdamW ? Tensor::Zeros(v.shape(), DType::kF32)
-                                                             : Tensor());
+    buf1_.push_back(Tensor::Zeros(v.shape(), DType::kF32, dev));
+    buf2_.push_back(spec.kind == OptimizerSpec::Kind::kAdamW
+                        ? Tensor::Zeros(v.shape(), DType::kF32, dev)
+                        : Tensor());
   }
 }
 
@@ -93,6 +95,42 @@ void Optimizer::Step(double lr) {
     }
     const Tensor& model_copy = (*params_)[i].value;
     if (model_copy.impl() != weights_[i].impl()) model_copy.CopyFrom(weights_[i]);
+  }
+}
+
+void Optimizer::StepFused(double lr, const Tensor& found_inf) {
+  if (weights_.empty()) return;
+  Backend& be = BackendOf(weights_[0]);
+  if (!device_step_.defined()) {
+    device_step_ = Tensor::Zeros({1}, DType::kF32, weights_[0].device());
+  }
+  // The steps applied before this one. The host's count is exact here: the
+  // previous step's skip flag was read with its metrics.
+  be.Fill(device_step_, static_cast<double>(steps_));
+  ++steps_;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    if (i >= grads_.size() || !grads_[i].defined()) continue;
+    Backend::FusedStepArgs args;
+    args.found_inf = found_inf;
+    const Tensor& model_copy = (*params_)[i].value;
+    if (model_copy.impl() != weights_[i].impl()) args.model_copy = model_copy;
+    if (spec_.kind == OptimizerSpec::Kind::kSgd) {
+      Backend::SgdHyper h;
+      h.lr = static_cast<float>(lr);
+      h.momentum = static_cast<float>(spec_.momentum);
+      h.weight_decay = static_cast<float>(spec_.weight_decay);
+      h.nesterov = spec_.nesterov;
+      be.SgdStepFused(weights_[i], grads_[i], buf1_[i], h, steps_ == 1, args);
+    } else {
+      Backend::AdamWHyper h;
+      h.lr = static_cast<float>(lr);
+      h.beta1 = static_cast<float>(spec_.beta1);
+      h.beta2 = static_cast<float>(spec_.beta2);
+      h.eps = static_cast<float>(spec_.eps);
+      h.weight_decay = static_cast<float>(spec_.weight_decay);
+      args.step = device_step_;
+      be.AdamWStepFused(weights_[i], grads_[i], buf1_[i], buf2_[i], h, args);
+    }
   }
 }
 

@@ -52,6 +52,12 @@ class Optimizer {
   std::vector<std::string> ParameterNames() const;
   // Applies one update with `lr` using the last collected gradients.
   void Step(double lr);
+  // The device path: one fused update per parameter that skips by itself when
+  // found_inf (if defined) is non-zero, and writes the model copy in the same
+  // pass. The step counts as taken; call UndoSkippedStep() once the host
+  // learns it was skipped (it reads the flag with the step's metrics).
+  void StepFused(double lr, const Tensor& found_inf);
+  void UndoSkippedStep() { --steps_; }
   void ZeroGrad();
   int64_t steps_taken() const { return steps_; }
   // The weights the optimizer updates (master copies, or the parameters).
@@ -71,6 +77,7 @@ class Optimizer {
   std::vector<Tensor> weights_;  // master f32 copies, or aliases of the params
   std::vector<Tensor> grads_;
   std::vector<Tensor> buf1_, buf2_;  // momentum, or AdamW's exp_avg / exp_avg_sq
+  Tensor device_step_;               // StepFused: applied steps, on the device
   int64_t steps_ = 0;
 };
 

@@ -1,10 +1,12 @@
 #include "engine/tensor.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "absl/strings/str_join.h"
+#include "engine/backend.h"
 #include "engine/half.h"
 
 namespace ampd::engine {
@@ -167,7 +169,49 @@ Tensor Tensor::FromDoubles(const std::vector<double>& values, const std::vector<
   return t;
 }
 
+namespace {
+
+// A host copy of a device tensor (same dtype).
+Tensor HostCopy(const Tensor& t) {
+  Tensor host = Tensor::Uninitialized(t.shape(), t.dtype());
+  BackendOf(t).CopyInto(host, t);
+  return host;
+}
+
+Backend& DeviceBackend(Device device) {
+  absl::StatusOr<Backend*> be = BackendFor(device);
+  // Tensors are only created on a device after BackendFor succeeded for it
+  // (the trainer checks first), so this is a programming error.
+  if (!be.ok()) std::abort();
+  return **be;
+}
+
+}  // namespace
+
+Tensor Tensor::Zeros(const std::vector<int64_t>& shape, DType dtype, Device device) {
+  if (device == Device::kCpu) return Zeros(shape, dtype);
+  return DeviceBackend(device).Allocate(shape, dtype, /*zero=*/true);
+}
+
+Tensor Tensor::Full(const std::vector<int64_t>& shape, DType dtype, double value, Device device) {
+  if (device == Device::kCpu) return Full(shape, dtype, value);
+  Backend& be = DeviceBackend(device);
+  Tensor t = be.Allocate(shape, dtype, /*zero=*/false);
+  be.Fill(t, value);
+  return t;
+}
+
+Tensor Tensor::To(Device device) const {
+  if (device == this->device()) return *this;
+  if (device == Device::kCpu) return HostCopy(*this);
+  Backend& be = DeviceBackend(device);
+  Tensor t = be.Allocate(shape(), dtype(), /*zero=*/false);
+  be.CopyInto(t, *this);
+  return t;
+}
+
 std::vector<float> Tensor::ToFloats() const {
+  if (device() != Device::kCpu) return HostCopy(*this).ToFloats();
   std::vector<float> out(numel());
   switch (dtype()) {
     case DType::kF32:
@@ -187,6 +231,7 @@ std::vector<float> Tensor::ToFloats() const {
 }
 
 std::vector<double> Tensor::ToDoubles() const {
+  if (device() != Device::kCpu) return HostCopy(*this).ToDoubles();
   switch (dtype()) {
     case DType::kF64:
       return std::vector<double>(data<double>(), data<double>() + numel());
@@ -216,6 +261,12 @@ Tensor Tensor::Detach() const {
 }
 
 Tensor Tensor::Clone() const {
+  if (device() != Device::kCpu) {
+    Backend& be = BackendOf(*this);
+    Tensor t = be.Allocate(shape(), dtype(), /*zero=*/false);
+    be.CopyInto(t, *this);
+    return t;
+  }
   Tensor t = Uninitialized(shape(), dtype());
   std::memcpy(t.raw(), raw(), nbytes());
   return t;
@@ -225,6 +276,10 @@ Tensor Tensor::Clone() const {
 // to this dtype, converted directly or through a small buffer, never through a
 // full-size copy.
 void Tensor::CopyFrom(const Tensor& src) const {
+  if (device() != Device::kCpu || src.device() != Device::kCpu) {
+    BackendOf(device() != Device::kCpu ? *this : src).CopyInto(*this, src);
+    return;
+  }
   if (src.dtype() == dtype()) {
     std::memcpy(raw(), src.raw(), nbytes());
   } else if (dtype() == DType::kF64) {

@@ -48,6 +48,9 @@ class Tensor {
                            DType dtype = DType::kF32);
   static Tensor FromDoubles(const std::vector<double>& values, const std::vector<int64_t>& shape,
                             DType dtype = DType::kF64);
+  // On another device (through that device's backend; it must be available).
+  static Tensor Zeros(const std::vector<int64_t>& shape, DType dtype, Device device);
+  static Tensor Full(const std::vector<int64_t>& shape, DType dtype, double value, Device device);
 
   bool defined() const { return impl_ != nullptr; }
   const std::vector<int64_t>& shape() const { return impl_->shape; }
@@ -56,14 +59,20 @@ class Tensor {
   int64_t numel() const { return impl_->numel; }
   DType dtype() const { return impl_->dtype; }
   size_t nbytes() const { return impl_->numel * DTypeSize(impl_->dtype); }
+  Device device() const { return impl_->device; }
+  // A copy on `device` (this tensor itself when it is already there).
+  Tensor To(Device device) const;
 
+  // The storage: a host pointer for CPU tensors, a device pointer otherwise
+  // (only that device's backend may dereference it).
   template <typename T>
   T* data() const {
     return reinterpret_cast<T*>(impl_->data.get());
   }
   void* raw() const { return impl_->data.get(); }
 
-  // Element values widened to float / double (copies).
+  // Element values widened to float / double (copies; device tensors are
+  // read back, which waits for the device).
   std::vector<float> ToFloats() const;
   std::vector<double> ToDoubles() const;
   float Item() const;  // numel() == 1

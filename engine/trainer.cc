@@ -33,6 +33,11 @@ std::string FirstNonFinite(const std::vector<Tensor>& grads,
   return "";
 }
 
+// Checkpoints are host tensors whatever device trained them.
+Tensor HostCopy(const Tensor& t) {
+  return t.device() == Device::kCpu ? t.Clone() : t.To(Device::kCpu);
+}
+
 absl::Status Bad(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
@@ -72,6 +77,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
                                                          const Dataset* train,
                                                          const Dataset* test) {
   if (absl::Status s = ValidateTrainerConfig(config); !s.ok()) return s;
+  if (config.device != Device::kCpu) {
+    if (absl::StatusOr<Backend*> be = BackendFor(config.device); !be.ok()) return be.status();
+  }
   const MlpSpec& mlp = std::get<MlpSpec>(config.model);
   for (const Dataset* d : {train, test}) {
     if (d == nullptr) continue;
@@ -102,6 +110,25 @@ Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Datase
       model_(std::move(model)),
       scaler_(config.precision.loss_scaling),
       batcher_(train, config.training.batch_size, config.training.seed ^ 0x5eedull) {
+  if (config.device != Device::kCpu) {
+    absl::StatusOr<Backend*> be = BackendFor(config.device);
+    device_backend_ = be.ok() ? *be : nullptr;
+  }
+  if (device_backend_ != nullptr) {
+    for (Parameter& p : model_->parameters()) {
+      Tensor moved = p.value.To(config.device);
+      moved.set_requires_grad(p.value.requires_grad());
+      moved.set_name(p.value.name());
+      p.value = moved;
+    }
+    amp_.scale = Tensor::Zeros({1}, DType::kF32, config.device);
+    amp_.growth_tracker = Tensor::Zeros({1}, DType::kF32, config.device);
+    amp_.found_inf = Tensor::Zeros({1}, DType::kF32, config.device);
+    scale_used_ = Tensor::Zeros({1}, DType::kF32, config.device);
+    sum_sq_ = Tensor::Zeros({1}, DType::kF32, config.device);
+    loss_sum_ = Tensor::Zeros({}, DType::kF32, config.device);
+    PushScalerStateToDevice();
+  }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, &model_->parameters(),
                                            config.precision.master_weights);
   const TrainingSpec& t = config.training;
@@ -117,7 +144,94 @@ StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
   return m;
 }
 
+void Trainer::PushScalerStateToDevice() {
+  if (device_backend_ == nullptr) return;
+  device_backend_->Fill(amp_.scale, scaler_.scale());  // 1 when loss scaling is off
+  device_backend_->Fill(amp_.growth_tracker, static_cast<double>(scaler_.growth_tracker()));
+}
+
+StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
+  const auto start = std::chrono::steady_clock::now();
+  const TrainingSpec& t = config_.training;
+  Backend& be = *device_backend_;
+  optimizer_->ZeroGrad();
+  be.Fill(loss_sum_, 0.0);
+  for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
+    batcher_.Next(&batch_);
+    Tensor x =
+        Tensor::FromVector(batch_.features, {batch_.size, train_->feature_dim}).To(config_.device);
+    Tensor loss;
+    {
+      AutocastScope region(RegionFor(config_.precision));
+      Tensor logits = model_->Forward(x, /*training=*/true, t.seed + step_ * 7919 + micro);
+      loss = SoftmaxCrossEntropy(logits, batch_.labels);
+    }
+    be.AddInPlace(loss_sum_, loss.Detach(), 1.0);
+    // loss * scale with the scale read on the device, never on the host.
+    Tensor scaled = MulScalar(loss, 1.0 / t.grad_accumulation);
+    if (scaler_.enabled()) scaled = Mul(scaled, amp_.scale);
+    Backward(scaled);
+  }
+
+  std::vector<Tensor> grads = optimizer_->CollectGradients();
+  be.CopyInto(scale_used_, amp_.scale);
+  be.Fill(amp_.found_inf, 0.0);
+  // With loss scaling off the scale is 1: this is then just the inf/NaN check
+  // that keeps a bad step from being applied.
+  be.UnscaleAndCheckOnDevice(grads, amp_);
+  be.SumOfSquaresOnDevice(grads, sum_sq_);
+  if (t.clip_norm > 0) {
+    // Clipping needs the norm on the host before the update: one extra wait.
+    const double norm = std::sqrt(be.ReadScalars({sum_sq_}).at(0));
+    if (std::isfinite(norm) && norm > t.clip_norm) {
+      be.UnscaleAndCheck(grads, static_cast<float>(t.clip_norm / (norm + 1e-6)));
+    }
+  }
+  StepMetrics m;
+  m.lr = ScheduledLearningRate(config_.schedule, config_.optimizer.lr, optimizer_->steps_taken(),
+                               total_steps_);
+  optimizer_->StepFused(m.lr, amp_.found_inf);
+  const GradScalerOptions& so = scaler_.options();
+  if (scaler_.enabled() && so.dynamic) {
+    ScaleUpdateOptions u;
+    u.growth_factor = so.growth_factor;
+    u.backoff_factor = so.backoff_factor;
+    u.growth_interval = so.growth_interval;
+    u.min_scale = so.min_scale.value_or(0);
+    u.max_scale = so.max_scale.value_or(0);
+    be.UpdateScaleOnDevice(amp_, u);
+  }
+  ++step_;
+  // The one host wait of the step.
+  const std::vector<double> v = be.ReadScalars(
+      {loss_sum_, amp_.found_inf, scale_used_, amp_.scale, amp_.growth_tracker, sum_sq_});
+  const bool skip = v[1] != 0;
+  if (scaler_.enabled()) scaler_.LoadState({v[3], static_cast<int64_t>(v[4])});
+  m.loss_scale = scaler_.enabled() ? v[2] : 1.0;
+  if (skip) {
+    optimizer_->UndoSkippedStep();
+    ++skipped_total_;
+    // Which parameter: read back only on this (rare) path.
+    SkipEvent event{step_, "non-finite gradient",
+                    FirstNonFinite(grads, optimizer_->ParameterNames()), m.loss_scale,
+                    scaler_.enabled() ? v[3] : 1.0};
+    if (callbacks) callbacks->OnSkip(event);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.step = step_;
+  m.total_steps = total_steps_;
+  m.epoch = batcher_.position().epoch;
+  m.loss = v[0] / t.grad_accumulation;
+  m.skipped = skip;
+  m.grad_norm = std::sqrt(v[5]);
+  m.samples_per_s = seconds > 0 ? t.batch_size * t.grad_accumulation / seconds : 0;
+  m.skipped_total = skipped_total_;
+  return m;
+}
+
 StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
+  if (device_backend_ != nullptr) return DeviceStep(callbacks);
   const auto start = std::chrono::steady_clock::now();
   const TrainingSpec& t = config_.training;
   optimizer_->ZeroGrad();
@@ -189,8 +303,9 @@ EvalMetrics Trainer::Evaluate(const Dataset& data) {
     std::vector<float> features(data.features.begin() + start * data.feature_dim,
                                 data.features.begin() + (start + n) * data.feature_dim);
     std::vector<int32_t> labels(data.labels.begin() + start, data.labels.begin() + start + n);
-    Tensor logits = model_->Forward(Tensor::FromVector(features, {n, data.feature_dim}),
-                                    /*training=*/false, 0);
+    Tensor logits =
+        model_->Forward(Tensor::FromVector(features, {n, data.feature_dim}).To(config_.device),
+                        /*training=*/false, 0);
     loss_sum += SoftmaxCrossEntropy(logits, labels).Item() * n;
     std::vector<float> l = logits.ToFloats();
     const int64_t c = logits.dim(1);
@@ -218,9 +333,9 @@ TrainerState Trainer::SaveState() const {
   state.scaler = scaler_.state();
   state.optimizer_steps = optimizer_->steps_taken();
   for (const Parameter& p : model_->parameters()) {
-    state.tensors.emplace_back("param/" + p.name, p.value.Clone());
+    state.tensors.emplace_back("param/" + p.name, HostCopy(p.value));
   }
-  for (auto& [name, t] : optimizer_->StateTensors()) state.tensors.emplace_back(name, t.Clone());
+  for (auto& [name, t] : optimizer_->StateTensors()) state.tensors.emplace_back(name, HostCopy(t));
   return state;
 }
 
@@ -253,6 +368,7 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
     return s;
   }
   scaler_.LoadState(state.scaler);
+  PushScalerStateToDevice();
   batcher_.Seek(state.data_position);
   step_ = state.step;
   skipped_total_ = state.skipped_total;
@@ -272,6 +388,9 @@ absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
       break;
     }
     result.last_step = Step(callbacks);
+    if (device_backend_ != nullptr) {
+      if (absl::Status health = device_backend_->Health(); !health.ok()) return health;
+    }
     if (test_ != nullptr && (step_ % eval_every == 0 || step_ == total_steps_)) {
       EvalMetrics e = Evaluate(*test_);
       result.final_eval = e;

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "engine/backend.h"
 #include "engine/data/batcher.h"
 #include "engine/data/dataset.h"
 #include "engine/grad_scaler.h"
@@ -37,6 +38,9 @@ struct TrainerConfig {
   OptimizerSpec optimizer;
   ScheduleSpec schedule;
   TrainingSpec training;
+  // Where the model lives and the step runs; Trainer::Create fails with
+  // FAILED_PRECONDITION when the device is not available.
+  Device device = Device::kCpu;
 };
 
 // Every invalid field, reported as "training.batch_size: must be >= 1, got 0".
@@ -132,6 +136,10 @@ class Trainer {
           std::unique_ptr<Model> model);
 
   StepMetrics Step(TrainerCallbacks* callbacks);
+  // The same step on a device backend: unscale, skip and scale update stay on
+  // the device, and the host reads one batch of scalars at the end.
+  StepMetrics DeviceStep(TrainerCallbacks* callbacks);
+  void PushScalerStateToDevice();
 
   TrainerConfig config_;
   const Dataset* train_;
@@ -141,6 +149,9 @@ class Trainer {
   GradScaler scaler_;
   Batcher batcher_;
   Batch batch_;
+  Backend* device_backend_ = nullptr;  // null on the CPU
+  DeviceAmpState amp_;                 // device path: scale, growth tracker, found_inf
+  Tensor scale_used_, sum_sq_, loss_sum_;
   int64_t total_steps_ = 0;
   int64_t step_ = 0;
   int64_t skipped_total_ = 0;

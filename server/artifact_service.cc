@@ -144,10 +144,10 @@ grpc::Status ArtifactServiceImpl::UploadDataset(
   }
   const int64_t used = UploadBytesUsed(data_root_, who.name);
   if (used + header.size_bytes() > upload_quota_bytes_) {
-    return ResourceExhausted("upload_quota_bytes_per_principal",
-                             absl::StrCat("your uploads use ", used, " bytes; this one (",
-                                          header.size_bytes(), " bytes) would pass the quota of ",
-                                          upload_quota_bytes_));
+    return ResourceExhausted(
+        "upload_quota_bytes_per_principal",
+        absl::StrCat("your uploads use ", used, " bytes; this one (", header.size_bytes(),
+                     " bytes) would pass the quota of ", upload_quota_bytes_));
   }
   // Each principal's uploads live in its own directory; job specs still say
   // "uploads/PATH" (resolved in the job owner's directory).

@@ -147,8 +147,8 @@ absl::Status JobManager::CheckConfined(const v1::DataSpec& data, const std::stri
     // Symlinks are followed: a link inside the root that points outside it
     // is refused like "../". An upload path must stay in its owner's uploads.
     const bool upload = value.rfind("uploads/", 0) == 0;
-    const std::filesystem::path resolved = std::filesystem::weakly_canonical(
-        ResolveDataPath(options_.data_root, owner, value), ec);
+    const std::filesystem::path resolved =
+        std::filesystem::weakly_canonical(ResolveDataPath(options_.data_root, owner, value), ec);
     const std::string base =
         (upload ? std::filesystem::weakly_canonical(UploadDir(options_.data_root, owner), ec)
                 : root)

@@ -34,7 +34,8 @@ ABSL_FLAG(int, max_message_bytes, 16 << 20, "Largest gRPC message accepted or se
 ABSL_FLAG(int, max_queued_jobs_per_principal, 100, "Queued jobs one principal may have.");
 ABSL_FLAG(int64_t, max_job_memory_bytes, 16LL << 30,
           "Largest memory estimate (weights, optimizer state, activations) a job may have.");
-ABSL_FLAG(int, max_streams_per_principal, 10000, "Open StreamMetrics calls one principal may have.");
+ABSL_FLAG(int, max_streams_per_principal, 10000,
+          "Open StreamMetrics calls one principal may have.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (chain); with --tls_key enables TLS.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",

@@ -105,9 +105,9 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get(), &s->auth_,
                                                        s->options_.max_streams_per_principal);
   s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_);
-  s->artifacts_ = std::make_unique<ArtifactServiceImpl>(s->jobs_.get(), s->options_.jobs.data_root,
-                                                        s->options_.max_upload_bytes, &s->auth_,
-                                                        s->options_.upload_quota_bytes_per_principal);
+  s->artifacts_ = std::make_unique<ArtifactServiceImpl>(
+      s->jobs_.get(), s->options_.jobs.data_root, s->options_.max_upload_bytes, &s->auth_,
+      s->options_.upload_quota_bytes_per_principal);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -358,6 +358,7 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   c.training.seed = t.seed();
   c.training.clip_norm = t.clip_norm();
   job.device = spec.device() == v1::DEVICE_CUDA ? Device::kCuda : Device::kCpu;
+  job.config.device = job.device;
   return job;
 }
 

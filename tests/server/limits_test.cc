@@ -91,8 +91,10 @@ TEST(LimitsTest, PathsEscapingTheDataRootAreRefusedAndLogged) {
   // Another principal's directory is outside this one's uploads.
   std::filesystem::create_directories(server.data_dir() + "/uploads/bob");
   { std::ofstream(server.data_dir() + "/uploads/bob/secret.csv") << "1,2,0\n"; }
-  std::filesystem::create_symlink(server.data_dir() + "/uploads/bob/secret.csv", mine + "/peek.csv");
-  s = Create(stub.get(), R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/peek.csv"}}})",
+  std::filesystem::create_symlink(server.data_dir() + "/uploads/bob/secret.csv",
+                                  mine + "/peek.csv");
+  s = Create(stub.get(),
+             R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/peek.csv"}}})",
              &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   s = Create(stub.get(),

@@ -1,0 +1,188 @@
+#ifndef AMPD_TESTS_ENGINE_FAKE_DEVICE_BACKEND_H_
+#define AMPD_TESTS_ENGINE_FAKE_DEVICE_BACKEND_H_
+
+// A stand-in "CUDA" backend for machines without a GPU: tensors are tagged
+// Device::kCuda but live in host memory, and every kernel is the CPU one. It
+// runs the engine's device plumbing (Tensor::To, CopyInto, ReadScalars, the
+// trainer's device step with device-side AMP, host copies for checkpoints)
+// exactly as a real device backend would be driven, so that path is tested
+// here even though the CUDA kernels themselves can only run on a GPU.
+// Each call can be counted, to show which API the trainer used.
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace ampd::engine::testing {
+
+class FakeDeviceBackend final : public Backend {
+ public:
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override { return "fake-cuda"; }
+
+  // A host-tagged alias of a fake-device tensor: the CPU kernels may read it.
+  static Tensor H(const Tensor& t) {
+    if (!t.defined() || t.device() == Device::kCpu) return t;
+    auto impl = std::make_shared<TensorImpl>();
+    impl->shape = t.shape();
+    impl->dtype = t.dtype();
+    impl->numel = t.numel();
+    impl->data = t.impl()->data;
+    return Tensor(std::move(impl));
+  }
+  // Tags a fresh CPU result as living on the device.
+  static Tensor D(Tensor t) {
+    if (t.defined()) t.impl()->device = Device::kCuda;
+    return t;
+  }
+  static std::vector<Tensor> H(const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.push_back(H(t));
+    return out;
+  }
+
+  std::map<std::string, int> calls;
+  // Host waits the trainer itself asked for (ReadScalars outside the
+  // reference AMP implementations, which read freely: a real device does not).
+  int trainer_reads = 0;
+
+  Tensor Allocate(const std::vector<int64_t>& shape, DType dtype, bool zero) override {
+    ++calls["Allocate"];
+    return D(zero ? Tensor::Empty(shape, dtype) : Tensor::Uninitialized(shape, dtype));
+  }
+  void Fill(const Tensor& t, double value) override {
+    ++calls["Fill"];
+    H(t).CopyFrom(Tensor::Full(t.shape(), t.dtype(), value));
+  }
+  void CopyInto(const Tensor& dst, const Tensor& src) override {
+    ++calls["CopyInto"];
+    H(dst).CopyFrom(H(src));
+  }
+  std::vector<double> ReadScalars(const std::vector<Tensor>& scalars) override {
+    ++calls["ReadScalars"];
+    if (inside_reference_ == 0) ++trainer_reads;
+    std::vector<double> out;
+    for (const Tensor& t : scalars) out.push_back(H(t).ToDoubles().at(0));
+    return out;
+  }
+
+  Tensor Matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, DType out) override {
+    return D(cpu().Matmul(H(a), H(b), ta, tb, out));
+  }
+  Tensor Cast(const Tensor& x, DType dtype) override { return D(cpu().Cast(H(x), dtype)); }
+  Tensor Unary(UnaryOp op, const Tensor& x) override { return D(cpu().Unary(op, H(x))); }
+  Tensor UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& dy) override {
+    return D(cpu().UnaryBackward(op, H(x), H(dy)));
+  }
+  Tensor Binary(BinaryOp op, const Tensor& a, const Tensor& b, DType out) override {
+    return D(cpu().Binary(op, H(a), H(b), out));
+  }
+  Tensor Scale(const Tensor& x, double f, DType out) override {
+    return D(cpu().Scale(H(x), f, out));
+  }
+  Tensor SumAll(const Tensor& x, DType out) override { return D(cpu().SumAll(H(x), out)); }
+  Tensor SumRows(const Tensor& x, DType out) override { return D(cpu().SumRows(H(x), out)); }
+  Tensor Softmax(const Tensor& x, bool log, DType out) override {
+    return D(cpu().Softmax(H(x), log, out));
+  }
+  Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out) override {
+    return D(cpu().SoftmaxBackward(H(y), H(dy), log, out));
+  }
+  LayerNormResult LayerNorm(const Tensor& x, const Tensor& g, const Tensor& b, double eps,
+                            DType out) override {
+    LayerNormResult r = cpu().LayerNorm(H(x), H(g), H(b), eps, out);
+    return {D(r.y), D(r.mean), D(r.rstd)};
+  }
+  LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& g, const LayerNormResult& f,
+                                   const Tensor& dy) override {
+    LayerNormGrads r = cpu().LayerNormBackward(H(x), H(g), {H(f.y), H(f.mean), H(f.rstd)}, H(dy));
+    return {D(r.dx), D(r.dgamma), D(r.dbeta)};
+  }
+  Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
+                             Tensor* lse) override {
+    Tensor out = D(cpu().SoftmaxCrossEntropy(H(logits), labels, lse));
+    if (lse) D(*lse);
+    return out;
+  }
+  Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
+                                     const Tensor& lse, float dloss) override {
+    return D(cpu().SoftmaxCrossEntropyBackward(H(logits), labels, H(lse), dloss));
+  }
+  Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) override {
+    return D(cpu().Embedding(H(table), ids));
+  }
+  Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
+                           int64_t rows) override {
+    return D(cpu().EmbeddingBackward(H(dy), ids, rows));
+  }
+  Tensor Dropout(const Tensor& x, double p, uint64_t seed) override {
+    return D(cpu().Dropout(H(x), p, seed));
+  }
+  void AddInPlace(const Tensor& x, const Tensor& y, double alpha) override {
+    cpu().AddInPlace(H(x), H(y), alpha);
+  }
+  NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads, float inv_scale) override {
+    ++calls["UnscaleAndCheck"];
+    return cpu().UnscaleAndCheck(H(grads), inv_scale);
+  }
+  double SumOfSquares(const std::vector<Tensor>& tensors) override {
+    ++calls["SumOfSquares"];
+    return cpu().SumOfSquares(H(tensors));
+  }
+  void SgdStep(const Tensor& p, const Tensor& g, const Tensor& m, const SgdHyper& h,
+               bool first) override {
+    ++calls["SgdStep"];
+    cpu().SgdStep(H(p), H(g), H(m), h, first);
+  }
+  void AdamWStep(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                 const AdamWHyper& h) override {
+    ++calls["AdamWStep"];
+    cpu().AdamWStep(H(p), H(g), H(m), H(v), h);
+  }
+  void UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads,
+                               const DeviceAmpState& amp) override {
+    ++calls["UnscaleAndCheckOnDevice"];
+    ++inside_reference_;
+    Backend::UnscaleAndCheckOnDevice(grads, amp);
+    --inside_reference_;
+  }
+  void UpdateScaleOnDevice(const DeviceAmpState& amp, const ScaleUpdateOptions& o) override {
+    ++calls["UpdateScaleOnDevice"];
+    ++inside_reference_;
+    Backend::UpdateScaleOnDevice(amp, o);
+    --inside_reference_;
+  }
+  void AdamWStepFused(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                      const AdamWHyper& h, const FusedStepArgs& args) override {
+    ++calls["AdamWStepFused"];
+    ++inside_reference_;
+    Backend::AdamWStepFused(p, g, m, v, h, args);
+    --inside_reference_;
+  }
+
+  void SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const Tensor& out) override {
+    ++calls["SumOfSquaresOnDevice"];
+    ++inside_reference_;
+    Backend::SumOfSquaresOnDevice(tensors, out);
+    --inside_reference_;
+  }
+  void SgdStepFused(const Tensor& p, const Tensor& g, const Tensor& m, const SgdHyper& h,
+                    bool first, const FusedStepArgs& args) override {
+    ++calls["SgdStepFused"];
+    ++inside_reference_;
+    Backend::SgdStepFused(p, g, m, h, first, args);
+    --inside_reference_;
+  }
+
+ private:
+  int inside_reference_ = 0;
+  static Backend& cpu() { return CpuBackend(); }
+};
+
+}  // namespace ampd::engine::testing
+
+#endif  // AMPD_TESTS_ENGINE_FAKE_DEVICE_BACKEND_H_

@@ -1,0 +1,216 @@
+// The trainer's device path (model on the device, unscale / skip / scale
+// update on the device, one host read per step), driven through a fake device
+// backend that runs the CPU kernels: it must reproduce the CPU path bit for
+// bit, skipped steps included, and checkpoint to host tensors.
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/data/dataset.h"
+#include "engine/precision.h"
+#include "engine/trainer.h"
+#include "gtest/gtest.h"
+#include "tests/engine/fake_device_backend.h"
+
+namespace ampd::engine {
+namespace {
+
+testing::FakeDeviceBackend& Fake() {
+  static testing::FakeDeviceBackend* fake = [] {
+    auto* b = new testing::FakeDeviceBackend();
+    RegisterBackend(Device::kCuda, b);
+    return b;
+  }();
+  return *fake;
+}
+
+const Dataset& Data() {
+  static const Dataset* data = [] {
+    SyntheticSpec spec;
+    spec.num_examples = 512;
+    spec.feature_dim = 24;
+    spec.num_classes = 5;
+    spec.seed = 9;
+    absl::StatusOr<Dataset> d = MakeSyntheticDataset(spec);
+    return new Dataset(d.ok() ? *std::move(d) : Dataset());
+  }();
+  return *data;
+}
+
+TrainerConfig Config(const std::string& precision, OptimizerSpec::Kind kind, Device device) {
+  TrainerConfig c;
+  MlpSpec mlp;
+  mlp.input_dim = 24;
+  mlp.hidden = {32, 16};
+  mlp.num_classes = 5;
+  mlp.layer_norm = true;
+  c.model = mlp;
+  absl::StatusOr<PrecisionConfig> p = ResolvePrecision(precision);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (p.ok()) c.precision = *p;
+  c.optimizer.kind = kind;
+  c.optimizer.lr = kind == OptimizerSpec::Kind::kSgd ? 0.1 : 1e-2;
+  c.optimizer.momentum = 0.9;
+  c.training.steps = 30;
+  c.training.batch_size = 32;
+  c.training.seed = 3;
+  c.device = device;
+  return c;
+}
+
+struct TrainRun {
+  std::vector<StepMetrics> steps;
+  std::vector<SkipEvent> skips;
+  TrainerState state;
+};
+
+class Recorder : public TrainerCallbacks {
+ public:
+  void OnSkip(const SkipEvent& e) override { skips.push_back(e); }
+  std::vector<SkipEvent> skips;
+};
+
+TrainRun Train(const TrainerConfig& c, int steps) {
+  TrainRun r;
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c, &Data(), nullptr);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return r;
+  Recorder rec;
+  for (int i = 0; i < steps; ++i) r.steps.push_back((*t)->RunStep(&rec));
+  r.skips = rec.skips;
+  r.state = (*t)->SaveState();
+  return r;
+}
+
+void ExpectSameRun(const TrainRun& cpu, const TrainRun& dev) {
+  ASSERT_EQ(cpu.steps.size(), dev.steps.size());
+  for (size_t i = 0; i < cpu.steps.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(cpu.steps[i].loss, dev.steps[i].loss);
+    EXPECT_EQ(cpu.steps[i].loss_scale, dev.steps[i].loss_scale);
+    EXPECT_EQ(cpu.steps[i].skipped, dev.steps[i].skipped);
+    EXPECT_EQ(cpu.steps[i].lr, dev.steps[i].lr);
+    // The device keeps the sum of squares in f32: equal to rounding, and
+    // non-finite on the same steps.
+    const double a = cpu.steps[i].grad_norm, b = dev.steps[i].grad_norm;
+    EXPECT_EQ(std::isfinite(a), std::isfinite(b)) << a << " vs " << b;
+    if (std::isfinite(a)) {
+      EXPECT_NEAR(a, b, 1e-6 * std::max(1.0, a));
+    }
+  }
+  ASSERT_EQ(cpu.skips.size(), dev.skips.size());
+  for (size_t i = 0; i < cpu.skips.size(); ++i) {
+    EXPECT_EQ(cpu.skips[i].step, dev.skips[i].step);
+    EXPECT_EQ(cpu.skips[i].first_parameter, dev.skips[i].first_parameter);
+    EXPECT_EQ(cpu.skips[i].scale_before, dev.skips[i].scale_before);
+    EXPECT_EQ(cpu.skips[i].scale_after, dev.skips[i].scale_after);
+  }
+  EXPECT_EQ(cpu.state.scaler.scale, dev.state.scaler.scale);
+  EXPECT_EQ(cpu.state.scaler.growth_tracker, dev.state.scaler.growth_tracker);
+  EXPECT_EQ(cpu.state.optimizer_steps, dev.state.optimizer_steps);
+  ASSERT_EQ(cpu.state.tensors.size(), dev.state.tensors.size());
+  for (size_t i = 0; i < cpu.state.tensors.size(); ++i) {
+    const auto& [name, a] = cpu.state.tensors[i];
+    const auto& [dev_name, b] = dev.state.tensors[i];
+    EXPECT_EQ(name, dev_name);
+    // Checkpoints hold host tensors whatever device trained them.
+    EXPECT_EQ(b.device(), Device::kCpu) << name;
+    EXPECT_EQ(a.ToDoubles(), b.ToDoubles()) << name;
+  }
+}
+
+class DevicePathTest
+    : public ::testing::TestWithParam<std::tuple<std::string, OptimizerSpec::Kind>> {};
+
+TEST_P(DevicePathTest, MatchesTheCpuPathBitForBit) {
+  Fake();
+  const auto& [precision, kind] = GetParam();
+  TrainRun cpu = Train(Config(precision, kind, Device::kCpu), 30);
+  TrainRun dev = Train(Config(precision, kind, Device::kCuda), 30);
+  ExpectSameRun(cpu, dev);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DevicePathTest,
+                         ::testing::Combine(::testing::Values("32-true", "bf16-mixed", "16-mixed",
+                                                              "bf16-true"),
+                                            ::testing::Values(OptimizerSpec::Kind::kAdamW,
+                                                              OptimizerSpec::Kind::kSgd)));
+
+TEST(DevicePath, SkippedStepsAreDecidedOnTheDeviceAndMatchTheCpu) {
+  Fake();
+  // An absurd initial scale overflows f16 gradients: the scaler backs off
+  // step by step, skipping each, exactly as on the CPU.
+  auto config = [](Device d) {
+    TrainerConfig c = Config("16-mixed", OptimizerSpec::Kind::kAdamW, d);
+    c.precision.loss_scaling.init_scale = std::ldexp(1.0, 40);
+    c.precision.loss_scaling.growth_interval = 4;
+    return c;
+  };
+  TrainRun cpu = Train(config(Device::kCpu), 40);
+  TrainRun dev = Train(config(Device::kCuda), 40);
+  ASSERT_GE(cpu.skips.size(), 5u);
+  ExpectSameRun(cpu, dev);
+  EXPECT_FALSE(dev.skips[0].first_parameter.empty());
+}
+
+TEST(DevicePath, OneHostReadPerStepAndTheFusedKernels) {
+  testing::FakeDeviceBackend& fake = Fake();
+  fake.calls.clear();
+  fake.trainer_reads = 0;
+  TrainRun dev = Train(Config("bf16-mixed", OptimizerSpec::Kind::kAdamW, Device::kCuda), 10);
+  ASSERT_EQ(dev.steps.size(), 10u);
+  // 10 steps, then SaveState's reads go through CopyInto, not ReadScalars.
+  EXPECT_EQ(fake.trainer_reads, 10);
+  EXPECT_EQ(fake.calls["UnscaleAndCheckOnDevice"], 10);
+  EXPECT_EQ(fake.calls["UpdateScaleOnDevice"], 0);  // bf16-mixed: no loss scaling
+  EXPECT_GT(fake.calls["AdamWStepFused"], 0);
+  EXPECT_EQ(fake.calls["AdamWStep"], fake.calls["AdamWStepFused"]);  // via the reference
+  fake.calls.clear();
+  fake.trainer_reads = 0;
+  Train(Config("16-mixed", OptimizerSpec::Kind::kSgd, Device::kCuda), 6);
+  EXPECT_EQ(fake.trainer_reads, 6);
+  EXPECT_EQ(fake.calls["UpdateScaleOnDevice"], 6);
+  EXPECT_GT(fake.calls["SgdStepFused"], 0);
+}
+
+TEST(DevicePath, ResumesFromAHostCheckpointExactly) {
+  Fake();
+  const TrainerConfig c = Config("16-mixed", OptimizerSpec::Kind::kAdamW, Device::kCuda);
+  TrainRun whole = Train(c, 20);
+  absl::StatusOr<std::unique_ptr<Trainer>> first = Trainer::Create(c, &Data(), nullptr);
+  ASSERT_TRUE(first.ok());
+  for (int i = 0; i < 8; ++i) (*first)->RunStep();
+  TrainerState mid = (*first)->SaveState();
+  absl::StatusOr<std::unique_ptr<Trainer>> second = Trainer::Create(c, &Data(), nullptr);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE((*second)->LoadState(mid).ok());
+  for (int i = 8; i < 20; ++i) {
+    EXPECT_EQ((*second)->RunStep().loss, whole.steps[i].loss) << "step " << i + 1;
+  }
+}
+
+TEST(DevicePath, TensorsMoveBetweenHostAndDevice) {
+  Fake();
+  Tensor host = Tensor::FromVector({1.5f, -2.0f, 3.25f}, {3}, DType::kF32);
+  Tensor dev = host.To(Device::kCuda);
+  EXPECT_EQ(dev.device(), Device::kCuda);
+  EXPECT_EQ(dev.ToFloats(), host.ToFloats());  // read back through the backend
+  Tensor bf = Tensor::Zeros({3}, DType::kBF16, Device::kCuda);
+  bf.CopyFrom(host);  // host -> device with rounding
+  EXPECT_EQ(bf.ToFloats(), (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  Tensor back = dev.To(Device::kCpu);
+  EXPECT_EQ(back.device(), Device::kCpu);
+  EXPECT_EQ(back.ToFloats(), host.ToFloats());
+  EXPECT_EQ(Tensor::Full({2}, DType::kF16, 0.5, Device::kCuda).ToFloats(),
+            (std::vector<float>{0.5f, 0.5f}));
+  Tensor copy = dev.Clone();
+  EXPECT_EQ(copy.device(), Device::kCuda);
+  EXPECT_NE(copy.raw(), dev.raw());
+}
+
+}  // namespace
+}  // namespace ampd::engine
