@@ -86,6 +86,15 @@ class Backend {
   // op(a) @ op(b) for 2-D a, b of the same dtype; fp32 accumulation.
   virtual Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                         DType out) = 0;
+  // x @ w^T + b (b may be undefined): a Linear's forward. Device backends fuse
+  // the bias into the GEMM's epilogue (one rounding instead of two).
+  virtual Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out) {
+    Tensor y = Matmul(x, w, false, true, out);
+    return b.defined() ? Binary(BinaryOp::kAdd, y, b, out) : y;
+  }
+  // For the calling thread's following GEMMs: may f32 GEMMs use TF32?
+  virtual void SetMatmulOptions(bool allow_tf32) {}
+  // Always a new tensor, even when dtype is x's.
   virtual Tensor Cast(const Tensor& x, DType dtype) = 0;
   virtual Tensor Unary(UnaryOp op, const Tensor& x) = 0;
   // d(op(x))/dx * dy, stored in the dtype of dy.

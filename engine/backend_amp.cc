@@ -10,8 +10,7 @@
 
 namespace ampd::engine {
 
-void Backend::UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads,
-                                      const DeviceAmpState& amp) {
+void Backend::UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads, const DeviceAmpState& amp) {
   const double scale = ReadScalars({amp.scale}).at(0);
   const float inv_scale = static_cast<float>(1.0 / scale);  // as PyTorch: f64 reciprocal, to f32
   std::vector<Tensor> defined;

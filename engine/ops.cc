@@ -76,8 +76,7 @@ Tensor Matmul(Tensor a, Tensor b) {
 Tensor Linear(Tensor x, Tensor w, Tensor b) {
   OpDispatch d("linear", {&x, &w, &b});
   Backend& be = BackendOf(x);
-  Tensor y = be.Matmul(x, w, false, true, d.compute_dtype());
-  if (b.defined()) y = be.Binary(BinaryOp::kAdd, y, b, d.compute_dtype());
+  Tensor y = be.Linear(x, w, b, d.compute_dtype());
   d.Finish(y);
   return Record(y, "linear", {x, w, b}, [x, w, b](const Tensor& g0) -> std::vector<Tensor> {
     Backend& be = BackendOf(x);

@@ -154,6 +154,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   const auto start = std::chrono::steady_clock::now();
   const TrainingSpec& t = config_.training;
   Backend& be = *device_backend_;
+  be.SetMatmulOptions(config_.precision.allow_tf32);
   optimizer_->ZeroGrad();
   be.Fill(loss_sum_, 0.0);
   for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
@@ -295,6 +296,7 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
 EvalMetrics Trainer::Evaluate(const Dataset& data) {
   NoGradGuard no_grad;
   AutocastScope region(RegionFor(config_.precision));
+  if (device_backend_ != nullptr) device_backend_->SetMatmulOptions(config_.precision.allow_tf32);
   const int64_t chunk = 1000;
   double loss_sum = 0;
   int64_t correct = 0;

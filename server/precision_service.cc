@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
 #include "engine/capabilities.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/explain.h"
 #include "engine/precision.h"
 #include "engine/runner/job_spec.h"
@@ -75,6 +76,30 @@ v1::PrecisionProfile BuiltinProfile(const std::string& name) {
 
 }  // namespace
 
+v1::DeviceInfo CudaDeviceInfo(const cuda::CudaDeviceInfo& gpu) {
+  v1::DeviceInfo d;
+  d.set_kind(v1::DEVICE_CUDA);
+  d.set_name(absl::StrCat("cuda:", gpu.index, " ", gpu.name));
+  d.set_compute_capability(absl::StrCat(gpu.major, ".", gpu.minor));
+  d.set_memory_bytes(gpu.memory_bytes);
+  d.set_bf16_native(gpu.bf16);
+  d.set_f16_native(gpu.major >= 7);
+  d.set_fp8_native(gpu.fp8);
+  for (const std::string& mode : engine::BuiltinPrecisionNames()) {
+    const engine::PrecisionConfig c = *engine::ResolvePrecision(mode);
+    const bool uses_bf16 = (c.autocast && c.autocast_dtype == engine::DType::kBF16) ||
+                           c.param_dtype == engine::DType::kBF16;
+    if (uses_bf16 && !gpu.bf16) continue;
+    d.add_precision_modes(mode);
+  }
+  d.set_notes(absl::StrCat(
+      gpu.multiprocessors,
+      " SMs. GEMMs run in cuBLASLt with f32 accumulation; f32 GEMMs keep TF32 off unless "
+      "precision.allow_tf32. Jobs run on device 0.",
+      gpu.fp8 ? " FP8 tensor cores are present (ampd has no FP8 mode yet)." : ""));
+  return d;
+}
+
 v1::DeviceInfo CpuDeviceInfo() {
   const engine::CpuCapabilities& cpu = engine::ProbeCpu();
   v1::DeviceInfo d;
@@ -104,8 +129,14 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::GetCapabilities(grpc::CallbackSe
   Principal who;
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   *response->add_devices() = CpuDeviceInfo();
-  absl::StatusOr<engine::Backend*> cuda = engine::BackendFor(engine::Device::kCuda);
-  if (!cuda.ok()) response->add_unavailable(std::string(cuda.status().message()));
+  std::string why_no_cuda;
+  std::vector<cuda::CudaDeviceInfo> gpus = cuda::ListCudaDevices(&why_no_cuda);
+  absl::StatusOr<engine::Backend*> backend = engine::BackendFor(engine::Device::kCuda);
+  if (!backend.ok()) {
+    response->add_unavailable(std::string(backend.status().message()));
+  } else {
+    for (const cuda::CudaDeviceInfo& gpu : gpus) *response->add_devices() = CudaDeviceInfo(gpu);
+  }
   response->set_server_version("ampd 0.1.0");
   return Done(ctx, grpc::Status::OK);
 }

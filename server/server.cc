@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_backend.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/log.h"
@@ -76,6 +77,8 @@ bool IsLoopbackAddress(const std::string& listen) {
 AmpdServer::AmpdServer(ServerOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions options) {
+  // Jobs may ask for CUDA; without a usable GPU they get FAILED_PRECONDITION.
+  cuda::RegisterCudaBackend();
   std::unique_ptr<AmpdServer> s(new AmpdServer(std::move(options)));
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeCredentials(s->options_);

@@ -98,7 +98,10 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerCon
                                     colon == std::string::npos ? m : m.substr(colon + 2)));
     }
     if (job.status().code() == absl::StatusCode::kFailedPrecondition) {
-      return Done(ctx, FailedPrecondition("spec.device", std::string(job.status().message())));
+      // "device: why" from the engine: the field becomes the violation's subject.
+      std::string m(job.status().message());
+      if (m.rfind("device: ", 0) == 0) m = m.substr(8);
+      return Done(ctx, FailedPrecondition("spec.device", m));
     }
     return Done(ctx, JobError(job.status(), ""));
   }

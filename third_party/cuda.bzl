@@ -66,3 +66,12 @@ def cuda_library(name, srcs, hdrs = [], cu_hdrs = [], fallback_srcs = [], deps =
             **kwargs
         )
 
+
+def cuda_select(if_cuda, if_not_cuda):
+    """if_cuda when CUDA code is built (toolkit present, not --config=cpu)."""
+    if not CUDA_AVAILABLE:
+        return if_not_cuda
+    return select({
+        "//third_party:cuda_disabled": if_not_cuda,
+        "//conditions:default": if_cuda,
+    })

@@ -134,11 +134,10 @@ TEST_P(DevicePathTest, MatchesTheCpuPathBitForBit) {
   ExpectSameRun(cpu, dev);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, DevicePathTest,
-                         ::testing::Combine(::testing::Values("32-true", "bf16-mixed", "16-mixed",
-                                                              "bf16-true"),
-                                            ::testing::Values(OptimizerSpec::Kind::kAdamW,
-                                                              OptimizerSpec::Kind::kSgd)));
+INSTANTIATE_TEST_SUITE_P(
+    Modes, DevicePathTest,
+    ::testing::Combine(::testing::Values("32-true", "bf16-mixed", "16-mixed", "bf16-true"),
+                       ::testing::Values(OptimizerSpec::Kind::kAdamW, OptimizerSpec::Kind::kSgd)));
 
 TEST(DevicePath, SkippedStepsAreDecidedOnTheDeviceAndMatchTheCpu) {
   Fake();

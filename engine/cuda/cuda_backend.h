@@ -1,0 +1,51 @@
+#ifndef AMPD_ENGINE_CUDA_CUDA_BACKEND_H_
+#define AMPD_ENGINE_CUDA_CUDA_BACKEND_H_
+
+// The CUDA backend: every engine op on an NVIDIA GPU behind engine::Backend
+// (cuBLASLt GEMMs, the kernels of kernels.cu, device-side AMP). Plain C++;
+// built from a fallback that registers nothing when CUDA is disabled.
+//
+// Device memory comes from a caching allocator; each thread that runs device
+// work (a job's worker) gets its own stream, scratch buffers and pinned
+// staging memory. Kernels cannot return errors through Tensor results, so the
+// first CUDA/cuBLAS failure on a thread is kept (with the call) and reported
+// by Backend::Health(); the thread's later device work is skipped until the
+// next job on it calls Ready(). Only device 0 is used.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/caching_allocator.h"
+
+namespace ampd::cuda {
+
+// Registers the backend for engine::Device::kCuda. Safe without a GPU: jobs
+// that ask for CUDA then get FAILED_PRECONDITION with the probe's reason.
+void RegisterCudaBackend();
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  int major = 0, minor = 0;
+  int64_t memory_bytes = 0;
+  int multiprocessors = 0;
+  bool bf16 = false;  // native bf16 tensor cores (compute capability >= 8.0)
+  bool fp8 = false;   // FP8 tensor cores (>= 8.9: Ada, Hopper and newer)
+};
+
+// Empty with *why_none set when no device is usable.
+std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none);
+
+// The device allocator's counters (zeros when no device was used).
+AllocatorStats CudaMemoryStats();
+
+// The calling thread's stream (a cudaStream_t; null without CUDA), for tests
+// and benchmarks that launch cuBLASLt directly on backend tensors.
+void* CudaStreamForThisThread();
+// Waits for the calling thread's device work ("" or the CUDA error).
+std::string SynchronizeThisThread();
+
+}  // namespace ampd::cuda
+
+#endif  // AMPD_ENGINE_CUDA_CUDA_BACKEND_H_

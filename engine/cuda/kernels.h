@@ -1,0 +1,120 @@
+#ifndef AMPD_ENGINE_CUDA_KERNELS_H_
+#define AMPD_ENGINE_CUDA_KERNELS_H_
+
+// Launchers for the CUDA backend's kernels (kernels.cu). Plain C++: pointers
+// are device pointers, `dt` codes are engine::DType's values (0 f32, 1 f16,
+// 2 bf16, 3 f64), `stream` is a cudaStream_t. Every kernel computes in f32
+// (f64 when a tensor is f64) and rounds once on store, like the CPU backend;
+// each is named for what it computes and tested against the CPU backend in
+// tests/engine/cuda/cuda_backend_test.cc. A launcher returns "" or the launch
+// error with the kernel's name.
+
+#include <cstdint>
+#include <string>
+
+namespace ampd::cuda {
+
+using Stream = void*;
+
+// Scratch the reductions need: partial sums, one double per block.
+constexpr int kMaxReduceBlocks = 1024;
+
+std::string LaunchFill(void* y, int dt, int64_t n, double value, Stream s);
+std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, Stream s);
+// op: engine::UnaryOp's value (relu, gelu, exp, log, neg, square).
+std::string LaunchUnary(int op, const void* x, int xdt, void* y, int ydt, int64_t n, Stream s);
+std::string LaunchUnaryBackward(int op, const void* x, int xdt, const void* dy, int gdt, void* dx,
+                                int64_t n, Stream s);
+// op: engine::BinaryOp's value. b has n elements, 1 (scalar), or bn (a row
+// broadcast over the last dim).
+std::string LaunchBinary(int op, const void* a, int adt, const void* b, int bdt, int64_t bn,
+                         void* y, int ydt, int64_t n, Stream s);
+std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt, int64_t n,
+                        Stream s);
+// x += alpha * y, in place.
+std::string LaunchAddInPlace(void* x, int xdt, const void* y, int ydt, double alpha, int64_t n,
+                             Stream s);
+// out[0] = sum(x) in f64, deterministic (fixed blocks, fixed combine order).
+std::string LaunchSumAll(const void* x, int xdt, int64_t n, double* scratch, void* out, int odt,
+                         Stream s);
+// out[c] = sum over rows of x[r, c], f64 accumulation in row order.
+std::string LaunchSumRows(const void* x, int xdt, int64_t rows, int64_t cols, void* out, int odt,
+                          Stream s);
+std::string LaunchSoftmax(const void* x, int xdt, int64_t rows, int64_t cols, bool log, void* y,
+                          int ydt, Stream s);
+std::string LaunchSoftmaxBackward(const void* y, int ydt, const void* dy, int gdt, int64_t rows,
+                                  int64_t cols, bool log, void* dx, int odt, Stream s);
+// mean/rstd: f32 (f64 for f64 x), one per row.
+std::string LaunchLayerNorm(const void* x, int xdt, const void* gamma, int gdt, const void* beta,
+                            int64_t rows, int64_t cols, double eps, void* y, int ydt, void* mean,
+                            void* rstd, int sdt, Stream s);
+std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, int gdt,
+                                    const void* mean, const void* rstd, int sdt, const void* dy,
+                                    int dydt, int64_t rows, int64_t cols, void* dx,
+                                    void* dgamma, void* dbeta, Stream s);
+// Per-row loss lse - x[label] into row_loss (f64) and the row logsumexp (f32 or
+// f64); the probabilities are never stored. Then the mean over rows into out.
+std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t* labels,
+                                      int64_t rows, int64_t cols, void* lse, int ldt,
+                                      double* row_loss, double* scratch, void* out, int odt,
+                                      Stream s);
+std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const int32_t* labels,
+                                              const void* lse, int ldt, int64_t rows,
+                                              int64_t cols, double scale, void* dx, Stream s);
+std::string LaunchEmbedding(const void* table, int dt, const int32_t* ids, int64_t n, int64_t dim,
+                            void* y, Stream s);
+// acc (rows * dim doubles of scratch, zeroed here) accumulates column by
+// column in id order; then rounded into dtable (dt).
+std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* ids, int64_t n,
+                                    int64_t dim, int64_t rows, double* acc, void* dtable,
+                                    Stream s);
+std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n,
+                          Stream s);
+
+// --- AMP and optimizers.
+// Up to kMaxTensorsPerLaunch tensors per launch; callers split longer lists.
+constexpr int kMaxTensorsPerLaunch = 48;
+struct TensorList {
+  int count = 0;
+  void* ptr[kMaxTensorsPerLaunch];
+  int64_t numel[kMaxTensorsPerLaunch];
+  int dt[kMaxTensorsPerLaunch];
+};
+// g *= (float)(1.0 / scale[0]) for every tensor; found_inf[0] = 1 on inf/NaN.
+std::string LaunchUnscaleAndCheck(const TensorList& grads, const float* scale, float* found_inf,
+                                  Stream s);
+// Non-finite check with a host-given factor (gradient clipping): flags found_inf.
+std::string LaunchMultiplyAndCheck(const TensorList& grads, float factor, float* found_inf,
+                                   Stream s);
+// torch._amp_update_scale_ in one thread, then the bounds (0: none).
+std::string LaunchUpdateScale(float* scale, float* growth_tracker, const float* found_inf,
+                              double growth_factor, double backoff_factor,
+                              int64_t growth_interval, double min_scale, double max_scale,
+                              Stream s);
+// Sum of squares of all tensors: partials into scratch (f64, kMaxReduceBlocks
+// per call), then combined in order into out[0] (f32 or f64 by odt). When
+// accumulate, adds to the f64 value already in scratch[kMaxReduceBlocks].
+std::string LaunchSumOfSquares(const TensorList& tensors, double* scratch, bool accumulate,
+                               void* out, int odt, Stream s);
+struct SgdArgs {
+  float lr, momentum, weight_decay;
+  bool nesterov, first;
+};
+// param (f32 or the param's dtype) updated in place; skip when found_inf &&
+// *found_inf != 0; model_copy (may be null) gets the result rounded to mdt.
+std::string LaunchSgdStep(void* param, int pdt, const void* grad, int gdt, float* momentum,
+                          int64_t n, const SgdArgs& a, const float* found_inf, void* model_copy,
+                          int mdt, Stream s);
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;  // used when step_ptr is null
+};
+// Bias correction from step_ptr[0] + 1 when step_ptr is given (device step).
+std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, float* exp_avg,
+                            float* exp_avg_sq, int64_t n, const AdamWArgs& a,
+                            const float* step_ptr, const float* found_inf, void* model_copy,
+                            int mdt, Stream s);
+
+}  // namespace ampd::cuda
+
+#endif  // AMPD_ENGINE_CUDA_KERNELS_H_

@@ -1,0 +1,515 @@
+// Every CUDA kernel against the CPU backend (the reference), with per-dtype
+// tolerances; cuBLASLt GEMMs and epilogues against f64 references; the AMP
+// kernels against the reference implementations of the device AMP API; the
+// allocator's no-malloc steady state; errors as statuses; and a training run
+// on the GPU against the same run on the CPU.
+//
+// Needs an NVIDIA GPU: without one every test reports a skip with the reason
+// (tests/engine/cuda/BUILD tags it "gpu"). tools/gpu_bundle packs it for a
+// GPU machine.
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/gemm.h"
+#include "engine/data/dataset.h"
+#include "engine/grad_scaler.h"
+#include "engine/precision.h"
+#include "engine/trainer.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine {
+namespace {
+
+constexpr DType kLowAndF32[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+// Relative tolerance for one result element: a couple of ulps of the stored
+// type (GPU and CPU sum in different orders and the GPU may fuse multiply-adds).
+double Tol(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return 2e-5;
+    case DType::kF16:
+      return 2e-3;
+    case DType::kBF16:
+      return 1.6e-2;
+    case DType::kF64:
+      return 1e-12;
+  }
+  return 0;
+}
+
+Tensor Random(const std::vector<int64_t>& shape, DType dtype, uint32_t seed, double lo = -2,
+              double hi = 2) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v(n);
+  for (double& x : v) x = u(gen);
+  return Tensor::FromDoubles(v, shape, dtype);
+}
+
+void ExpectClose(const Tensor& gpu, const Tensor& cpu, double rel, const std::string& what) {
+  ASSERT_EQ(gpu.device(), Device::kCuda) << what;
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  const std::vector<double> g = gpu.ToDoubles(), c = cpu.ToDoubles();
+  int bad = 0;
+  for (size_t i = 0; i < c.size() && bad < 5; ++i) {
+    const bool same_nonfinite = !std::isfinite(c[i]) && (std::isnan(c[i]) == std::isnan(g[i])) &&
+                                (std::isnan(c[i]) || c[i] == g[i]);
+    if (same_nonfinite) continue;
+    if (!(std::fabs(g[i] - c[i]) <= rel * std::max(1.0, std::fabs(c[i])))) {
+      ADD_FAILURE() << what << ": element " << i << " gpu " << g[i] << " cpu " << c[i];
+      ++bad;
+    }
+  }
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cuda::RegisterCudaBackend();
+    absl::StatusOr<Backend*> be = BackendFor(Device::kCuda);
+    if (!be.ok()) GTEST_SKIP() << "no usable GPU: " << be.status().message();
+    gpu_ = *be;
+  }
+  void TearDown() override {
+    if (gpu_) {
+      EXPECT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+    }
+  }
+  static Tensor G(const Tensor& t) { return t.To(Device::kCuda); }
+  Backend& cpu() { return CpuBackend(); }
+  Backend* gpu_ = nullptr;
+};
+
+TEST_F(CudaBackendTest, CastsAreBitExact) {
+  for (DType from : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    for (DType to : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+      Tensor x = Random({1000}, from, 1, -70000, 70000);
+      Tensor want = cpu().Cast(x, to);
+      Tensor got = gpu_->Cast(G(x), to);
+      EXPECT_EQ(got.ToDoubles(), want.ToDoubles())
+          << DTypeName(from) << "->" << DTypeName(to);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {
+  for (DType d : kLowAndF32) {
+    for (UnaryOp op : {UnaryOp::kRelu, UnaryOp::kGelu, UnaryOp::kExp, UnaryOp::kLog, UnaryOp::kNeg,
+                       UnaryOp::kSquare}) {
+      const bool positive = op == UnaryOp::kLog;
+      Tensor x = Random({33, 65}, d, 2, positive ? 0.1 : -3, 3);
+      Tensor dy = Random({33, 65}, d, 3);
+      const std::string what = std::string(DTypeName(d)) + " op " + std::to_string(int(op));
+      ExpectClose(gpu_->Unary(op, G(x)), cpu().Unary(op, x), Tol(d), what);
+      ExpectClose(gpu_->UnaryBackward(op, G(x), G(dy)), cpu().UnaryBackward(op, x, dy), Tol(d),
+                  what + " backward");
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, BinaryOpsWithEveryBroadcast) {
+  for (DType d : kLowAndF32) {
+    Tensor a = Random({17, 40}, d, 4);
+    for (const std::vector<int64_t>& bshape : std::vector<std::vector<int64_t>>{{17, 40}, {40}, {1}}) {
+      Tensor b = Random(bshape, d, 5);
+      for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul}) {
+        for (DType out : {d, DType::kF32}) {
+          ExpectClose(gpu_->Binary(op, G(a), G(b), out), cpu().Binary(op, a, b, out), Tol(out),
+                      "binary " + std::to_string(int(op)) + " b numel " +
+                          std::to_string(b.numel()));
+        }
+      }
+    }
+    ExpectClose(gpu_->Scale(G(a), 0.37, d), cpu().Scale(a, 0.37, d), Tol(d), "scale");
+    Tensor x = Random({17, 40}, d, 6), xg = G(x), y = Random({17, 40}, d, 7);
+    cpu().AddInPlace(x, y, -0.5);
+    gpu_->AddInPlace(xg, G(y), -0.5);
+    ExpectClose(xg, x, Tol(d), "add in place");
+  }
+}
+
+TEST_F(CudaBackendTest, Reductions) {
+  for (DType d : kLowAndF32) {
+    Tensor x = Random({300, 77}, d, 8);
+    for (DType out : {DType::kF32, DType::kF64}) {
+      ExpectClose(gpu_->SumAll(G(x), out), cpu().SumAll(x, out), 1e-6, "sum all");
+    }
+    ExpectClose(gpu_->SumRows(G(x), DType::kF32), cpu().SumRows(x, DType::kF32), 1e-6, "sum rows");
+    ExpectClose(gpu_->SumRows(G(x), d), cpu().SumRows(x, d), Tol(d), "sum rows low");
+  }
+  // Deterministic: the same sum twice, bit for bit.
+  Tensor big = G(Random({1 << 20}, DType::kF32, 9));
+  EXPECT_EQ(gpu_->SumAll(big, DType::kF32).Item(), gpu_->SumAll(big, DType::kF32).Item());
+}
+
+TEST_F(CudaBackendTest, SoftmaxLogSoftmaxAndBackward) {
+  for (DType d : kLowAndF32) {
+    for (bool log : {false, true}) {
+      Tensor x = Random({20, 1000}, d, 10, -8, 8);
+      Tensor dy = Random({20, 1000}, d, 11);
+      Tensor y_cpu = cpu().Softmax(x, log, d);
+      ExpectClose(gpu_->Softmax(G(x), log, d), y_cpu, Tol(d), "softmax");
+      ExpectClose(gpu_->SoftmaxBackward(G(y_cpu), G(dy), log, d),
+                  cpu().SoftmaxBackward(y_cpu, dy, log, d), Tol(d) * 4, "softmax backward");
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, LayerNormForwardAndBackward) {
+  for (DType d : kLowAndF32) {
+    Tensor x = Random({64, 300}, d, 12);
+    Tensor gamma = Random({300}, d, 13, 0.5, 1.5), beta = Random({300}, d, 14);
+    Tensor dy = Random({64, 300}, d, 15);
+    LayerNormResult c = cpu().LayerNorm(x, gamma, beta, 1e-5, d);
+    LayerNormResult g = gpu_->LayerNorm(G(x), G(gamma), G(beta), 1e-5, d);
+    ExpectClose(g.y, c.y, Tol(d), "layer norm y");
+    ExpectClose(g.mean, c.mean, 1e-5, "layer norm mean");
+    ExpectClose(g.rstd, c.rstd, 1e-4, "layer norm rstd");
+    LayerNormGrads cg = cpu().LayerNormBackward(x, gamma, c, dy);
+    LayerNormGrads gg = gpu_->LayerNormBackward(G(x), G(gamma), g, G(dy));
+    ExpectClose(gg.dx, cg.dx, Tol(d) * 4, "layer norm dx");
+    ExpectClose(gg.dgamma, cg.dgamma, Tol(d) * 4, "layer norm dgamma");
+    ExpectClose(gg.dbeta, cg.dbeta, Tol(d) * 4, "layer norm dbeta");
+  }
+}
+
+TEST_F(CudaBackendTest, FusedSoftmaxCrossEntropy) {
+  std::vector<int32_t> labels;
+  for (int i = 0; i < 96; ++i) labels.push_back((i * 37) % 1000);
+  for (DType d : kLowAndF32) {
+    Tensor logits = Random({96, 1000}, d, 16, -10, 10);
+    Tensor lse_cpu, lse_gpu;
+    Tensor loss_cpu = cpu().SoftmaxCrossEntropy(logits, labels, &lse_cpu);
+    Tensor loss_gpu = gpu_->SoftmaxCrossEntropy(G(logits), labels, &lse_gpu);
+    ExpectClose(loss_gpu, loss_cpu, 1e-5, "cross entropy loss");
+    ExpectClose(lse_gpu, lse_cpu, 1e-5, "row logsumexp");
+    ExpectClose(gpu_->SoftmaxCrossEntropyBackward(G(logits), labels, lse_gpu, 0.5f),
+                cpu().SoftmaxCrossEntropyBackward(logits, labels, lse_cpu, 0.5f), Tol(d),
+                "cross entropy backward");
+  }
+}
+
+TEST_F(CudaBackendTest, EmbeddingAndDropout) {
+  const std::vector<int32_t> ids = {3, 0, 7, 3, 3, 9, 1};
+  for (DType d : kLowAndF32) {
+    Tensor table = Random({10, 24}, d, 17);
+    EXPECT_EQ(gpu_->Embedding(G(table), ids).ToDoubles(), cpu().Embedding(table, ids).ToDoubles());
+    Tensor dy = Random({7, 24}, d, 18);
+    ExpectClose(gpu_->EmbeddingBackward(G(dy), ids, 10), cpu().EmbeddingBackward(dy, ids, 10),
+                Tol(d), "embedding backward");
+    Tensor x = Random({50, 50}, d, 19);
+    // The same counter-based mask as the CPU, so the same elements survive.
+    ExpectClose(gpu_->Dropout(G(x), 0.3, 1234), cpu().Dropout(x, 0.3, 1234), Tol(d), "dropout");
+  }
+}
+
+TEST_F(CudaBackendTest, MatmulEveryTransposeAndDtype) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int64_t m = 37, n = 53, k = 61;
+        Tensor a = Random(ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, d, 20);
+        Tensor b = Random(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, d, 21);
+        for (DType out : {d, DType::kF32}) {
+          // Sums of k products: the tolerance grows with sqrt(k).
+          ExpectClose(gpu_->Matmul(G(a), G(b), ta, tb, out), cpu().Matmul(a, b, ta, tb, out),
+                      Tol(out) * 8, "matmul " + std::string(DTypeName(d)) + (ta ? " ta" : "") +
+                                        (tb ? " tb" : ""));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, F32MatmulKeepsTf32OffUnlessAllowed) {
+  const int64_t m = 256, n = 256, k = 2048;
+  Tensor a = Random({m, k}, DType::kF32, 22), b = Random({k, n}, DType::kF32, 23);
+  Tensor ref = cpu().Matmul(cpu().Cast(a, DType::kF64), cpu().Cast(b, DType::kF64), false, false,
+                            DType::kF64);
+  auto max_rel_error = [&](const Tensor& got) {
+    std::vector<double> g = got.ToDoubles(), r = ref.ToDoubles();
+    double worst = 0;
+    for (size_t i = 0; i < r.size(); ++i) {
+      worst = std::max(worst, std::fabs(g[i] - r[i]) / std::max(1.0, std::fabs(r[i])));
+    }
+    return worst;
+  };
+  gpu_->SetMatmulOptions(false);
+  const double fp32 = max_rel_error(gpu_->Matmul(G(a), G(b), false, false, DType::kF32));
+  gpu_->SetMatmulOptions(true);
+  const double tf32 = max_rel_error(gpu_->Matmul(G(a), G(b), false, false, DType::kF32));
+  gpu_->SetMatmulOptions(false);
+  EXPECT_LT(fp32, 1e-5) << "TF32 must be off by default";
+  EXPECT_GT(tf32, 10 * fp32) << "allow_tf32 should switch to TF32 tensor cores";
+}
+
+TEST_F(CudaBackendTest, LinearFusesTheBiasIntoTheGemm) {
+  for (DType d : kLowAndF32) {
+    Tensor x = Random({64, 96}, d, 24), w = Random({80, 96}, d, 25), b = Random({80}, d, 26);
+    // One rounding (epilogue) against the CPU's two: within one more ulp.
+    ExpectClose(gpu_->Linear(G(x), G(w), G(b), d), cpu().Linear(x, w, b, d), Tol(d) * 8,
+                "linear " + std::string(DTypeName(d)));
+  }
+}
+
+// cuBLASLt's GELU epilogues compute the tanh approximation of GELU.
+double GeluTanh(double x) {
+  return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+double GeluTanhGrad(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  const double t = std::tanh(u);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+
+TEST_F(CudaBackendTest, GemmEpiloguesGeluAuxBiasDGeluAndBiasGradient) {
+  const int64_t m = 64, n = 128, k = 96;  // n: multiple of 8 for the aux leading dimension
+  Tensor a = Random({m, k}, DType::kBF16, 27, -1, 1), b = Random({k, n}, DType::kBF16, 28, -1, 1);
+  Tensor bias = Random({n}, DType::kBF16, 29);
+  Tensor prod = cpu().Matmul(cpu().Cast(a, DType::kF64), cpu().Cast(b, DType::kF64), false, false,
+                             DType::kF64);
+  const std::vector<double> p = prod.ToDoubles(), bv = bias.ToDoubles();
+  Tensor ga = G(a), gb = G(b), gbias = G(bias);
+  Tensor c = gpu_->Allocate({m, n}, DType::kBF16, false);
+  Tensor aux = gpu_->Allocate({m, n}, DType::kBF16, false);
+  cuda::GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = ga.raw();
+  args.b = gb.raw();
+  args.c = c.raw();
+  args.ab_dtype = args.c_dtype = static_cast<int>(DType::kBF16);
+  args.epilogue = cuda::Epilogue::kGeluAuxBias;
+  args.bias = gbias.raw();
+  args.aux = aux.raw();
+  cuda::GemmRunner& runner = cuda::GemmRunner::ForThisThread();
+  ASSERT_EQ(runner.Run(args, cuda::CudaStreamForThisThread()), "");
+  const std::vector<double> out = c.ToDoubles(), pre = aux.ToDoubles();
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double want_pre = p[i] + bv[i % n];
+    ASSERT_NEAR(pre[i], want_pre, 2e-2 * std::max(1.0, std::fabs(want_pre))) << i;
+    ASSERT_NEAR(out[i], GeluTanh(want_pre), 2e-2 * std::max(1.0, std::fabs(want_pre))) << i;
+  }
+  // Backward: C = (A B) * gelu'(aux), and the bias gradient = column sums of C.
+  Tensor dbias = gpu_->Allocate({n}, DType::kBF16, false);
+  args.epilogue = cuda::Epilogue::kDGeluBgrad;
+  args.bias = nullptr;
+  args.bias_grad = dbias.raw();
+  const int plans_before = runner.cached_plans();
+  ASSERT_EQ(runner.Run(args, cuda::CudaStreamForThisThread()), "");
+  const std::vector<double> dout = c.ToDoubles(), db = dbias.ToDoubles();
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double want = p[i] * GeluTanhGrad(pre[i]);
+    ASSERT_NEAR(dout[i], want, 2e-2 * std::max(1.0, std::fabs(want))) << i;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < m; ++i) s += p[i * n + j] * GeluTanhGrad(pre[i * n + j]);
+    EXPECT_NEAR(db[j], s, 3e-2 * std::max(1.0, std::fabs(s))) << j;
+  }
+  // Plans are cached per shape: running again builds none.
+  ASSERT_EQ(runner.Run(args, cuda::CudaStreamForThisThread()), "");
+  EXPECT_EQ(runner.cached_plans(), plans_before + 1);
+  args.epilogue = cuda::Epilogue::kDGelu;
+  args.bias_grad = nullptr;
+  ASSERT_EQ(runner.Run(args, cuda::CudaStreamForThisThread()), "");
+  const std::vector<double> dg = c.ToDoubles();
+  for (int64_t i = 0; i < m * n; ++i) {
+    ASSERT_NEAR(dg[i], dout[i], 1e-2 * std::max(1.0, std::fabs(dout[i]))) << i;
+  }
+}
+
+std::vector<Tensor> ManyGradients(int count, DType d, int bad_index) {
+  std::vector<Tensor> grads;
+  for (int i = 0; i < count; ++i) {
+    Tensor g = Random({1 + 37 * i}, d, 100 + i, -1000, 1000);
+    if (i == bad_index) {
+      std::vector<double> v = g.ToDoubles();
+      v[v.size() / 2] = INFINITY;
+      g = Tensor::FromDoubles(v, g.shape(), d);
+    }
+    grads.push_back(g);
+  }
+  return grads;
+}
+
+TEST_F(CudaBackendTest, MultiTensorUnscaleSetsTheDeviceFlag) {
+  // 60 tensors: more than one launch's worth.
+  for (int bad : {-1, 0, 50}) {
+    for (DType d : {DType::kF32, DType::kF16}) {
+      std::vector<Tensor> cpu_grads = ManyGradients(60, d, bad);
+      std::vector<Tensor> gpu_grads;
+      for (const Tensor& g : cpu_grads) gpu_grads.push_back(G(g));
+      DeviceAmpState amp{Tensor::Full({1}, DType::kF32, 1024.0, Device::kCuda),
+                         Tensor::Zeros({1}, DType::kF32, Device::kCuda),
+                         Tensor::Zeros({1}, DType::kF32, Device::kCuda)};
+      gpu_->UnscaleAndCheckOnDevice(gpu_grads, amp);
+      NonFiniteCheck want = cpu().UnscaleAndCheck(cpu_grads, 1.0f / 1024.0f);
+      EXPECT_EQ(gpu_->ReadScalars({amp.found_inf})[0], want.found_inf ? 1.0 : 0.0) << bad;
+      for (size_t i = 0; i < cpu_grads.size(); ++i) {
+        EXPECT_EQ(gpu_grads[i].ToDoubles(), cpu_grads[i].ToDoubles()) << "tensor " << i;
+      }
+      // The host-reporting variant names the first bad tensor.
+      std::vector<Tensor> again;
+      for (const Tensor& g : ManyGradients(60, d, bad)) again.push_back(G(g));
+      NonFiniteCheck check = gpu_->UnscaleAndCheck(again, 0.5f);
+      EXPECT_EQ(check.found_inf, bad >= 0);
+      if (bad >= 0) {
+        EXPECT_EQ(check.first_index, bad);
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, ScaleUpdateOnDeviceReplaysPyTorchsRule) {
+  DeviceAmpState amp{Tensor::Full({1}, DType::kF32, 65536.0, Device::kCuda),
+                     Tensor::Zeros({1}, DType::kF32, Device::kCuda),
+                     Tensor::Zeros({1}, DType::kF32, Device::kCuda)};
+  ScaleUpdateOptions o;
+  o.growth_interval = 3;
+  GradScalerState host{65536.0, 0};
+  std::mt19937 gen(7);
+  for (int step = 0; step < 200; ++step) {
+    const bool inf = gen() % 4 == 0;
+    gpu_->Fill(amp.found_inf, inf ? 1.0 : 0.0);
+    gpu_->UpdateScaleOnDevice(amp, o);
+    host = AmpUpdateScale(host, inf, o.growth_factor, o.backoff_factor, o.growth_interval);
+    const std::vector<double> v = gpu_->ReadScalars({amp.scale, amp.growth_tracker});
+    ASSERT_EQ(v[0], static_cast<float>(host.scale)) << "step " << step;
+    ASSERT_EQ(v[1], host.growth_tracker) << "step " << step;
+  }
+}
+
+TEST_F(CudaBackendTest, SumOfSquaresAcrossManyTensors) {
+  std::vector<Tensor> cpu_t = ManyGradients(60, DType::kBF16, -1), gpu_t;
+  for (const Tensor& t : cpu_t) gpu_t.push_back(G(t));
+  const double want = cpu().SumOfSquares(cpu_t);
+  EXPECT_NEAR(gpu_->SumOfSquares(gpu_t), want, 1e-9 * want);
+  Tensor out = Tensor::Zeros({1}, DType::kF32, Device::kCuda);
+  gpu_->SumOfSquaresOnDevice(gpu_t, out);
+  EXPECT_NEAR(gpu_->ReadScalars({out})[0], want, 1e-6 * want);
+}
+
+TEST_F(CudaBackendTest, FusedOptimizerStepsMatchTheReferenceAndSkipOnTheFlag) {
+  for (bool adamw : {false, true}) {
+    for (bool skip : {false, true}) {
+      Tensor p = Random({4097}, DType::kF32, 30), g = Random({4097}, DType::kF32, 31);
+      Tensor m = Random({4097}, DType::kF32, 32, 0, 0.1), v = Random({4097}, DType::kF32, 33, 0, 0.1);
+      Tensor gp = G(p), gm = G(m), gv = G(v);
+      Tensor copy = Tensor::Zeros({4097}, DType::kBF16, Device::kCuda);
+      Backend::FusedStepArgs args;
+      args.found_inf = Tensor::Full({1}, DType::kF32, skip ? 1.0 : 0.0, Device::kCuda);
+      args.model_copy = copy;
+      args.step = Tensor::Full({1}, DType::kF32, 4.0, Device::kCuda);  // 4 applied before
+      const std::vector<double> p0 = p.ToDoubles(), m0 = m.ToDoubles();
+      if (adamw) {
+        Backend::AdamWHyper h;
+        h.lr = 1e-3f;
+        h.weight_decay = 0.01f;
+        gpu_->AdamWStepFused(gp, G(g), gm, gv, h, args);
+        h.step = 5;
+        if (!skip) cpu().AdamWStep(p, g, m, v, h);
+      } else {
+        Backend::SgdHyper h;
+        h.lr = 0.1f;
+        h.momentum = 0.9f;
+        h.weight_decay = 1e-4f;
+        gpu_->SgdStepFused(gp, G(g), gm, h, false, args);
+        if (!skip) cpu().SgdStep(p, g, m, h, false);
+      }
+      const std::string what = std::string(adamw ? "adamw" : "sgd") + (skip ? " skipped" : "");
+      if (skip) {
+        EXPECT_EQ(gp.ToDoubles(), p0) << what;  // untouched, bit for bit
+        EXPECT_EQ(gm.ToDoubles(), m0) << what;
+        EXPECT_EQ(copy.ToDoubles(), std::vector<double>(4097, 0.0)) << what;
+      } else {
+        ExpectClose(gp, p, 1e-6, what);
+        ExpectClose(gm, m, 1e-6, what + " state");
+        ExpectClose(copy, cpu().Cast(p, DType::kBF16), Tol(DType::kBF16), what + " model copy");
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, ErrorsBecomeStatusesAndTheNextJobStartsClean) {
+  Tensor huge = gpu_->Allocate({int64_t{1} << 48}, DType::kF32, false);  // 1 PiB
+  absl::Status health = gpu_->Health();
+  EXPECT_EQ(health.code(), absl::StatusCode::kResourceExhausted) << health;
+  EXPECT_NE(health.message().find("device memory"), std::string::npos) << health;
+  EXPECT_TRUE(gpu_->Ready().ok());  // what Trainer::Create calls for the next job
+  EXPECT_TRUE(gpu_->Health().ok());
+}
+
+const Dataset& Data() {
+  static const Dataset* data = [] {
+    SyntheticSpec spec;
+    spec.num_examples = 4096;
+    spec.feature_dim = 64;
+    spec.num_classes = 10;
+    spec.seed = 11;
+    absl::StatusOr<Dataset> d = MakeSyntheticDataset(spec);
+    return new Dataset(d.ok() ? *std::move(d) : Dataset());
+  }();
+  return *data;
+}
+
+TrainerConfig Config(const std::string& precision, Device device) {
+  TrainerConfig c;
+  MlpSpec mlp;
+  mlp.input_dim = 64;
+  mlp.hidden = {256, 256};
+  mlp.num_classes = 10;
+  mlp.layer_norm = true;
+  c.model = mlp;
+  c.precision = *ResolvePrecision(precision);
+  c.optimizer.kind = OptimizerSpec::Kind::kAdamW;
+  c.optimizer.lr = 3e-3;
+  c.training.steps = 60;
+  c.training.batch_size = 128;
+  c.training.seed = 5;
+  c.device = device;
+  return c;
+}
+
+TEST_F(CudaBackendTest, TrainingOnTheGpuTracksTheCpuRunAndAllocatesOnlyWhileWarmingUp) {
+  for (const char* mode : {"32-true", "bf16-mixed", "16-mixed"}) {
+    auto cpu_trainer = Trainer::Create(Config(mode, Device::kCpu), &Data(), nullptr);
+    auto gpu_trainer = Trainer::Create(Config(mode, Device::kCuda), &Data(), nullptr);
+    ASSERT_TRUE(cpu_trainer.ok() && gpu_trainer.ok());
+    std::vector<double> cpu_loss, gpu_loss;
+    int64_t allocations_after_warmup = 0;
+    for (int step = 0; step < 60; ++step) {
+      cpu_loss.push_back((*cpu_trainer)->RunStep().loss);
+      gpu_loss.push_back((*gpu_trainer)->RunStep().loss);
+      if (step == 4) allocations_after_warmup = cuda::CudaMemoryStats().device_allocations;
+    }
+    ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+    EXPECT_EQ(cuda::CudaMemoryStats().device_allocations, allocations_after_warmup)
+        << mode << ": steady-state steps must not call cudaMalloc";
+    // Same model, data and numerics up to summation order: the curves agree.
+    const double tol = std::string(mode) == "32-true" ? 1e-3 : 3e-2;
+    for (int step : {0, 10, 30, 59}) {
+      EXPECT_NEAR(gpu_loss[step], cpu_loss[step], tol * std::max(1.0, cpu_loss[step]))
+          << mode << " step " << step + 1;
+    }
+    EXPECT_LT(gpu_loss.back(), 0.7 * gpu_loss.front()) << mode;
+    EXPECT_GT(cuda::CudaMemoryStats().peak_in_use_bytes, 0);
+  }
+}
+
+}  // namespace
+}  // namespace ampd::engine
