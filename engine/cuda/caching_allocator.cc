@@ -38,9 +38,9 @@ absl::StatusOr<void*> CachingAllocator::Allocate(size_t bytes, void* stream) {
       ReleaseCachedLocked();
       err = raw_.allocate(&p, size);
       if (!err.empty()) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "device memory: could not allocate ", bytes, " bytes with ", stats_.in_use_bytes,
-            " bytes in use: ", err));
+        return absl::ResourceExhaustedError(absl::StrCat("device memory: could not allocate ",
+                                                         bytes, " bytes with ", stats_.in_use_bytes,
+                                                         " bytes in use: ", err));
       }
     }
     ++stats_.device_allocations;

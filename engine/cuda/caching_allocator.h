@@ -27,10 +27,10 @@
 namespace ampd::cuda {
 
 struct AllocatorStats {
-  int64_t in_use_bytes = 0;       // handed out now (rounded sizes)
-  int64_t peak_in_use_bytes = 0;  // high-water mark of in_use_bytes
-  int64_t cached_bytes = 0;       // held in free lists
-  int64_t device_allocations = 0; // raw allocations made (cudaMalloc calls)
+  int64_t in_use_bytes = 0;        // handed out now (rounded sizes)
+  int64_t peak_in_use_bytes = 0;   // high-water mark of in_use_bytes
+  int64_t cached_bytes = 0;        // held in free lists
+  int64_t device_allocations = 0;  // raw allocations made (cudaMalloc calls)
   int64_t cache_hits = 0;
 };
 

@@ -50,9 +50,8 @@ struct ThreadContext {
 class CudaBackend final : public Backend {
  public:
   CudaBackend()
-      : allocator_(CachingAllocator::RawOps{
-            [](void** p, size_t bytes) { return Malloc(p, bytes); },
-            [](void* p) { Free(p); }}) {}
+      : allocator_(CachingAllocator::RawOps{[](void** p, size_t bytes) { return Malloc(p, bytes); },
+                                            [](void* p) { Free(p); }}) {}
 
   engine::Device device() const override { return engine::Device::kCuda; }
   std::string name() const override { return "cuda"; }
@@ -180,8 +179,7 @@ class CudaBackend final : public Backend {
 
   void SetMatmulOptions(bool allow_tf32) override { Ctx().allow_tf32 = allow_tf32; }
 
-  Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
-                DType out) override {
+  Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out) override {
     return Gemm(a, b, trans_a, trans_b, out, Tensor());
   }
 
@@ -222,8 +220,8 @@ class CudaBackend final : public Backend {
   Tensor Binary(BinaryOp op, const Tensor& a, const Tensor& b, DType out) override {
     Tensor y = Allocate(a.shape(), out, false);
     if (Ok()) {
-      Record(LaunchBinary(static_cast<int>(op), a.raw(), Dt(a), b.raw(), Dt(b), b.numel(),
-                          y.raw(), Dt(out), a.numel(), S()));
+      Record(LaunchBinary(static_cast<int>(op), a.raw(), Dt(a), b.raw(), Dt(b), b.numel(), y.raw(),
+                          Dt(out), a.numel(), S()));
     }
     return y;
   }
@@ -327,9 +325,9 @@ class CudaBackend final : public Backend {
     Tensor dx = Allocate(logits.shape(), logits.dtype(), false);
     Tensor ids = UploadLabels(labels);
     if (Ok()) {
-      Record(LaunchSoftmaxCrossEntropyBackward(
-          logits.raw(), Dt(logits), ids.data<int32_t>(), row_logsumexp.raw(), Dt(row_logsumexp),
-          rows, cols, static_cast<double>(dloss) / rows, dx.raw(), S()));
+      Record(LaunchSoftmaxCrossEntropyBackward(logits.raw(), Dt(logits), ids.data<int32_t>(),
+                                               row_logsumexp.raw(), Dt(row_logsumexp), rows, cols,
+                                               static_cast<double>(dloss) / rows, dx.raw(), S()));
     }
     return dx;
   }
@@ -399,8 +397,8 @@ class CudaBackend final : public Backend {
     AdamWArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step};
     if (Ok()) {
       Record(LaunchAdamWStep(param.raw(), Dt(param), grad.raw(), Dt(grad), exp_avg.data<float>(),
-                             exp_avg_sq.data<float>(), param.numel(), a, nullptr, nullptr,
-                             nullptr, 0, S()));
+                             exp_avg_sq.data<float>(), param.numel(), a, nullptr, nullptr, nullptr,
+                             0, S()));
     }
   }
 
@@ -413,8 +411,8 @@ class CudaBackend final : public Backend {
     for (size_t begin = 0; begin < defined.size(); begin += kMaxTensorsPerLaunch) {
       TensorList list = List(defined, begin);
       if (Ok()) {
-        Record(LaunchUnscaleAndCheck(list, amp.scale.data<float>(), amp.found_inf.data<float>(),
-                                     S()));
+        Record(
+            LaunchUnscaleAndCheck(list, amp.scale.data<float>(), amp.found_inf.data<float>(), S()));
       }
     }
   }
@@ -447,13 +445,12 @@ class CudaBackend final : public Backend {
                       const FusedStepArgs& args) override {
     AdamWArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step};
     if (!Ok()) return;
-    Record(LaunchAdamWStep(
-        param.raw(), Dt(param), grad.raw(), Dt(grad), exp_avg.data<float>(),
-        exp_avg_sq.data<float>(), param.numel(), a,
-        args.step.defined() ? args.step.data<float>() : nullptr,
-        args.found_inf.defined() ? args.found_inf.data<float>() : nullptr,
-        args.model_copy.defined() ? args.model_copy.raw() : nullptr,
-        args.model_copy.defined() ? Dt(args.model_copy) : 0, S()));
+    Record(LaunchAdamWStep(param.raw(), Dt(param), grad.raw(), Dt(grad), exp_avg.data<float>(),
+                           exp_avg_sq.data<float>(), param.numel(), a,
+                           args.step.defined() ? args.step.data<float>() : nullptr,
+                           args.found_inf.defined() ? args.found_inf.data<float>() : nullptr,
+                           args.model_copy.defined() ? args.model_copy.raw() : nullptr,
+                           args.model_copy.defined() ? Dt(args.model_copy) : 0, S()));
   }
 
  private:

@@ -52,10 +52,10 @@ std::string LtError(const char* call, cublasStatus_t s) {
          ")";
 }
 
-#define LT_RETURN_IF_ERROR(call)                               \
-  do {                                                         \
-    std::string e_ = LtError(#call, (call));                   \
-    if (!e_.empty()) return e_;                                \
+#define LT_RETURN_IF_ERROR(call)             \
+  do {                                       \
+    std::string e_ = LtError(#call, (call)); \
+    if (!e_.empty()) return e_;              \
   } while (0)
 
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int, bool, int>;
@@ -108,8 +108,9 @@ int GemmRunner::cached_plans() const { return static_cast<int>(state_->plans.siz
 std::string GemmRunner::Run(const GemmArgs& g, void* stream) {
   if (!state_->init_error.empty()) return state_->init_error;
   if (g.m == 0 || g.n == 0) return "";
-  const PlanKey key{g.m, g.n, g.k, g.trans_a, g.trans_b, g.ab_dtype, g.c_dtype, g.allow_tf32,
-                    static_cast<int>(g.epilogue)};
+  const PlanKey key{g.m,       g.n,          g.k,
+                    g.trans_a, g.trans_b,    g.ab_dtype,
+                    g.c_dtype, g.allow_tf32, static_cast<int>(g.epilogue)};
   auto it = state_->plans.find(key);
   if (it == state_->plans.end()) {
     Plan p;
@@ -118,18 +119,17 @@ std::string GemmRunner::Run(const GemmArgs& g, void* stream) {
                                         : (g.ab_dtype == 0 && g.allow_tf32)
                                             ? CUBLAS_COMPUTE_32F_FAST_TF32
                                             : CUBLAS_COMPUTE_32F;
-    LT_RETURN_IF_ERROR(
-        cublasLtMatmulDescCreate(&p.desc, compute, p.f64 ? CUDA_R_64F : CUDA_R_32F));
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&p.desc, compute, p.f64 ? CUDA_R_64F : CUDA_R_32F));
     // cuBLASLt's A is our B, its B our A (see the top of the file).
     const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
-                                                      sizeof(op_a)));
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
-                                                      sizeof(op_b)));
+    LT_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    LT_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     const cublasLtEpilogue_t epi = ToLt(g.epilogue);
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                      sizeof(epi)));
+    LT_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (g.epilogue != Epilogue::kNone && g.epilogue != Epilogue::kBias) {
       const int64_t ld = g.n;
       LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
@@ -149,8 +149,8 @@ std::string GemmRunner::Run(const GemmArgs& g, void* stream) {
                                          sizeof(ws));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-        state_->handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(state_->handle, p.desc, p.a, p.b, p.c,
+                                                             p.c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
       cublasLtMatrixLayoutDestroy(p.a);
@@ -158,9 +158,9 @@ std::string GemmRunner::Run(const GemmArgs& g, void* stream) {
       cublasLtMatrixLayoutDestroy(p.c);
       cublasLtMatmulDescDestroy(p.desc);
       return "cublasLtMatmulAlgoGetHeuristic(m=" + std::to_string(g.m) +
-             ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) +
-             "): " + (hs != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(hs)
-                                                    : "no algorithm for this shape and epilogue");
+             ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + "): " +
+             (hs != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(hs)
+                                          : "no algorithm for this shape and epilogue");
     }
     p.algo = result.algo;
     it = state_->plans.emplace(key, p).first;

@@ -56,8 +56,8 @@ __device__ __forceinline__ void Store(void* p, int dt, int64_t i, C v) {
 __host__ __device__ int ElementSize(int dt) { return dt == kF32 ? 4 : dt == kF64 ? 8 : 2; }
 
 int Blocks(int64_t n) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads,
-                                                                 65535 * 8)));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8)));
 }
 
 std::string Check(const char* kernel) {
@@ -68,7 +68,7 @@ std::string Check(const char* kernel) {
 
 cudaStream_t S(Stream s) { return static_cast<cudaStream_t>(s); }
 
-#define GRID_STRIDE(i, n)                                                     \
+#define GRID_STRIDE(i, n)                                                                \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -93,7 +93,8 @@ __device__ T BlockMax(T v) {
   shared[threadIdx.x] = v;
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) shared[threadIdx.x] = max(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    if (threadIdx.x < stride)
+      shared[threadIdx.x] = max(shared[threadIdx.x], shared[threadIdx.x + stride]);
     __syncthreads();
   }
   T result = shared[0];
@@ -196,8 +197,7 @@ __global__ void AddInPlaceKernel(void* x, int xdt, const void* y, int ydt, doubl
   }
 }
 
-__global__ void DropoutKernel(const void* x, int dt, double p, uint64_t seed, void* y,
-                              int64_t n) {
+__global__ void DropoutKernel(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n) {
   const double keep_scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
   const float keep_scale_f = static_cast<float>(keep_scale);
   GRID_STRIDE(i, n) {
@@ -218,8 +218,7 @@ __global__ void DropoutKernel(const void* x, int dt, double p, uint64_t seed, vo
 // ---- reductions
 
 // Stage 1: each block sums a fixed grid-stride share of (mult * x) in f64.
-__global__ void PartialSumKernel(const void* x, int xdt, int64_t n, bool squares,
-                                 double* partial) {
+__global__ void PartialSumKernel(const void* x, int xdt, int64_t n, bool squares, double* partial) {
   double acc = 0;
   GRID_STRIDE(i, n) {
     const double v = Load<double>(x, xdt, i);
@@ -289,8 +288,8 @@ __global__ void SoftmaxBackwardKernel(const void* y, int ydt, const void* dy, in
 
 template <typename C>
 __global__ void LayerNormKernel(const void* x, int xdt, const void* gamma, int gdt,
-                                const void* beta, int64_t cols, C eps, void* y, int ydt,
-                                void* mean, void* rstd, int sdt) {
+                                const void* beta, int64_t cols, C eps, void* y, int ydt, void* mean,
+                                void* rstd, int sdt) {
   const int64_t r = blockIdx.x, o = r * cols;
   C s = 0;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += Load<C>(x, xdt, o + c);
@@ -329,8 +328,9 @@ __global__ void LayerNormBackwardRowsKernel(const void* x, int xdt, const void* 
   sgx = BlockSum(sgx);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     const C xhat = (Load<C>(x, xdt, o + c) - mu) * rs;
-    Store<C>(dx, xdt, o + c,
-             rs * (Load<C>(dy, dydt, o + c) * Load<C>(gamma, gdt, c) - (sg + xhat * sgx) / C(cols)));
+    Store<C>(
+        dx, xdt, o + c,
+        rs * (Load<C>(dy, dydt, o + c) * Load<C>(gamma, gdt, c) - (sg + xhat * sgx) / C(cols)));
   }
 }
 
@@ -342,7 +342,8 @@ __global__ void LayerNormBackwardColumnsKernel(const void* x, int xdt, const voi
   GRID_STRIDE(c, cols) {
     double dg = 0, db = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      const C xhat = (Load<C>(x, xdt, r * cols + c) - Load<C>(mean, sdt, r)) * Load<C>(rstd, sdt, r);
+      const C xhat =
+          (Load<C>(x, xdt, r * cols + c) - Load<C>(mean, sdt, r)) * Load<C>(rstd, sdt, r);
       const C g = Load<C>(dy, dydt, r * cols + c);
       dg += static_cast<double>(g * xhat);
       db += static_cast<double>(g);
@@ -354,14 +355,14 @@ __global__ void LayerNormBackwardColumnsKernel(const void* x, int xdt, const voi
 
 template <typename C>
 __global__ void SoftmaxCrossEntropyRowsKernel(const void* logits, int dt, const int32_t* labels,
-                                              int64_t cols, void* lse, int ldt,
-                                              double* row_loss) {
+                                              int64_t cols, void* lse, int ldt, double* row_loss) {
   const int64_t r = blockIdx.x, o = r * cols;
   C mx = -INFINITY;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) mx = max(mx, Load<C>(logits, dt, o + c));
   mx = BlockMax(mx);
   C sum = 0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += exp(Load<C>(logits, dt, o + c) - mx);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    sum += exp(Load<C>(logits, dt, o + c) - mx);
   sum = BlockSum(sum);
   if (threadIdx.x == 0) {
     const C l = mx + log(sum);
@@ -371,9 +372,9 @@ __global__ void SoftmaxCrossEntropyRowsKernel(const void* logits, int dt, const 
 }
 
 template <typename C>
-__global__ void SoftmaxCrossEntropyBackwardKernel(const void* logits, int dt,
-                                                  const int32_t* labels, const void* lse, int ldt,
-                                                  int64_t rows, int64_t cols, C scale, void* dx) {
+__global__ void SoftmaxCrossEntropyBackwardKernel(const void* logits, int dt, const int32_t* labels,
+                                                  const void* lse, int ldt, int64_t rows,
+                                                  int64_t cols, C scale, void* dx) {
   GRID_STRIDE(i, rows * cols) {
     const int64_t r = i / cols, c = i % cols;
     const C p = exp(Load<C>(logits, dt, i) - Load<C>(lse, ldt, r));
@@ -470,8 +471,8 @@ __global__ void SgdStepKernel(void* param, int pdt, const void* grad, int gdt, f
   }
 }
 
-__global__ void AdamWStepKernel(void* param, int pdt, const void* grad, int gdt, float* m,
-                                float* v, int64_t n, AdamWArgs a, const float* step_ptr,
+__global__ void AdamWStepKernel(void* param, int pdt, const void* grad, int gdt, float* m, float* v,
+                                int64_t n, AdamWArgs a, const float* step_ptr,
                                 const float* found_inf, void* model_copy, int mdt) {
   if (found_inf && *found_inf != 0.0f) return;
   const int64_t step = step_ptr ? static_cast<int64_t>(*step_ptr) + 1 : a.step;
@@ -505,7 +506,8 @@ std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, S
   if (n == 0) return "";
   if (xdt == ydt) {
     cudaError_t err = cudaMemcpyAsync(y, x, n * ElementSize(xdt), cudaMemcpyDeviceToDevice, S(s));
-    return err == cudaSuccess ? "" : std::string("cudaMemcpyAsync(convert): ") + cudaGetErrorString(err);
+    return err == cudaSuccess ? ""
+                              : std::string("cudaMemcpyAsync(convert): ") + cudaGetErrorString(err);
   }
   if (AnyF64(xdt, ydt)) {
     ConvertKernel<double><<<Blocks(n), kThreads, 0, S(s)>>>(x, xdt, y, ydt, n);
@@ -553,8 +555,8 @@ std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt,
   if (AnyF64(xdt, ydt)) {
     ScaleKernel<double><<<Blocks(n), kThreads, 0, S(s)>>>(x, xdt, factor, y, ydt, n);
   } else {
-    ScaleKernel<float><<<Blocks(n), kThreads, 0, S(s)>>>(x, xdt, static_cast<float>(factor), y,
-                                                         ydt, n);
+    ScaleKernel<float>
+        <<<Blocks(n), kThreads, 0, S(s)>>>(x, xdt, static_cast<float>(factor), y, ydt, n);
   }
   return Check("ScaleKernel");
 }
@@ -608,29 +610,28 @@ std::string LaunchLayerNorm(const void* x, int xdt, const void* gamma, int gdt, 
                             void* rstd, int sdt, Stream s) {
   if (rows == 0) return "";
   if (xdt == kF64) {
-    LayerNormKernel<double><<<rows, kThreads, 0, S(s)>>>(x, xdt, gamma, gdt, beta, cols, eps, y,
-                                                         ydt, mean, rstd, sdt);
+    LayerNormKernel<double>
+        <<<rows, kThreads, 0, S(s)>>>(x, xdt, gamma, gdt, beta, cols, eps, y, ydt, mean, rstd, sdt);
   } else {
-    LayerNormKernel<float><<<rows, kThreads, 0, S(s)>>>(x, xdt, gamma, gdt, beta, cols,
-                                                        static_cast<float>(eps), y, ydt, mean,
-                                                        rstd, sdt);
+    LayerNormKernel<float><<<rows, kThreads, 0, S(s)>>>(
+        x, xdt, gamma, gdt, beta, cols, static_cast<float>(eps), y, ydt, mean, rstd, sdt);
   }
   return Check("LayerNormKernel");
 }
 
 std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, int gdt,
                                     const void* mean, const void* rstd, int sdt, const void* dy,
-                                    int dydt, int64_t rows, int64_t cols, void* dx,
-                                    void* dgamma, void* dbeta, Stream s) {
+                                    int dydt, int64_t rows, int64_t cols, void* dx, void* dgamma,
+                                    void* dbeta, Stream s) {
   if (rows == 0) return "";
   if (xdt == kF64) {
-    LayerNormBackwardRowsKernel<double><<<rows, kThreads, 0, S(s)>>>(x, xdt, gamma, gdt, mean,
-                                                                     rstd, sdt, dy, dydt, cols, dx);
+    LayerNormBackwardRowsKernel<double>
+        <<<rows, kThreads, 0, S(s)>>>(x, xdt, gamma, gdt, mean, rstd, sdt, dy, dydt, cols, dx);
     LayerNormBackwardColumnsKernel<double><<<Blocks(cols), kThreads, 0, S(s)>>>(
         x, xdt, mean, rstd, sdt, dy, dydt, rows, cols, dgamma, dbeta, gdt);
   } else {
-    LayerNormBackwardRowsKernel<float><<<rows, kThreads, 0, S(s)>>>(x, xdt, gamma, gdt, mean, rstd,
-                                                                    sdt, dy, dydt, cols, dx);
+    LayerNormBackwardRowsKernel<float>
+        <<<rows, kThreads, 0, S(s)>>>(x, xdt, gamma, gdt, mean, rstd, sdt, dy, dydt, cols, dx);
     LayerNormBackwardColumnsKernel<float><<<Blocks(cols), kThreads, 0, S(s)>>>(
         x, xdt, mean, rstd, sdt, dy, dydt, rows, cols, dgamma, dbeta, gdt);
   }
@@ -643,27 +644,27 @@ std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t*
                                       Stream s) {
   if (rows == 0) return "";
   if (dt == kF64) {
-    SoftmaxCrossEntropyRowsKernel<double><<<rows, kThreads, 0, S(s)>>>(logits, dt, labels, cols,
-                                                                       lse, ldt, row_loss);
+    SoftmaxCrossEntropyRowsKernel<double>
+        <<<rows, kThreads, 0, S(s)>>>(logits, dt, labels, cols, lse, ldt, row_loss);
   } else {
-    SoftmaxCrossEntropyRowsKernel<float><<<rows, kThreads, 0, S(s)>>>(logits, dt, labels, cols,
-                                                                      lse, ldt, row_loss);
+    SoftmaxCrossEntropyRowsKernel<float>
+        <<<rows, kThreads, 0, S(s)>>>(logits, dt, labels, cols, lse, ldt, row_loss);
   }
   const int blocks = ReduceBlocks(rows);
   PartialSumKernel<<<blocks, kThreads, 0, S(s)>>>(row_loss, kF64, rows, false, scratch);
-  FinishSumKernel<<<1, 1, 0, S(s)>>>(scratch, blocks, 1.0 / static_cast<double>(rows), nullptr,
-                                     out, odt);
+  FinishSumKernel<<<1, 1, 0, S(s)>>>(scratch, blocks, 1.0 / static_cast<double>(rows), nullptr, out,
+                                     odt);
   return Check("SoftmaxCrossEntropy");
 }
 
 std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const int32_t* labels,
-                                              const void* lse, int ldt, int64_t rows,
-                                              int64_t cols, double scale, void* dx, Stream s) {
+                                              const void* lse, int ldt, int64_t rows, int64_t cols,
+                                              double scale, void* dx, Stream s) {
   const int64_t n = rows * cols;
   if (n == 0) return "";
   if (dt == kF64) {
-    SoftmaxCrossEntropyBackwardKernel<double><<<Blocks(n), kThreads, 0, S(s)>>>(
-        logits, dt, labels, lse, ldt, rows, cols, scale, dx);
+    SoftmaxCrossEntropyBackwardKernel<double>
+        <<<Blocks(n), kThreads, 0, S(s)>>>(logits, dt, labels, lse, ldt, rows, cols, scale, dx);
   } else {
     SoftmaxCrossEntropyBackwardKernel<float><<<Blocks(n), kThreads, 0, S(s)>>>(
         logits, dt, labels, lse, ldt, rows, cols, static_cast<float>(scale), dx);
@@ -683,10 +684,11 @@ std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* ids, 
                                     Stream s) {
   if (rows * dim == 0) return "";
   cudaError_t err = cudaMemsetAsync(acc, 0, rows * dim * sizeof(double), S(s));
-  if (err != cudaSuccess) return std::string("cudaMemsetAsync(embedding grad): ") + cudaGetErrorString(err);
+  if (err != cudaSuccess)
+    return std::string("cudaMemsetAsync(embedding grad): ") + cudaGetErrorString(err);
   EmbeddingBackwardKernel<<<Blocks(dim), kThreads, 0, S(s)>>>(dy, dt, ids, n, dim, acc);
-  ConvertKernel<double><<<Blocks(rows * dim), kThreads, 0, S(s)>>>(acc, kF64, dtable, dt,
-                                                                   rows * dim);
+  ConvertKernel<double>
+      <<<Blocks(rows * dim), kThreads, 0, S(s)>>>(acc, kF64, dtable, dt, rows * dim);
   return Check("EmbeddingBackward");
 }
 
@@ -722,14 +724,12 @@ std::string LaunchMultiplyAndCheck(const TensorList& grads, float factor, float*
 }
 
 std::string LaunchUpdateScale(float* scale, float* growth_tracker, const float* found_inf,
-                              double growth_factor, double backoff_factor,
-                              int64_t growth_interval, double min_scale, double max_scale,
-                              Stream s) {
-  UpdateScaleKernel<<<1, 1, 0, S(s)>>>(scale, growth_tracker, found_inf,
-                                       static_cast<float>(growth_factor),
-                                       static_cast<float>(backoff_factor), growth_interval,
-                                       static_cast<float>(min_scale),
-                                       static_cast<float>(max_scale));
+                              double growth_factor, double backoff_factor, int64_t growth_interval,
+                              double min_scale, double max_scale, Stream s) {
+  UpdateScaleKernel<<<1, 1, 0, S(s)>>>(
+      scale, growth_tracker, found_inf, static_cast<float>(growth_factor),
+      static_cast<float>(backoff_factor), growth_interval, static_cast<float>(min_scale),
+      static_cast<float>(max_scale));
   return Check("UpdateScaleKernel");
 }
 
@@ -737,14 +737,15 @@ std::string LaunchSumOfSquares(const TensorList& tensors, double* scratch, bool 
                                void* out, int odt, Stream s) {
   if (!accumulate) {
     cudaError_t err = cudaMemsetAsync(scratch + kMaxReduceBlocks, 0, sizeof(double), S(s));
-    if (err != cudaSuccess) return std::string("cudaMemsetAsync(sum of squares): ") + cudaGetErrorString(err);
+    if (err != cudaSuccess)
+      return std::string("cudaMemsetAsync(sum of squares): ") + cudaGetErrorString(err);
   }
   if (tensors.count == 0) {
     FinishSumKernel<<<1, 1, 0, S(s)>>>(scratch, 0, 1.0, scratch + kMaxReduceBlocks, out, odt);
     return Check("FinishSumKernel");
   }
-  const int per_tensor = std::max(1, std::min(ReduceBlocks(MaxNumel(tensors)),
-                                              kMaxReduceBlocks / tensors.count));
+  const int per_tensor =
+      std::max(1, std::min(ReduceBlocks(MaxNumel(tensors)), kMaxReduceBlocks / tensors.count));
   dim3 grid(per_tensor, tensors.count);
   MultiSumOfSquaresKernel<<<grid, kThreads, 0, S(s)>>>(tensors, per_tensor, scratch);
   FinishSumKernel<<<1, 1, 0, S(s)>>>(scratch, per_tensor * tensors.count, 1.0,
@@ -762,9 +763,8 @@ std::string LaunchSgdStep(void* param, int pdt, const void* grad, int gdt, float
 }
 
 std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, float* exp_avg,
-                            float* exp_avg_sq, int64_t n, const AdamWArgs& a,
-                            const float* step_ptr, const float* found_inf, void* model_copy,
-                            int mdt, Stream s) {
+                            float* exp_avg_sq, int64_t n, const AdamWArgs& a, const float* step_ptr,
+                            const float* found_inf, void* model_copy, int mdt, Stream s) {
   if (n == 0) return "";
   AdamWStepKernel<<<Blocks(n), kThreads, 0, S(s)>>>(param, pdt, grad, gdt, exp_avg, exp_avg_sq, n,
                                                     a, step_ptr, found_inf, model_copy, mdt);

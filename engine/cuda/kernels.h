@@ -50,8 +50,8 @@ std::string LaunchLayerNorm(const void* x, int xdt, const void* gamma, int gdt, 
                             void* rstd, int sdt, Stream s);
 std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, int gdt,
                                     const void* mean, const void* rstd, int sdt, const void* dy,
-                                    int dydt, int64_t rows, int64_t cols, void* dx,
-                                    void* dgamma, void* dbeta, Stream s);
+                                    int dydt, int64_t rows, int64_t cols, void* dx, void* dgamma,
+                                    void* dbeta, Stream s);
 // Per-row loss lse - x[label] into row_loss (f64) and the row logsumexp (f32 or
 // f64); the probabilities are never stored. Then the mean over rows into out.
 std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t* labels,
@@ -59,15 +59,14 @@ std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t*
                                       double* row_loss, double* scratch, void* out, int odt,
                                       Stream s);
 std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const int32_t* labels,
-                                              const void* lse, int ldt, int64_t rows,
-                                              int64_t cols, double scale, void* dx, Stream s);
+                                              const void* lse, int ldt, int64_t rows, int64_t cols,
+                                              double scale, void* dx, Stream s);
 std::string LaunchEmbedding(const void* table, int dt, const int32_t* ids, int64_t n, int64_t dim,
                             void* y, Stream s);
 // acc (rows * dim doubles of scratch, zeroed here) accumulates column by
 // column in id order; then rounded into dtable (dt).
 std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* ids, int64_t n,
-                                    int64_t dim, int64_t rows, double* acc, void* dtable,
-                                    Stream s);
+                                    int64_t dim, int64_t rows, double* acc, void* dtable, Stream s);
 std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n,
                           Stream s);
 
@@ -88,9 +87,8 @@ std::string LaunchMultiplyAndCheck(const TensorList& grads, float factor, float*
                                    Stream s);
 // torch._amp_update_scale_ in one thread, then the bounds (0: none).
 std::string LaunchUpdateScale(float* scale, float* growth_tracker, const float* found_inf,
-                              double growth_factor, double backoff_factor,
-                              int64_t growth_interval, double min_scale, double max_scale,
-                              Stream s);
+                              double growth_factor, double backoff_factor, int64_t growth_interval,
+                              double min_scale, double max_scale, Stream s);
 // Sum of squares of all tensors: partials into scratch (f64, kMaxReduceBlocks
 // per call), then combined in order into out[0] (f32 or f64 by odt). When
 // accumulate, adds to the f64 value already in scratch[kMaxReduceBlocks].
@@ -111,9 +109,8 @@ struct AdamWArgs {
 };
 // Bias correction from step_ptr[0] + 1 when step_ptr is given (device step).
 std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, float* exp_avg,
-                            float* exp_avg_sq, int64_t n, const AdamWArgs& a,
-                            const float* step_ptr, const float* found_inf, void* model_copy,
-                            int mdt, Stream s);
+                            float* exp_avg_sq, int64_t n, const AdamWArgs& a, const float* step_ptr,
+                            const float* found_inf, void* model_copy, int mdt, Stream s);
 
 }  // namespace ampd::cuda
 

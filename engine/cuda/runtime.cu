@@ -1,8 +1,8 @@
-#include "engine/cuda/runtime.h"
-
 #include <cuda_runtime.h>
 
 #include <string>
+
+#include "engine/cuda/runtime.h"
 
 namespace ampd::cuda {
 namespace {

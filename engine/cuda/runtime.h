@@ -30,7 +30,7 @@ std::string Free(void* p);
 // Page-locked host memory: device-to-host copies into it are truly async.
 std::string MallocHost(void** p, size_t bytes);
 std::string FreeHost(void* p);
-using Event = void*;  // cudaEvent_t
+using Event = void*;                // cudaEvent_t
 std::string EventCreate(Event* e);  // timing disabled: cheap to record
 std::string EventRecord(Event e, Stream s);
 std::string EventSynchronize(Event e);

@@ -23,8 +23,8 @@ struct FakeDevice {
 
   CachingAllocator::RawOps Ops() {
     return {[this](void** p, size_t bytes) -> std::string {
-              if (used + bytes > capacity) return "cudaMalloc(" + std::to_string(bytes) +
-                                                  " bytes): out of memory";
+              if (used + bytes > capacity)
+                return "cudaMalloc(" + std::to_string(bytes) + " bytes): out of memory";
               *p = std::malloc(bytes);
               used += bytes;
               ++mallocs;

@@ -8,6 +8,8 @@
 // (tests/engine/cuda/BUILD tags it "gpu"). tools/gpu_bundle packs it for a
 // GPU machine.
 
+#include "engine/cuda/cuda_backend.h"
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -18,7 +20,6 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
-#include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
 #include "engine/grad_scaler.h"
@@ -99,8 +100,7 @@ TEST_F(CudaBackendTest, CastsAreBitExact) {
       Tensor x = Random({1000}, from, 1, -70000, 70000);
       Tensor want = cpu().Cast(x, to);
       Tensor got = gpu_->Cast(G(x), to);
-      EXPECT_EQ(got.ToDoubles(), want.ToDoubles())
-          << DTypeName(from) << "->" << DTypeName(to);
+      EXPECT_EQ(got.ToDoubles(), want.ToDoubles()) << DTypeName(from) << "->" << DTypeName(to);
     }
   }
 }
@@ -123,13 +123,14 @@ TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {
 TEST_F(CudaBackendTest, BinaryOpsWithEveryBroadcast) {
   for (DType d : kLowAndF32) {
     Tensor a = Random({17, 40}, d, 4);
-    for (const std::vector<int64_t>& bshape : std::vector<std::vector<int64_t>>{{17, 40}, {40}, {1}}) {
+    for (const std::vector<int64_t>& bshape :
+         std::vector<std::vector<int64_t>>{{17, 40}, {40}, {1}}) {
       Tensor b = Random(bshape, d, 5);
       for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul}) {
         for (DType out : {d, DType::kF32}) {
-          ExpectClose(gpu_->Binary(op, G(a), G(b), out), cpu().Binary(op, a, b, out), Tol(out),
-                      "binary " + std::to_string(int(op)) + " b numel " +
-                          std::to_string(b.numel()));
+          ExpectClose(
+              gpu_->Binary(op, G(a), G(b), out), cpu().Binary(op, a, b, out), Tol(out),
+              "binary " + std::to_string(int(op)) + " b numel " + std::to_string(b.numel()));
         }
       }
     }
@@ -225,9 +226,9 @@ TEST_F(CudaBackendTest, MatmulEveryTransposeAndDtype) {
         Tensor b = Random(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, d, 21);
         for (DType out : {d, DType::kF32}) {
           // Sums of k products: the tolerance grows with sqrt(k).
-          ExpectClose(gpu_->Matmul(G(a), G(b), ta, tb, out), cpu().Matmul(a, b, ta, tb, out),
-                      Tol(out) * 8, "matmul " + std::string(DTypeName(d)) + (ta ? " ta" : "") +
-                                        (tb ? " tb" : ""));
+          ExpectClose(
+              gpu_->Matmul(G(a), G(b), ta, tb, out), cpu().Matmul(a, b, ta, tb, out), Tol(out) * 8,
+              "matmul " + std::string(DTypeName(d)) + (ta ? " ta" : "") + (tb ? " tb" : ""));
         }
       }
     }
@@ -408,7 +409,8 @@ TEST_F(CudaBackendTest, FusedOptimizerStepsMatchTheReferenceAndSkipOnTheFlag) {
   for (bool adamw : {false, true}) {
     for (bool skip : {false, true}) {
       Tensor p = Random({4097}, DType::kF32, 30), g = Random({4097}, DType::kF32, 31);
-      Tensor m = Random({4097}, DType::kF32, 32, 0, 0.1), v = Random({4097}, DType::kF32, 33, 0, 0.1);
+      Tensor m = Random({4097}, DType::kF32, 32, 0, 0.1),
+             v = Random({4097}, DType::kF32, 33, 0, 0.1);
       Tensor gp = G(p), gm = G(m), gv = G(v);
       Tensor copy = Tensor::Zeros({4097}, DType::kBF16, Device::kCuda);
       Backend::FusedStepArgs args;

@@ -1,0 +1,265 @@
+// The GPU benchmark (not a test; run by tools/gpu_bundle's `run` on a GPU
+// machine, numbers in bench/README.md).
+//
+// 1. gemm: a large bf16 GEMM (8192^3 by default) through cuBLASLt directly
+//    (GemmRunner: the measured cuBLAS bf16 rate) and through the engine's
+//    Backend::Matmul (allocation and dispatch included), same shape, side by
+//    side: TFLOP/s and the engine/cuBLAS ratio.
+// 2. mlp_step: the real training step (Trainer::RunStep on the CUDA backend:
+//    host batch upload, autocast forward, loss, scaled backward, unscale with
+//    the device flag, fused AdamW, on-device scale update, one host read) of
+//    an MLP [input 1024] -> hidden x2 -> [1000], batch 1024, for hidden 4096
+//    and 8192 in 32-true (TF32 off), bf16-mixed and 16-mixed. Prints
+//    samples/s, achieved TFLOP/s (6 * batch * weights per step), the fraction
+//    of the measured cuBLAS bf16 rate and of --peak_tflops, and the
+//    bf16-mixed / 32-true ratio. Modes are interleaved round by round; the
+//    median round is reported.
+//
+// Lines starting with "RESULT " are machine-readable (tools/gpu_bundle's
+// summary compares them with PyTorch's numbers from bench/torch_amp_bench.py).
+//
+//   gpu_bench [--hidden=4096,8192] [--batch=1024] [--steps=10] [--rounds=5]
+//             [--gemm=8192] [--peak_tflops=989]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/gemm.h"
+#include "engine/data/dataset.h"
+#include "engine/precision.h"
+#include "engine/trainer.h"
+
+namespace ampd::bench {
+namespace {
+
+using engine::DType;
+using engine::Tensor;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kInput = 1024;
+constexpr int64_t kClasses = 1000;
+
+struct Options {
+  std::vector<int64_t> hidden = {4096, 8192};
+  int64_t batch = 1024;
+  int64_t steps = 10;
+  int64_t rounds = 5;
+  int64_t gemm = 8192;
+  double peak_tflops = 989;  // H100/H200 SXM dense bf16, NVIDIA's datasheet
+};
+
+}  // namespace
+
+bool ParseFlag(const char* arg, const char* name, std::string* value) {
+  const size_t n = std::strlen(name);
+  if (std::strncmp(arg, name, n) != 0 || arg[n] != '=') return false;
+  *value = arg + n + 1;
+  return true;
+}
+
+namespace {
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Returns the cuBLAS rate (TFLOP/s), for the fractions in the MLP table.
+double BenchGemm(engine::Backend& gpu, int64_t size) {
+  const int64_t m = size, n = size, k = size;
+  Tensor a = engine::Tensor::Full({m, k}, DType::kBF16, 0.01, engine::Device::kCuda);
+  Tensor b = engine::Tensor::Full({k, n}, DType::kBF16, 0.02, engine::Device::kCuda);
+  Tensor c = gpu.Allocate({m, n}, DType::kBF16, false);
+  cuda::GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.trans_b = true;  // x @ W^T, as a Linear
+  args.a = a.raw();
+  args.b = b.raw();
+  args.c = c.raw();
+  args.ab_dtype = args.c_dtype = static_cast<int>(DType::kBF16);
+  void* stream = cuda::CudaStreamForThisThread();
+  const double flops = 2.0 * m * n * k;
+  auto time_direct = [&](int reps) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) cuda::GemmRunner::ForThisThread().Run(args, stream);
+    cuda::SynchronizeThisThread();
+    return Seconds(t0, Clock::now()) / reps;
+  };
+  auto time_engine = [&](int reps) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) gpu.Matmul(a, b, false, true, DType::kBF16);
+    cuda::SynchronizeThisThread();
+    return Seconds(t0, Clock::now()) / reps;
+  };
+  time_direct(3);
+  time_engine(3);
+  std::vector<double> direct, engine_t;
+  for (int r = 0; r < 7; ++r) {  // interleaved
+    direct.push_back(time_direct(10));
+    engine_t.push_back(time_engine(10));
+  }
+  const double cublas = flops / Median(direct) / 1e12, ours = flops / Median(engine_t) / 1e12;
+  std::printf("gemm bf16 %lldx%lldx%lld (x @ W^T): cuBLASLt %.1f TFLOP/s, engine Matmul %.1f "
+              "TFLOP/s, engine/cuBLAS %.3f\n",
+              (long long)m, (long long)n, (long long)k, cublas, ours, ours / cublas);
+  std::printf("RESULT gemm size=%lld cublas_tflops=%.2f engine_tflops=%.2f\n", (long long)size,
+              cublas, ours);
+  return cublas;
+}
+
+engine::TrainerConfig Config(const std::string& precision, int64_t hidden, int64_t batch) {
+  engine::TrainerConfig c;
+  engine::MlpSpec mlp;
+  mlp.input_dim = kInput;
+  mlp.hidden = {hidden, hidden};
+  mlp.num_classes = kClasses;
+  c.model = mlp;
+  c.precision = *engine::ResolvePrecision(precision);
+  c.optimizer.kind = engine::OptimizerSpec::Kind::kAdamW;
+  c.optimizer.lr = 1e-4;
+  c.training.steps = 1 << 30;
+  c.training.batch_size = batch;
+  c.training.seed = 1;
+  c.device = engine::Device::kCuda;
+  return c;
+}
+
+}  // namespace
+
+int RunBenchmarks(const Options& o) {
+  cuda::RegisterCudaBackend();
+  absl::StatusOr<engine::Backend*> gpu = engine::BackendFor(engine::Device::kCuda);
+  if (!gpu.ok()) {
+    std::printf("SKIPPED gpu_bench: no usable GPU: %s\n", std::string(gpu.status().message()).c_str());
+    return 0;
+  }
+  std::string why;
+  for (const cuda::CudaDeviceInfo& d : cuda::ListCudaDevices(&why)) {
+    std::printf("device %d: %s, compute capability %d.%d, %.1f GiB, %d SMs\n", d.index,
+                d.name.c_str(), d.major, d.minor, d.memory_bytes / double(1 << 30),
+                d.multiprocessors);
+  }
+  const double cublas = BenchGemm(**gpu, o.gemm);
+
+  engine::SyntheticSpec spec;
+  spec.num_examples = o.batch * 8;
+  spec.feature_dim = kInput;
+  spec.num_classes = kClasses;
+  spec.seed = 3;
+  absl::StatusOr<engine::Dataset> data = engine::MakeSyntheticDataset(spec);
+  if (!data.ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", std::string(data.status().message()).c_str());
+    return 1;
+  }
+  const std::vector<std::string> modes = {"32-true", "bf16-mixed", "16-mixed"};
+  std::printf("\nmlp_step: [%lld] -> hidden x2 -> [%lld], batch %lld, AdamW; median of %lld "
+              "rounds of %lld steps\n",
+              (long long)kInput, (long long)kClasses, (long long)o.batch, (long long)o.rounds,
+              (long long)o.steps);
+  std::printf("%-8s %-11s %12s %10s %9s %8s %8s\n", "hidden", "precision", "samples/s",
+              "step ms", "TFLOP/s", "%cuBLAS", "%peak");
+  for (int64_t h : o.hidden) {
+    const double weights = double(kInput) * h + double(h) * h + double(h) * kClasses;
+    const double flops_per_step = 6.0 * o.batch * weights;
+    std::vector<std::unique_ptr<engine::Trainer>> trainers;
+    for (const std::string& mode : modes) {
+      absl::StatusOr<std::unique_ptr<engine::Trainer>> t =
+          engine::Trainer::Create(Config(mode, h, o.batch), &*data, nullptr);
+      if (!t.ok()) {
+        std::fprintf(stderr, "gpu_bench: %s: %s\n", mode.c_str(),
+                     std::string(t.status().message()).c_str());
+        return 1;
+      }
+      for (int i = 0; i < 3; ++i) (*t)->RunStep();  // warm-up: plans, allocator
+      trainers.push_back(*std::move(t));
+    }
+    std::vector<std::vector<double>> per_step(modes.size());
+    for (int64_t r = 0; r < o.rounds; ++r) {
+      for (size_t i = 0; i < modes.size(); ++i) {
+        const size_t m = (i + r) % modes.size();
+        const auto t0 = Clock::now();
+        for (int64_t s = 0; s < o.steps; ++s) trainers[m]->RunStep();  // each ends in a host read
+        per_step[m].push_back(Seconds(t0, Clock::now()) / o.steps);
+      }
+    }
+    if (absl::Status health = (*gpu)->Health(); !health.ok()) {
+      std::fprintf(stderr, "gpu_bench: %s\n", health.ToString().c_str());
+      return 1;
+    }
+    double fp32_rate = 0;
+    for (size_t m = 0; m < modes.size(); ++m) {
+      const double step = Median(per_step[m]);
+      const double tflops = flops_per_step / step / 1e12;
+      const double samples = o.batch / step;
+      if (modes[m] == "32-true") fp32_rate = samples;
+      std::printf("%-8lld %-11s %12.0f %10.3f %9.1f %7.1f%% %7.1f%%\n", (long long)h,
+                  modes[m].c_str(), samples, step * 1e3, tflops, 100 * tflops / cublas,
+                  100 * tflops / o.peak_tflops);
+      std::printf("RESULT mlp hidden=%lld precision=%s samples_per_s=%.1f tflops=%.2f\n",
+                  (long long)h, modes[m].c_str(), samples, tflops);
+    }
+    const double bf16 = o.batch / Median(per_step[1]);
+    std::printf("hidden %lld: bf16-mixed / 32-true = %.2fx (target >= 3x)\n", (long long)h,
+                bf16 / fp32_rate);
+  }
+  const cuda::AllocatorStats st = cuda::CudaMemoryStats();
+  std::printf("\ndevice allocator: peak in use %.1f MiB, cached %.1f MiB, %lld cudaMalloc calls, "
+              "%lld cache hits\n",
+              st.peak_in_use_bytes / 1048576.0, st.cached_bytes / 1048576.0,
+              (long long)st.device_allocations, (long long)st.cache_hits);
+  return 0;
+}
+
+}  // namespace ampd::bench
+
+int main(int argc, char** argv) {
+  ampd::bench::Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string v;
+    bool ok = true;
+    if (ampd::bench::ParseFlag(argv[i], "--hidden", &v)) {
+      o.hidden.clear();
+      for (absl::string_view part : absl::StrSplit(v, ',')) {
+        int64_t h = 0;
+        ok &= absl::SimpleAtoi(part, &h) && h > 0;
+        o.hidden.push_back(h);
+      }
+    } else if (ampd::bench::ParseFlag(argv[i], "--batch", &v)) {
+      ok = absl::SimpleAtoi(v, &o.batch) && o.batch > 0;
+    } else if (ampd::bench::ParseFlag(argv[i], "--steps", &v)) {
+      ok = absl::SimpleAtoi(v, &o.steps) && o.steps > 0;
+    } else if (ampd::bench::ParseFlag(argv[i], "--rounds", &v)) {
+      ok = absl::SimpleAtoi(v, &o.rounds) && o.rounds > 0;
+    } else if (ampd::bench::ParseFlag(argv[i], "--gemm", &v)) {
+      ok = absl::SimpleAtoi(v, &o.gemm) && o.gemm > 0;
+    } else if (ampd::bench::ParseFlag(argv[i], "--peak_tflops", &v)) {
+      ok = absl::SimpleAtod(v, &o.peak_tflops) && o.peak_tflops > 0;
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr,
+                   "gpu_bench: bad flag %s\nusage: gpu_bench [--hidden=4096,8192] [--batch=1024] "
+                   "[--steps=10] [--rounds=5] [--gemm=8192] [--peak_tflops=989]\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  return ampd::bench::RunBenchmarks(o);
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Reads the RESULT lines of gpu_bench and torch_amp_bench; prints the ratios
+the CUDA issue sets targets for (bench/README.md records them)."""
+
+import re
+import sys
+
+
+def results(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("RESULT "):
+                    fields = dict(kv.split("=", 1) for kv in line.split()[2:])
+                    rows.append((line.split()[1], fields))
+    except OSError:
+        pass
+    return rows
+
+
+def main():
+    ours = results(sys.argv[1])
+    theirs = results(sys.argv[2]) if len(sys.argv) > 2 else []
+    if not ours:
+        print("summary: no gpu_bench results (no GPU?)")
+        return 0
+    mlp = {(r["hidden"], r["precision"]): float(r["samples_per_s"]) for k, r in ours if k == "mlp"}
+    torch = {(r["hidden"], r["precision"]): float(r["samples_per_s"])
+             for k, r in theirs if k == "torch"}
+    for kind, r in ours:
+        if kind == "gemm":
+            ratio = float(r["engine_tflops"]) / float(r["cublas_tflops"])
+            print(f"gemm {r['size']}^3 bf16: engine {r['engine_tflops']} TFLOP/s = "
+                  f"{ratio:.2f} of cuBLASLt ({'meets' if ratio >= 0.7 else 'MISSES'} >= 0.70)")
+    for hidden in sorted({h for h, _ in mlp}, key=int):
+        fp32 = mlp.get((hidden, "32-true"))
+        bf16 = mlp.get((hidden, "bf16-mixed"))
+        if fp32 and bf16:
+            x = bf16 / fp32
+            print(f"hidden {hidden}: bf16-mixed / 32-true = {x:.2f}x "
+                  f"({'meets' if x >= 3 else 'MISSES'} >= 3x)")
+        for mode in ("32-true", "bf16-mixed", "16-mixed"):
+            if (hidden, mode) in mlp and (hidden, mode) in torch:
+                x = mlp[(hidden, mode)] / torch[(hidden, mode)]
+                target = " (target >= 1.1x: " + ("meets" if x >= 1.1 else "MISSES") + ")" \
+                    if mode == "bf16-mixed" else ""
+                print(f"hidden {hidden} {mode}: ampd / PyTorch eager AMP = {x:.2f}x{target}")
+    if not torch:
+        print("no PyTorch numbers (not importable): ours/theirs ratios not computed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
