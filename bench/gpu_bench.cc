@@ -115,9 +115,10 @@ double BenchGemm(engine::Backend& gpu, int64_t size) {
     engine_t.push_back(time_engine(10));
   }
   const double cublas = flops / Median(direct) / 1e12, ours = flops / Median(engine_t) / 1e12;
-  std::printf("gemm bf16 %lldx%lldx%lld (x @ W^T): cuBLASLt %.1f TFLOP/s, engine Matmul %.1f "
-              "TFLOP/s, engine/cuBLAS %.3f\n",
-              (long long)m, (long long)n, (long long)k, cublas, ours, ours / cublas);
+  std::printf(
+      "gemm bf16 %lldx%lldx%lld (x @ W^T): cuBLASLt %.1f TFLOP/s, engine Matmul %.1f "
+      "TFLOP/s, engine/cuBLAS %.3f\n",
+      (long long)m, (long long)n, (long long)k, cublas, ours, ours / cublas);
   std::printf("RESULT gemm size=%lld cublas_tflops=%.2f engine_tflops=%.2f\n", (long long)size,
               cublas, ours);
   return cublas;
@@ -146,7 +147,8 @@ int RunBenchmarks(const Options& o) {
   cuda::RegisterCudaBackend();
   absl::StatusOr<engine::Backend*> gpu = engine::BackendFor(engine::Device::kCuda);
   if (!gpu.ok()) {
-    std::printf("SKIPPED gpu_bench: no usable GPU: %s\n", std::string(gpu.status().message()).c_str());
+    std::printf("SKIPPED gpu_bench: no usable GPU: %s\n",
+                std::string(gpu.status().message()).c_str());
     return 0;
   }
   std::string why;
@@ -168,12 +170,13 @@ int RunBenchmarks(const Options& o) {
     return 1;
   }
   const std::vector<std::string> modes = {"32-true", "bf16-mixed", "16-mixed"};
-  std::printf("\nmlp_step: [%lld] -> hidden x2 -> [%lld], batch %lld, AdamW; median of %lld "
-              "rounds of %lld steps\n",
-              (long long)kInput, (long long)kClasses, (long long)o.batch, (long long)o.rounds,
-              (long long)o.steps);
-  std::printf("%-8s %-11s %12s %10s %9s %8s %8s\n", "hidden", "precision", "samples/s",
-              "step ms", "TFLOP/s", "%cuBLAS", "%peak");
+  std::printf(
+      "\nmlp_step: [%lld] -> hidden x2 -> [%lld], batch %lld, AdamW; median of %lld "
+      "rounds of %lld steps\n",
+      (long long)kInput, (long long)kClasses, (long long)o.batch, (long long)o.rounds,
+      (long long)o.steps);
+  std::printf("%-8s %-11s %12s %10s %9s %8s %8s\n", "hidden", "precision", "samples/s", "step ms",
+              "TFLOP/s", "%cuBLAS", "%peak");
   for (int64_t h : o.hidden) {
     const double weights = double(kInput) * h + double(h) * h + double(h) * kClasses;
     const double flops_per_step = 6.0 * o.batch * weights;
@@ -219,10 +222,11 @@ int RunBenchmarks(const Options& o) {
                 bf16 / fp32_rate);
   }
   const cuda::AllocatorStats st = cuda::CudaMemoryStats();
-  std::printf("\ndevice allocator: peak in use %.1f MiB, cached %.1f MiB, %lld cudaMalloc calls, "
-              "%lld cache hits\n",
-              st.peak_in_use_bytes / 1048576.0, st.cached_bytes / 1048576.0,
-              (long long)st.device_allocations, (long long)st.cache_hits);
+  std::printf(
+      "\ndevice allocator: peak in use %.1f MiB, cached %.1f MiB, %lld cudaMalloc calls, "
+      "%lld cache hits\n",
+      st.peak_in_use_bytes / 1048576.0, st.cached_bytes / 1048576.0,
+      (long long)st.device_allocations, (long long)st.cache_hits);
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/explain.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/tensorboard.h"
@@ -871,6 +872,15 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       }
     };
     auto result = trainer.Run(&events, &job->cancel);
+    if (job->resolved.device == engine::Device::kCuda) {
+      const cuda::AllocatorStats mem = cuda::CudaMemoryStats();
+      LogInfo("device memory after the job (process-wide allocator)",
+              {{"job", id},
+               {"peak_in_use_bytes", std::to_string(mem.peak_in_use_bytes)},
+               {"in_use_bytes", std::to_string(mem.in_use_bytes)},
+               {"cached_bytes", std::to_string(mem.cached_bytes)},
+               {"cuda_mallocs", std::to_string(mem.device_allocations)}});
+    }
     if (!result.ok()) return fail(std::string(result.status().message()));
     if (io_error.ok() && result->cancelled) checkpoint();  // on cancel and on shutdown
     if (io_error.ok()) {
