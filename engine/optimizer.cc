@@ -37,6 +37,30 @@ double ScheduledLearningRate(const ScheduleSpec& schedule, double base_lr, int64
   return base_lr * (schedule.min_lr_ratio + (1.0 - schedule.min_lr_ratio) * cosine);
 }
 
+namespace {
+
+Backend::SgdHyper SgdHyperFor(const OptimizerSpec& spec, double lr) {
+  Backend::SgdHyper h;
+  h.lr = static_cast<float>(lr);
+  h.momentum = static_cast<float>(spec.momentum);
+  h.weight_decay = static_cast<float>(spec.weight_decay);
+  h.nesterov = spec.nesterov;
+  return h;
+}
+
+Backend::AdamWHyper AdamWHyperFor(const OptimizerSpec& spec, double lr, int64_t step) {
+  Backend::AdamWHyper h;
+  h.lr = static_cast<float>(lr);
+  h.beta1 = static_cast<float>(spec.beta1);
+  h.beta2 = static_cast<float>(spec.beta2);
+  h.eps = static_cast<float>(spec.eps);
+  h.weight_decay = static_cast<float>(spec.weight_decay);
+  h.step = step;  // the fused step takes it from the device counter instead
+  return h;
+}
+
+}  // namespace
+
 Optimizer::Optimizer(const OptimizerSpec& spec, std::vector<Parameter>* params, bool master_weights)
     : spec_(spec), params_(params), master_(master_weights) {
   for (Parameter& p : *params_) {
@@ -77,20 +101,10 @@ void Optimizer::Step(double lr) {
     if (i >= grads_.size() || !grads_[i].defined()) continue;
     Backend& be = BackendOf(weights_[i]);
     if (spec_.kind == OptimizerSpec::Kind::kSgd) {
-      Backend::SgdHyper h;
-      h.lr = static_cast<float>(lr);
-      h.momentum = static_cast<float>(spec_.momentum);
-      h.weight_decay = static_cast<float>(spec_.weight_decay);
-      h.nesterov = spec_.nesterov;
+      const Backend::SgdHyper h = SgdHyperFor(spec_, lr);
       be.SgdStep(weights_[i], grads_[i], buf1_[i], h, steps_ == 1);
     } else {
-      Backend::AdamWHyper h;
-      h.lr = static_cast<float>(lr);
-      h.beta1 = static_cast<float>(spec_.beta1);
-      h.beta2 = static_cast<float>(spec_.beta2);
-      h.eps = static_cast<float>(spec_.eps);
-      h.weight_decay = static_cast<float>(spec_.weight_decay);
-      h.step = steps_;
+      const Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
       be.AdamWStep(weights_[i], grads_[i], buf1_[i], buf2_[i], h);
     }
     const Tensor& model_copy = (*params_)[i].value;
@@ -115,19 +129,10 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
     const Tensor& model_copy = (*params_)[i].value;
     if (model_copy.impl() != weights_[i].impl()) args.model_copy = model_copy;
     if (spec_.kind == OptimizerSpec::Kind::kSgd) {
-      Backend::SgdHyper h;
-      h.lr = static_cast<float>(lr);
-      h.momentum = static_cast<float>(spec_.momentum);
-      h.weight_decay = static_cast<float>(spec_.weight_decay);
-      h.nesterov = spec_.nesterov;
+      const Backend::SgdHyper h = SgdHyperFor(spec_, lr);
       be.SgdStepFused(weights_[i], grads_[i], buf1_[i], h, steps_ == 1, args);
     } else {
-      Backend::AdamWHyper h;
-      h.lr = static_cast<float>(lr);
-      h.beta1 = static_cast<float>(spec_.beta1);
-      h.beta2 = static_cast<float>(spec_.beta2);
-      h.eps = static_cast<float>(spec_.eps);
-      h.weight_decay = static_cast<float>(spec_.weight_decay);
+      const Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
       args.step = device_step_;
       be.AdamWStepFused(weights_[i], grads_[i], buf1_[i], buf2_[i], h, args);
     }

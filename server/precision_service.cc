@@ -74,7 +74,16 @@ v1::PrecisionProfile BuiltinProfile(const std::string& name) {
   return p;
 }
 
-}  // namespace
+// Every built-in mode, less those computing in bf16 where bf16 is unavailable.
+void AddPrecisionModes(bool bf16_available, v1::DeviceInfo* d) {
+  for (const std::string& mode : engine::BuiltinPrecisionNames()) {
+    const engine::PrecisionConfig c = *engine::ResolvePrecision(mode);
+    const bool uses_bf16 = (c.autocast && c.autocast_dtype == engine::DType::kBF16) ||
+                           c.param_dtype == engine::DType::kBF16;
+    if (uses_bf16 && !bf16_available) continue;
+    d->add_precision_modes(mode);
+  }
+}
 
 v1::DeviceInfo CudaDeviceInfo(const cuda::CudaDeviceInfo& gpu) {
   v1::DeviceInfo d;
@@ -85,13 +94,7 @@ v1::DeviceInfo CudaDeviceInfo(const cuda::CudaDeviceInfo& gpu) {
   d.set_bf16_native(gpu.bf16);
   d.set_f16_native(gpu.major >= 7);
   d.set_fp8_native(gpu.fp8);
-  for (const std::string& mode : engine::BuiltinPrecisionNames()) {
-    const engine::PrecisionConfig c = *engine::ResolvePrecision(mode);
-    const bool uses_bf16 = (c.autocast && c.autocast_dtype == engine::DType::kBF16) ||
-                           c.param_dtype == engine::DType::kBF16;
-    if (uses_bf16 && !gpu.bf16) continue;
-    d.add_precision_modes(mode);
-  }
+  AddPrecisionModes(gpu.bf16, &d);
   d.set_notes(absl::StrCat(
       gpu.multiprocessors,
       " SMs. GEMMs run in cuBLASLt with f32 accumulation; f32 GEMMs keep TF32 off unless "
@@ -99,6 +102,8 @@ v1::DeviceInfo CudaDeviceInfo(const cuda::CudaDeviceInfo& gpu) {
       gpu.fp8 ? " FP8 tensor cores are present (ampd has no FP8 mode yet)." : ""));
   return d;
 }
+
+}  // namespace
 
 v1::DeviceInfo CpuDeviceInfo() {
   const engine::CpuCapabilities& cpu = engine::ProbeCpu();
@@ -108,13 +113,7 @@ v1::DeviceInfo CpuDeviceInfo() {
   d.set_bf16_native(cpu.avx512_bf16);
   d.set_f16_native(false);
   d.set_fp8_native(false);
-  for (const std::string& mode : engine::BuiltinPrecisionNames()) {
-    const engine::PrecisionConfig c = *engine::ResolvePrecision(mode);
-    const bool uses_bf16 = (c.autocast && c.autocast_dtype == engine::DType::kBF16) ||
-                           c.param_dtype == engine::DType::kBF16;
-    if (uses_bf16 && !cpu.bf16_matmul) continue;
-    d.add_precision_modes(mode);
-  }
+  AddPrecisionModes(cpu.bf16_matmul, &d);
   d.set_notes(absl::StrCat(
       cpu.threads,
       " threads. f16 matmul is computed as f16-rounded inputs with f32 "

@@ -705,22 +705,26 @@ int64_t MaxNumel(const TensorList& list) {
   for (int i = 0; i < list.count; ++i) m = std::max(m, list.numel[i]);
   return m;
 }
+
+// The multiplier is 1/scale[0] when scale is given, else factor.
+std::string MultiplyAndCheck(const TensorList& grads, const float* scale, float factor,
+                             float* found_inf, Stream s) {
+  if (grads.count == 0) return "";
+  dim3 grid(std::min(Blocks(MaxNumel(grads)), 1024), grads.count);
+  UnscaleAndCheckKernel<<<grid, kThreads, 0, S(s)>>>(grads, scale, factor, found_inf);
+  return Check("UnscaleAndCheckKernel");
+}
+
 }  // namespace
 
 std::string LaunchUnscaleAndCheck(const TensorList& grads, const float* scale, float* found_inf,
                                   Stream s) {
-  if (grads.count == 0) return "";
-  dim3 grid(std::min(Blocks(MaxNumel(grads)), 1024), grads.count);
-  UnscaleAndCheckKernel<<<grid, kThreads, 0, S(s)>>>(grads, scale, 1.0f, found_inf);
-  return Check("UnscaleAndCheckKernel");
+  return MultiplyAndCheck(grads, scale, 1.0f, found_inf, s);
 }
 
 std::string LaunchMultiplyAndCheck(const TensorList& grads, float factor, float* found_inf,
                                    Stream s) {
-  if (grads.count == 0) return "";
-  dim3 grid(std::min(Blocks(MaxNumel(grads)), 1024), grads.count);
-  UnscaleAndCheckKernel<<<grid, kThreads, 0, S(s)>>>(grads, nullptr, factor, found_inf);
-  return Check("UnscaleAndCheckKernel");
+  return MultiplyAndCheck(grads, nullptr, factor, found_inf, s);
 }
 
 std::string LaunchUpdateScale(float* scale, float* growth_tracker, const float* found_inf,
