@@ -248,7 +248,13 @@ void JobManager::Recover() {
         const v1::MetricsEvent& e = record->events[i];
         if (e.has_step_record() && e.step_record().step() == resume_step) keep = i + 1;
       }
-      if (keep == 0) checkpoint.reset();  // history lost track of it: start over
+      if (keep == 0) {
+        // Checkpoints are written after the history reaches their step, so
+        // this means the store lost events: start over rather than leave a gap.
+        LogWarning("checkpoint step not in the stored history; restarting the job from step 0",
+                   {{"job", id}, {"step", std::to_string(resume_step)}});
+        checkpoint.reset();
+      }
     }
     if (keep == 0) {
       while (keep < record->events.size() && record->events[keep].step() == 0) ++keep;
@@ -803,6 +809,14 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     int64_t last_checkpoint_step = trainer.steps_done();
     auto checkpoint = [&]() {
       if (!io_error.ok() || trainer.steps_done() == last_checkpoint_step) return;
+      if (options_.store != nullptr) {
+        // The stored history must reach the checkpoint's step before the
+        // checkpoint exists, or a crash in between would leave a checkpoint a
+        // restart cannot line up with the history (it would start over).
+        // The step's record was appended before this callback ran.
+        std::lock_guard<std::mutex> persist(persist_mu_);
+        FlushLocked();
+      }
       absl::Status s = engine::io::WriteCheckpoint(CheckpointDir(id), trainer.SaveState(),
                                                    options_.keep_checkpoints);
       if (!s.ok()) {
@@ -812,12 +826,6 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       }
       last_checkpoint = std::chrono::steady_clock::now();
       last_checkpoint_step = trainer.steps_done();
-      if (options_.store != nullptr) {
-        // The history must reach the checkpoint's step, or a restart could
-        // not line the two up (and would start over).
-        std::lock_guard<std::mutex> persist(persist_mu_);
-        FlushLocked();
-      }
     };
     TrainerEvents events([&](v1::MetricsEvent e) {
       {

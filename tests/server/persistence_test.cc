@@ -157,27 +157,32 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
   {
     Client c(*first);
     v1::Job queued_behind;  // a second job, queued when the server dies
-    name = c.Create(spec).name();
+    const v1::Job created = c.Create(spec);
+    name = created.name();
     queued_behind = c.Create(TinyJobJson(5));
-    // Let it get well into training, then kill -9 (no chance to clean up).
+    // Let it get well into training, then kill -9 (no chance to clean up) the
+    // moment the step-300 checkpoint is complete (its checksum sidecar, written
+    // last, appears): the narrowest window there is between a checkpoint and
+    // the stored history it must line up with.
+    const std::string third_checkpoint =
+        data_dir + "/checkpoints/" + created.id() + "/step-00000300.safetensors.sha256";
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    v1::Job job;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (c.Get(name, &job).ok() && job.progress().step() >= 300) break;
-      std::this_thread::sleep_for(milliseconds(2));
+    while (std::chrono::steady_clock::now() < deadline &&
+           !std::filesystem::exists(third_checkpoint)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    ASSERT_EQ(job.state(), v1::RUNNING);
-    ASSERT_LT(job.progress().step(), 1500) << "the job finished before it could be killed";
     first->Kill();
+    ASSERT_TRUE(std::filesystem::exists(third_checkpoint));
 
     AmpdProcess second({"--checkpoint_every_steps=100"}, data_dir);
     ASSERT_TRUE(second.ok()) << second.log();
     EXPECT_NE(second.log().find("\"requeued\":\"1\""), std::string::npos) << second.log();
+    // It continued from a checkpoint, not from step 0 (logged while recovering, before
+    // "listening"; a checkpoint is only written once the stored history reaches its step, so
+    // the kill cannot leave one that recovery must discard).
+    EXPECT_NE(second.log().find("resuming from checkpoint"), std::string::npos) << second.log();
     Client c2(second);
     v1::Job resumed = c2.WaitFor(name, v1::SUCCEEDED);
-    // It continued from a checkpoint, not from step 0. The worker logs this when it picks the
-    // job up, which may be after "listening", so look only once the job is done.
-    EXPECT_NE(second.log().find("resuming from checkpoint"), std::string::npos) << second.log();
     EXPECT_EQ(resumed.progress().step(), 1500);
     int duplicates = -1;
     v1::JobState final = v1::JOB_STATE_UNSPECIFIED;
