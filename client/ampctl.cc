@@ -112,11 +112,12 @@ int Submit(Context& ctx, const Args& args) {
         "ampctl-" + std::to_string(getpid()) + "-" +
         std::to_string(std::chrono::system_clock::now().time_since_epoch().count()));
   }
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
   v1::Job job;
-  grpc::Status status = ctx.training->CreateJob(&call, request, &job);
-  if (!status.ok()) return ReportRpcError(ctx, "submit " + args.positional[0], status);
+  if (int rc = CallUnary(ctx, "submit " + args.positional[0], ctx.training.get(),
+                         &v1::TrainingService::Stub::CreateJob, request, &job);
+      rc != kExitOk) {
+    return rc;
+  }
   if (ctx.options.output == OutputFormat::kJson && !args.Has("watch")) {
     std::printf("%s\n", ToJson(job).c_str());
   } else if (ctx.options.output != OutputFormat::kJson) {
@@ -141,13 +142,14 @@ int Watch(Context& ctx, const Args& args) {
 }
 
 int Get(Context& ctx, const Args& args) {
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
   v1::GetJobRequest request;
   request.set_name(args.positional[0]);
   v1::Job job;
-  grpc::Status status = ctx.training->GetJob(&call, request, &job);
-  if (!status.ok()) return ReportRpcError(ctx, "get " + args.positional[0], status);
+  if (int rc = CallUnary(ctx, "get " + args.positional[0], ctx.training.get(),
+                         &v1::TrainingService::Stub::GetJob, request, &job);
+      rc != kExitOk) {
+    return rc;
+  }
   PrintJob(ctx, job);
   return kExitOk;
 }
@@ -168,11 +170,12 @@ int List(Context& ctx, const Args& args) {
   }
   std::vector<v1::Job> jobs;
   do {
-    grpc::ClientContext call;
-    ctx.SetDeadline(&call);
     v1::ListJobsResponse response;
-    grpc::Status status = ctx.training->ListJobs(&call, request, &response);
-    if (!status.ok()) return ReportRpcError(ctx, "list", status);
+    if (int rc = CallUnary(ctx, "list", ctx.training.get(), &v1::TrainingService::Stub::ListJobs,
+                           request, &response);
+        rc != kExitOk) {
+      return rc;
+    }
     jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
     request.set_page_token(response.next_page_token());
   } while (!request.page_token().empty());
@@ -189,13 +192,14 @@ int List(Context& ctx, const Args& args) {
 }
 
 int Cancel(Context& ctx, const Args& args) {
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
   v1::CancelJobRequest request;
   request.set_name(args.positional[0]);
   v1::Job job;
-  grpc::Status status = ctx.training->CancelJob(&call, request, &job);
-  if (!status.ok()) return ReportRpcError(ctx, "cancel " + args.positional[0], status);
+  if (int rc = CallUnary(ctx, "cancel " + args.positional[0], ctx.training.get(),
+                         &v1::TrainingService::Stub::CancelJob, request, &job);
+      rc != kExitOk) {
+    return rc;
+  }
   if (ctx.options.output == OutputFormat::kJson) {
     std::printf("%s\n", ToJson(job).c_str());
   } else {
@@ -205,13 +209,14 @@ int Cancel(Context& ctx, const Args& args) {
 }
 
 int Delete(Context& ctx, const Args& args) {
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
   v1::DeleteJobRequest request;
   request.set_name(args.positional[0]);
   google::protobuf::Empty empty;
-  grpc::Status status = ctx.training->DeleteJob(&call, request, &empty);
-  if (!status.ok()) return ReportRpcError(ctx, "delete " + args.positional[0], status);
+  if (int rc = CallUnary(ctx, "delete " + args.positional[0], ctx.training.get(),
+                         &v1::TrainingService::Stub::DeleteJob, request, &empty);
+      rc != kExitOk) {
+    return rc;
+  }
   if (ctx.options.output == OutputFormat::kJson) {
     std::printf("{}\n");
   } else {
@@ -225,11 +230,13 @@ std::string DTypeName(int d) {
 }
 
 int PrecisionCaps(Context& ctx, const Args&) {
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
   v1::Capabilities caps;
-  grpc::Status status = ctx.precision->GetCapabilities(&call, v1::GetCapabilitiesRequest(), &caps);
-  if (!status.ok()) return ReportRpcError(ctx, "precision caps", status);
+  if (int rc = CallUnary(ctx, "precision caps", ctx.precision.get(),
+                         &v1::PrecisionService::Stub::GetCapabilities, v1::GetCapabilitiesRequest(),
+                         &caps);
+      rc != kExitOk) {
+    return rc;
+  }
   if (ctx.options.output == OutputFormat::kJson) {
     std::printf("%s\n", ToJson(caps).c_str());
     return kExitOk;
@@ -265,11 +272,12 @@ int PrecisionExplain(Context& ctx, const Args& args) {
     *request.mutable_precision() = spec.precision();
   }
   if (spec.training().has_batch_size()) request.set_batch_size(spec.training().batch_size());
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
   v1::ExplainPrecisionResponse response;
-  grpc::Status status = ctx.precision->ExplainPrecision(&call, request, &response);
-  if (!status.ok()) return ReportRpcError(ctx, "precision explain " + args.positional[0], status);
+  if (int rc = CallUnary(ctx, "precision explain " + args.positional[0], ctx.precision.get(),
+                         &v1::PrecisionService::Stub::ExplainPrecision, request, &response);
+      rc != kExitOk) {
+    return rc;
+  }
   if (ctx.options.output == OutputFormat::kJson) {
     std::printf("%s\n", ToJson(response).c_str());
     return kExitOk;
@@ -300,11 +308,13 @@ int PrecisionExplain(Context& ctx, const Args& args) {
 int PrecisionProfiles(Context& ctx, const Args& args) {
   const std::string verb = args.positional.size() > 1 ? args.positional[1] : "list";
   if (verb == "list") {
-    grpc::ClientContext call;
-    ctx.SetDeadline(&call);
     v1::ListProfilesResponse response;
-    grpc::Status status = ctx.precision->ListProfiles(&call, v1::ListProfilesRequest(), &response);
-    if (!status.ok()) return ReportRpcError(ctx, "precision profiles", status);
+    if (int rc = CallUnary(ctx, "precision profiles", ctx.precision.get(),
+                           &v1::PrecisionService::Stub::ListProfiles, v1::ListProfilesRequest(),
+                           &response);
+        rc != kExitOk) {
+      return rc;
+    }
     if (ctx.options.output == OutputFormat::kJson) {
       std::printf("%s\n", ToJson(response).c_str());
       return kExitOk;
@@ -316,13 +326,14 @@ int PrecisionProfiles(Context& ctx, const Args& args) {
     return kExitOk;
   }
   if (verb == "get" && args.positional.size() == 3) {
-    grpc::ClientContext call;
-    ctx.SetDeadline(&call);
     v1::GetProfileRequest request;
     request.set_name(args.positional[2]);
     v1::PrecisionProfile profile;
-    grpc::Status status = ctx.precision->GetProfile(&call, request, &profile);
-    if (!status.ok()) return ReportRpcError(ctx, "precision profiles get", status);
+    if (int rc = CallUnary(ctx, "precision profiles get", ctx.precision.get(),
+                           &v1::PrecisionService::Stub::GetProfile, request, &profile);
+        rc != kExitOk) {
+      return rc;
+    }
     std::printf("%s\n", ToJson(profile).c_str());
     return kExitOk;
   }
@@ -335,22 +346,24 @@ int PrecisionProfiles(Context& ctx, const Args& args) {
       return kExitUsage;
     }
     request.mutable_profile()->set_description(args.Get("description"));
-    grpc::ClientContext call;
-    ctx.SetDeadline(&call);
     v1::PrecisionProfile profile;
-    grpc::Status status = ctx.precision->CreateProfile(&call, request, &profile);
-    if (!status.ok()) return ReportRpcError(ctx, "precision profiles create", status);
+    if (int rc = CallUnary(ctx, "precision profiles create", ctx.precision.get(),
+                           &v1::PrecisionService::Stub::CreateProfile, request, &profile);
+        rc != kExitOk) {
+      return rc;
+    }
     std::printf("created %s\n", profile.name().c_str());
     return kExitOk;
   }
   if (verb == "delete" && args.positional.size() == 3) {
-    grpc::ClientContext call;
-    ctx.SetDeadline(&call);
     v1::DeleteProfileRequest request;
     request.set_name(args.positional[2]);
     google::protobuf::Empty empty;
-    grpc::Status status = ctx.precision->DeleteProfile(&call, request, &empty);
-    if (!status.ok()) return ReportRpcError(ctx, "precision profiles delete", status);
+    if (int rc = CallUnary(ctx, "precision profiles delete", ctx.precision.get(),
+                           &v1::PrecisionService::Stub::DeleteProfile, request, &empty);
+        rc != kExitOk) {
+      return rc;
+    }
     std::printf("deleted %s\n", args.positional[2].c_str());
     return kExitOk;
   }
@@ -359,13 +372,14 @@ int PrecisionProfiles(Context& ctx, const Args& args) {
 }
 
 int Artifacts(Context& ctx, const Args& args) {
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
   v1::ListArtifactsRequest request;
   request.set_job(args.positional[0]);
   v1::ListArtifactsResponse response;
-  grpc::Status status = ctx.artifacts->ListArtifacts(&call, request, &response);
-  if (!status.ok()) return ReportRpcError(ctx, "artifacts " + args.positional[0], status);
+  if (int rc = CallUnary(ctx, "artifacts " + args.positional[0], ctx.artifacts.get(),
+                         &v1::ArtifactService::Stub::ListArtifacts, request, &response);
+      rc != kExitOk) {
+    return rc;
+  }
   if (ctx.options.output == OutputFormat::kJson) {
     std::printf("%s\n", ToJson(response).c_str());
     return kExitOk;

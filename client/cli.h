@@ -50,6 +50,18 @@ struct Context {
 // unreachable servers get a hint. Returns the exit code to use.
 int ReportRpcError(const Context& ctx, const std::string& what, const grpc::Status& status);
 
+// One unary call with the deadline and credentials: kExitOk, or the error
+// reported (ReportRpcError, as "WHAT: CODE: ...") and its exit code.
+template <typename Stub, typename Request, typename Response>
+int CallUnary(const Context& ctx, const std::string& what, Stub* stub,
+              grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+              const Request& request, Response* response) {
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  const grpc::Status status = (stub->*method)(&call, request, response);
+  return status.ok() ? kExitOk : ReportRpcError(ctx, what, status);
+}
+
 // Proto3 JSON of a message, pretty or single-line.
 std::string ToJson(const google::protobuf::Message& m, bool pretty = true);
 // Reads a job spec file (proto3 JSON of ampd.v1.JobSpec). On error returns
