@@ -15,6 +15,7 @@
 #include "engine/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/fake_device_backend.h"
+#include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
 namespace {
@@ -28,18 +29,7 @@ testing::FakeDeviceBackend& Fake() {
   return *fake;
 }
 
-const Dataset& Data() {
-  static const Dataset* data = [] {
-    SyntheticSpec spec;
-    spec.num_examples = 512;
-    spec.feature_dim = 24;
-    spec.num_classes = 5;
-    spec.seed = 9;
-    absl::StatusOr<Dataset> d = MakeSyntheticDataset(spec);
-    return new Dataset(d.ok() ? *std::move(d) : Dataset());
-  }();
-  return *data;
-}
+const Dataset& Data() { return testing::SyntheticData(512, 24, 5, 9); }
 
 TrainerConfig Config(const std::string& precision, OptimizerSpec::Kind kind, Device device) {
   TrainerConfig c;

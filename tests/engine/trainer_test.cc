@@ -16,22 +16,12 @@
 #include "engine/half.h"
 #include "engine/precision.h"
 #include "gtest/gtest.h"
+#include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
 namespace {
 
-const Dataset& Data() {
-  static const Dataset* data = [] {
-    SyntheticSpec spec;
-    spec.num_examples = 1024;
-    spec.feature_dim = 32;
-    spec.num_classes = 4;
-    spec.seed = 5;
-    absl::StatusOr<Dataset> d = MakeSyntheticDataset(spec);
-    return new Dataset(d.ok() ? *std::move(d) : Dataset());
-  }();
-  return *data;
-}
+const Dataset& Data() { return testing::SyntheticData(1024, 32, 4, 5); }
 
 TrainerConfig Config(const std::string& precision, uint64_t seed = 1) {
   TrainerConfig c;

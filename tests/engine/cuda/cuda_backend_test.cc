@@ -26,6 +26,7 @@
 #include "engine/precision.h"
 #include "engine/trainer.h"
 #include "gtest/gtest.h"
+#include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
 namespace {
@@ -456,18 +457,7 @@ TEST_F(CudaBackendTest, ErrorsBecomeStatusesAndTheNextJobStartsClean) {
   EXPECT_TRUE(gpu_->Health().ok());
 }
 
-const Dataset& Data() {
-  static const Dataset* data = [] {
-    SyntheticSpec spec;
-    spec.num_examples = 4096;
-    spec.feature_dim = 64;
-    spec.num_classes = 10;
-    spec.seed = 11;
-    absl::StatusOr<Dataset> d = MakeSyntheticDataset(spec);
-    return new Dataset(d.ok() ? *std::move(d) : Dataset());
-  }();
-  return *data;
-}
+const Dataset& Data() { return testing::SyntheticData(4096, 64, 10, 11); }
 
 TrainerConfig Config(const std::string& precision, Device device) {
   TrainerConfig c;

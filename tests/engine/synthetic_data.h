@@ -1,0 +1,33 @@
+#ifndef AMPD_TESTS_ENGINE_SYNTHETIC_DATA_H_
+#define AMPD_TESTS_ENGINE_SYNTHETIC_DATA_H_
+
+// A synthetic dataset built once per test program (tests share it read-only).
+
+#include <cstdlib>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "engine/data/dataset.h"
+
+namespace ampd::engine::testing {
+
+// The first call's arguments decide the dataset; a failure aborts the test
+// program, since every test using the data would fail anyway.
+inline const Dataset& SyntheticData(int64_t examples, int64_t feature_dim, int classes,
+                                    uint64_t seed) {
+  static const Dataset* data = [&] {
+    SyntheticSpec spec;
+    spec.num_examples = examples;
+    spec.feature_dim = feature_dim;
+    spec.num_classes = classes;
+    spec.seed = seed;
+    absl::StatusOr<Dataset> d = MakeSyntheticDataset(spec);
+    if (!d.ok()) std::abort();
+    return new Dataset(*std::move(d));
+  }();
+  return *data;
+}
+
+}  // namespace ampd::engine::testing
+
+#endif  // AMPD_TESTS_ENGINE_SYNTHETIC_DATA_H_
