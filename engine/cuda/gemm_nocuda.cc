@@ -1,0 +1,21 @@
+// Builds without CUDA: the GEMM runner exists (tests and the GPU benchmark
+// link it) but only reports why it cannot run.
+#include "engine/cuda/gemm.h"
+
+namespace ampd::cuda {
+
+struct GemmRunner::State {};
+
+GemmRunner& GemmRunner::ForThisThread() {
+  static thread_local GemmRunner runner;
+  return runner;
+}
+
+GemmRunner::GemmRunner() : state_(new State) {}
+GemmRunner::~GemmRunner() { delete state_; }
+
+std::string GemmRunner::Run(const GemmArgs&, void*) { return "ampd was built without CUDA"; }
+
+int GemmRunner::cached_plans() const { return 0; }
+
+}  // namespace ampd::cuda
