@@ -3,8 +3,8 @@
 
 // A synthetic dataset built once per test program (tests share it read-only).
 
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 
 #include "absl/status/statusor.h"
 #include "engine/data/dataset.h"

@@ -48,7 +48,9 @@ class Client {
     req.set_name(name);
     return training_->GetJob(&ctx, req, job);
   }
-  v1::Job WaitFor(const std::string& name, v1::JobState state, int timeout_ms = 60000) {
+  // Generous: these machines are shared, and a loaded one trains slowly; a
+  // wait that succeeds returns as soon as the state is reached.
+  v1::Job WaitFor(const std::string& name, v1::JobState state, int timeout_ms = 240000) {
     const auto deadline = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
     v1::Job job;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -166,7 +168,7 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
     // the stored history it must line up with.
     const std::string third_checkpoint =
         data_dir + "/checkpoints/" + created.id() + "/step-00000300.safetensors.sha256";
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
     while (std::chrono::steady_clock::now() < deadline &&
            !std::filesystem::exists(third_checkpoint)) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -205,14 +207,14 @@ TEST(PersistenceTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
   ASSERT_TRUE(first->ok());
   const std::string data_dir = first->data_dir();
   Client c(*first);
-  v1::Job job = c.Create(TinyJobJson(3000, "32-true", 5));
+  v1::Job job = c.Create(TinyJobJson(1000, "32-true", 5));
   v1::Job now;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
   while (std::chrono::steady_clock::now() < deadline) {
     if (c.Get(job.name(), &now).ok() && now.progress().step() >= 450) break;
     std::this_thread::sleep_for(milliseconds(2));
   }
-  ASSERT_LT(now.progress().step(), 3000);
+  ASSERT_LT(now.progress().step(), 1000);
   first->Kill();
   // Corrupt the newest checkpoint (one flipped byte in its data).
   const std::string dir = data_dir + "/checkpoints/" + job.id();
@@ -241,7 +243,7 @@ TEST(PersistenceTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
   EXPECT_EQ(c2.WaitFor(job.name(), v1::SUCCEEDED).state(), v1::SUCCEEDED);
   int duplicates = -1;
   v1::JobState final;
-  EXPECT_EQ(c2.Losses(job.name(), &duplicates, &final).size(), 3000u);
+  EXPECT_EQ(c2.Losses(job.name(), &duplicates, &final).size(), 1000u);
   EXPECT_EQ(duplicates, 0);
 }
 

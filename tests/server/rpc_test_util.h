@@ -34,7 +34,7 @@ void CancelJob(ampd::v1::TrainingService::Stub* stub, const std::string& name);
 // returns the last job seen either way).
 ampd::v1::Job WaitForState(ampd::v1::TrainingService::Stub* stub, const std::string& name,
                            const std::set<ampd::v1::JobState>& states,
-                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                           std::chrono::milliseconds timeout = std::chrono::seconds(180));
 
 // Nanoseconds since the epoch of a job's RUNNING transition (-1 if none).
 int64_t RunningSinceNanos(const ampd::v1::Job& job);

@@ -83,7 +83,7 @@ class TrainingServiceTest : public ::testing::Test {
     return job;
   }
 
-  v1::Job WaitFor(const std::string& name, std::set<v1::JobState> states, int timeout_ms = 60000) {
+  v1::Job WaitFor(const std::string& name, std::set<v1::JobState> states, int timeout_ms = 180000) {
     const auto deadline = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
     v1::Job job;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -327,7 +327,7 @@ TEST_F(TrainingServiceTest, AStalledSubscriberNeverSlowsTrainingAndCatchesUpFrom
   v1::MetricsEvent first;
   ASSERT_TRUE(reader->Read(&first));
   // The subscriber stops reading; training must still finish on its own.
-  v1::Job done = WaitFor(job.name(), {v1::SUCCEEDED}, 60000);
+  v1::Job done = WaitFor(job.name(), {v1::SUCCEEDED}, 180000);
   ASSERT_EQ(done.state(), v1::SUCCEEDED);
   std::vector<int64_t> steps;
   v1::MetricsEvent e;
