@@ -243,13 +243,16 @@ TEST_F(TrainingServiceTest, CancelWhileQueuedAndWhileRunning) {
   ASSERT_TRUE(stub_->CancelJob(&c1, req, &after).ok());
   EXPECT_EQ(after.state(), v1::CANCELLED);
 
-  const auto start = std::chrono::steady_clock::now();
   grpc::ClientContext c2;
   req.set_name(running.name());
   ASSERT_TRUE(stub_->CancelJob(&c2, req, &after).ok());
   EXPECT_TRUE(after.state() == v1::CANCELLING || after.state() == v1::CANCELLED);
-  v1::Job cancelled = WaitFor(running.name(), {v1::CANCELLED}, 5000);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  v1::Job cancelled = WaitFor(running.name(), {v1::CANCELLED}, 60000);
+  // It stops within one step of the request (counted in steps, not seconds:
+  // a loaded machine makes every step slow). The step the cancel saw may
+  // still have been finishing.
+  EXPECT_LE(cancelled.progress().step(), after.progress().step() + 2)
+      << "cancel seen at step " << after.progress().step();
   EXPECT_LT(cancelled.progress().step(), 1000000);
   EXPECT_EQ(cancelled.failure_reason(), "cancelled by request");
 
@@ -413,6 +416,10 @@ TEST_F(TrainingServiceTest, QueueLimitAndHeartbeatsWhileQueued) {
 }
 
 TEST_F(TrainingServiceTest, SigtermDrainsGracefully) {
+  // A long grace period: stopping must not wait it out once every stream has
+  // ended (gRPC 1.51 would hold Shutdown to its deadline for idle connections).
+  server_->Stop();
+  Start({"--shutdown_grace_ms=60000"});
   v1::Job running = Create(TinyJobJson(1000000));
   WaitFor(running.name(), {v1::RUNNING});
   v1::Job queued = Create(TinyJobJson(5));
@@ -440,7 +447,8 @@ TEST_F(TrainingServiceTest, SigtermDrainsGracefully) {
   EXPECT_EQ(events.back().state().state(), v1::QUEUED);
   const auto stop_start = std::chrono::steady_clock::now();
   EXPECT_EQ(server_->Stop(), 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - stop_start, std::chrono::seconds(3))
+  // Far below the 60 s grace period, with room for a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_start, std::chrono::seconds(20))
       << server_->log();
   EXPECT_NE(server_->log().find("\"msg\":\"stopped\""), std::string::npos) << server_->log();
 }
