@@ -126,7 +126,7 @@ Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Datase
     amp_.found_inf = Tensor::Zeros({1}, DType::kF32, config.device);
     scale_used_ = Tensor::Zeros({1}, DType::kF32, config.device);
     sum_sq_ = Tensor::Zeros({1}, DType::kF32, config.device);
-    loss_sum_ = Tensor::Zeros({}, DType::kF32, config.device);
+    loss_sum_ = Tensor::Zeros({}, DType::kF64, config.device);  // summed in f64, as on the CPU
     PushScalerStateToDevice();
   }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, &model_->parameters(),
@@ -150,6 +150,21 @@ void Trainer::PushScalerStateToDevice() {
   device_backend_->Fill(amp_.growth_tracker, static_cast<double>(scaler_.growth_tracker()));
 }
 
+// The batch's features on the device, copied straight from the batch (no
+// intermediate host tensor).
+Tensor Trainer::UploadBatch(const Batch& batch) {
+  auto view = std::make_shared<TensorImpl>();
+  view->shape = {batch.size, train_->feature_dim};
+  view->dtype = DType::kF32;
+  view->numel = batch.size * train_->feature_dim;
+  // Borrowed for the duration of CopyInto only: no ownership.
+  view->data = std::shared_ptr<uint8_t[]>(
+      reinterpret_cast<uint8_t*>(const_cast<float*>(batch.features.data())), [](uint8_t*) {});
+  Tensor x = device_backend_->Allocate(view->shape, DType::kF32, /*zero=*/false);
+  device_backend_->CopyInto(x, Tensor(std::move(view)));
+  return x;
+}
+
 StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   const auto start = std::chrono::steady_clock::now();
   const TrainingSpec& t = config_.training;
@@ -158,9 +173,16 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   optimizer_->ZeroGrad();
   be.Fill(loss_sum_, 0.0);
   for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
-    batcher_.Next(&batch_);
-    Tensor x =
-        Tensor::FromVector(batch_.features, {batch_.size, train_->feature_dim}).To(config_.device);
+    Tensor x;
+    if (micro == 0 && has_next_) {
+      std::swap(batch_, next_batch_);
+      x = next_x_;
+      next_x_ = Tensor();
+      has_next_ = false;
+    } else {
+      batcher_.Next(&batch_);
+      x = UploadBatch(batch_);
+    }
     Tensor loss;
     {
       AutocastScope region(RegionFor(config_.precision));
@@ -203,6 +225,13 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
     be.UpdateScaleOnDevice(amp_, u);
   }
   ++step_;
+  const int64_t epoch = batcher_.position().epoch;
+  if (step_ < total_steps_) {
+    position_before_next_ = batcher_.position();
+    batcher_.Next(&next_batch_);
+    next_x_ = UploadBatch(next_batch_);
+    has_next_ = true;
+  }
   // The one host wait of the step.
   const std::vector<double> v = be.ReadScalars(
       {loss_sum_, amp_.found_inf, scale_used_, amp_.scale, amp_.growth_tracker, sum_sq_});
@@ -222,7 +251,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   m.step = step_;
   m.total_steps = total_steps_;
-  m.epoch = batcher_.position().epoch;
+  m.epoch = epoch;
   m.loss = v[0] / t.grad_accumulation;
   m.skipped = skip;
   m.grad_norm = std::sqrt(v[5]);
@@ -331,7 +360,7 @@ TrainerState Trainer::SaveState() const {
   TrainerState state;
   state.step = step_;
   state.skipped_total = skipped_total_;
-  state.data_position = batcher_.position();
+  state.data_position = has_next_ ? position_before_next_ : batcher_.position();
   state.scaler = scaler_.state();
   state.optimizer_steps = optimizer_->steps_taken();
   for (const Parameter& p : model_->parameters()) {
@@ -372,6 +401,8 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
   scaler_.LoadState(state.scaler);
   PushScalerStateToDevice();
   batcher_.Seek(state.data_position);
+  has_next_ = false;  // a prefetched batch belongs to the old position
+  next_x_ = Tensor();
   step_ = state.step;
   skipped_total_ = state.skipped_total;
   return absl::OkStatus();

@@ -140,6 +140,7 @@ class Trainer {
   // the device, and the host reads one batch of scalars at the end.
   StepMetrics DeviceStep(TrainerCallbacks* callbacks);
   void PushScalerStateToDevice();
+  Tensor UploadBatch(const Batch& batch);
 
   TrainerConfig config_;
   const Dataset* train_;
@@ -152,6 +153,13 @@ class Trainer {
   Backend* device_backend_ = nullptr;  // null on the CPU
   DeviceAmpState amp_;                 // device path: scale, growth tracker, found_inf
   Tensor scale_used_, sum_sq_, loss_sum_;
+  // Device path: the next step's first batch, uploaded before this step's
+  // closing read so the copy overlaps the device's work. Checkpoints record
+  // the position from before it was taken.
+  bool has_next_ = false;
+  Batch next_batch_;
+  Tensor next_x_;
+  Batcher::Position position_before_next_;
   int64_t total_steps_ = 0;
   int64_t step_ = 0;
   int64_t skipped_total_ = 0;

@@ -84,6 +84,7 @@ void ExpectSameRun(const TrainRun& cpu, const TrainRun& dev) {
     EXPECT_EQ(cpu.steps[i].loss_scale, dev.steps[i].loss_scale);
     EXPECT_EQ(cpu.steps[i].skipped, dev.steps[i].skipped);
     EXPECT_EQ(cpu.steps[i].lr, dev.steps[i].lr);
+    EXPECT_EQ(cpu.steps[i].epoch, dev.steps[i].epoch);
     // The device keeps the sum of squares in f32: equal to rounding, and
     // non-finite on the same steps.
     const double a = cpu.steps[i].grad_norm, b = dev.steps[i].grad_norm;
@@ -144,6 +145,29 @@ TEST(DevicePath, SkippedStepsAreDecidedOnTheDeviceAndMatchTheCpu) {
   ASSERT_GE(cpu.skips.size(), 5u);
   ExpectSameRun(cpu, dev);
   EXPECT_FALSE(dev.skips[0].first_parameter.empty());
+}
+
+TEST(DevicePath, GradientAccumulationAndClippingMatchTheCpu) {
+  Fake();
+  // The next step's first micro-batch is prefetched; the others are not.
+  auto config = [](Device d) {
+    TrainerConfig c = Config("bf16-mixed", OptimizerSpec::Kind::kAdamW, d);
+    c.training.grad_accumulation = 3;
+    return c;
+  };
+  ExpectSameRun(Train(config(Device::kCpu), 12), Train(config(Device::kCuda), 12));
+  // Clipping reads the norm on the device path (f32 there, f64 on the CPU), so
+  // the runs agree closely rather than bit for bit.
+  auto clipped = [](Device d) {
+    TrainerConfig c = Config("32-true", OptimizerSpec::Kind::kSgd, d);
+    c.training.clip_norm = 0.05;
+    return c;
+  };
+  TrainRun cpu = Train(clipped(Device::kCpu), 20), dev = Train(clipped(Device::kCuda), 20);
+  ASSERT_EQ(cpu.steps.size(), dev.steps.size());
+  for (size_t i = 0; i < cpu.steps.size(); ++i) {
+    EXPECT_NEAR(cpu.steps[i].loss, dev.steps[i].loss, 1e-5) << "step " << i + 1;
+  }
 }
 
 TEST(DevicePath, OneHostReadPerStepAndTheFusedKernels) {
