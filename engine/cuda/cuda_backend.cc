@@ -45,6 +45,9 @@ struct ThreadContext {
   size_t readback_bytes = 0;
   bool allow_tf32 = false;
   bool initialised = false;
+  // The last labels uploaded: a step's loss and its backward use the same.
+  std::vector<int32_t> labels;
+  Tensor labels_on_device;
 };
 
 class CudaBackend final : public Backend {
@@ -71,7 +74,11 @@ class CudaBackend final : public Backend {
     // sticky; a sticky one will show up again at the first call). Threads that
     // only ask (RPC handlers) get no stream.
     ThreadContext& c = RawCtx();
-    if (c.initialised) c.error = absl::OkStatus();
+    if (c.initialised) {
+      c.error = absl::OkStatus();
+      c.labels.clear();
+      c.labels_on_device = Tensor();
+    }
     return absl::OkStatus();
   }
 
@@ -542,9 +549,15 @@ class CudaBackend final : public Backend {
   }
 
   Tensor UploadLabels(const std::vector<int32_t>& labels) {
+    ThreadContext& c = Ctx();
+    if (c.labels_on_device.defined() && c.labels == labels) return c.labels_on_device;
     // Stored as f32-sized elements: an int32 tensor type is not needed elsewhere.
     Tensor t = Allocate({static_cast<int64_t>(labels.size())}, DType::kF32, false);
     Upload(t.raw(), labels.data(), labels.size() * sizeof(int32_t));
+    if (Ok()) {
+      c.labels = labels;
+      c.labels_on_device = t;  // read-only to every kernel, so safe to share
+    }
     return t;
   }
 
