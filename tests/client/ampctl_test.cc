@@ -12,6 +12,8 @@
 
 #include "ampd/v1/artifact_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
+#include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/client/tcp_proxy.h"
@@ -316,6 +318,25 @@ TEST_F(AmpctlTest, PrecisionCommands) {
   Result profiles = Ampctl({server_flag_, "precision", "profiles"});
   EXPECT_EQ(profiles.code, 0);
   EXPECT_NE(profiles.out.find("profiles/O2"), std::string::npos) << profiles.out;
+}
+
+TEST_F(AmpctlTest, AGpuJobWithoutAGpuIsRefusedWithTheReason) {
+  cuda::RegisterCudaBackend();
+  if (engine::BackendFor(engine::Device::kCuda).ok()) {
+    GTEST_SKIP() << "this machine has a usable GPU: the job would be accepted";
+  }
+  Result r = Ampctl({server_flag_, "submit", Runfile("examples/fashion_mlp_bf16_cuda.json")});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("FAILED_PRECONDITION"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("spec.device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("CUDA"), std::string::npos) << r.err;
+  // Nothing was queued.
+  Result list = Ampctl({server_flag_, "list"});
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_EQ(list.out.find("GPU"), std::string::npos) << list.out;
+  // The capabilities say why there is no CUDA device.
+  Result caps = Ampctl({server_flag_, "precision", "caps"});
+  EXPECT_NE(caps.out.find("unavailable: "), std::string::npos) << caps.out;
 }
 
 // A server with --tokens_file: ampctl sends --token (or $AMPD_TOKEN) as a

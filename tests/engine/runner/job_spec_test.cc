@@ -136,13 +136,19 @@ TEST(JobSpecTest, SyntheticDataFillsModelShapeAndHasATestSplit) {
 }
 
 TEST(JobSpecTest, ExamplesInTheRepositoryAreValid) {
-  for (const char* name : {"fashion_mlp_fp32.json", "fashion_mlp_bf16.json",
-                           "fashion_mlp_fp16.json", "fashion_mlp_custom_precision.json"}) {
+  for (const char* name :
+       {"fashion_mlp_fp32.json", "fashion_mlp_bf16.json", "fashion_mlp_fp16.json",
+        "fashion_mlp_custom_precision.json", "fashion_mlp_bf16_cuda.json"}) {
     auto spec = ReadJobSpecFile(std::string("examples/") + name);
     ASSERT_TRUE(spec.ok()) << spec.status();
     auto job = ResolveJobSpec(*spec, {});
     EXPECT_TRUE(job.ok()) << name << ": " << job.status();
   }
+  // The GPU example asks for CUDA; everything else about it is the CPU's.
+  auto cuda = ResolveJobSpec(*ReadJobSpecFile("examples/fashion_mlp_bf16_cuda.json"), {});
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_EQ(cuda->device, Device::kCuda);
+  EXPECT_EQ(cuda->config.device, Device::kCuda);
 }
 
 TEST(ExplainTest, PlanAndMemoryFollowThePrecision) {
