@@ -18,26 +18,35 @@
 // Lines starting with "RESULT " are machine-readable (tools/gpu_bundle's
 // summary compares them with PyTorch's numbers from bench/torch_amp_bench.py).
 //
-//   gpu_bench [--hidden=4096,8192] [--batch=1024] [--steps=10] [--rounds=5]
+//   gpu_bench [--hidden=4096,8192] [--batch=1024] [--steps=10] [--rounds=5]  (absl flags)
 //             [--gemm=8192] [--peak_tflops=989]
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
 #include "engine/precision.h"
 #include "engine/trainer.h"
+
+ABSL_FLAG(std::vector<std::string>, hidden, std::vector<std::string>({"4096", "8192"}),
+          "MLP hidden widths to measure, comma-separated");
+ABSL_FLAG(int64_t, batch, 1024, "Batch size");
+ABSL_FLAG(int64_t, steps, 10, "Timed steps per mode per round");
+ABSL_FLAG(int64_t, rounds, 5, "Interleaved rounds (the median is reported)");
+ABSL_FLAG(int64_t, gemm, 8192, "Size of the square bf16 GEMM");
+ABSL_FLAG(double, peak_tflops, 989, "Nominal dense bf16 peak, for the %peak column");
 
 namespace ampd::bench {
 namespace {
@@ -57,17 +66,6 @@ struct Options {
   int64_t gemm = 8192;
   double peak_tflops = 989;  // H100/H200 SXM dense bf16, NVIDIA's datasheet
 };
-
-}  // namespace
-
-bool ParseFlag(const char* arg, const char* name, std::string* value) {
-  const size_t n = std::strlen(name);
-  if (std::strncmp(arg, name, n) != 0 || arg[n] != '=') return false;
-  *value = arg + n + 1;
-  return true;
-}
-
-namespace {
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -233,37 +231,26 @@ int RunBenchmarks(const Options& o) {
 }  // namespace ampd::bench
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gpu_bench: GEMM rate and the MLP training step on CUDA (see bench/README.md)");
+  absl::ParseCommandLine(argc, argv);
   ampd::bench::Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string v;
-    bool ok = true;
-    if (ampd::bench::ParseFlag(argv[i], "--hidden", &v)) {
-      o.hidden.clear();
-      for (absl::string_view part : absl::StrSplit(v, ',')) {
-        int64_t h = 0;
-        ok &= absl::SimpleAtoi(part, &h) && h > 0;
-        o.hidden.push_back(h);
-      }
-    } else if (ampd::bench::ParseFlag(argv[i], "--batch", &v)) {
-      ok = absl::SimpleAtoi(v, &o.batch) && o.batch > 0;
-    } else if (ampd::bench::ParseFlag(argv[i], "--steps", &v)) {
-      ok = absl::SimpleAtoi(v, &o.steps) && o.steps > 0;
-    } else if (ampd::bench::ParseFlag(argv[i], "--rounds", &v)) {
-      ok = absl::SimpleAtoi(v, &o.rounds) && o.rounds > 0;
-    } else if (ampd::bench::ParseFlag(argv[i], "--gemm", &v)) {
-      ok = absl::SimpleAtoi(v, &o.gemm) && o.gemm > 0;
-    } else if (ampd::bench::ParseFlag(argv[i], "--peak_tflops", &v)) {
-      ok = absl::SimpleAtod(v, &o.peak_tflops) && o.peak_tflops > 0;
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(stderr,
-                   "gpu_bench: bad flag %s\nusage: gpu_bench [--hidden=4096,8192] [--batch=1024] "
-                   "[--steps=10] [--rounds=5] [--gemm=8192] [--peak_tflops=989]\n",
-                   argv[i]);
-      return 2;
-    }
+  o.hidden.clear();
+  bool ok = true;
+  for (const std::string& part : absl::GetFlag(FLAGS_hidden)) {
+    int64_t h = 0;
+    ok &= absl::SimpleAtoi(part, &h) && h > 0;
+    o.hidden.push_back(h);
+  }
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.rounds = absl::GetFlag(FLAGS_rounds);
+  o.gemm = absl::GetFlag(FLAGS_gemm);
+  o.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);
+  if (!ok || o.hidden.empty() || o.batch <= 0 || o.steps <= 0 || o.rounds <= 0 || o.gemm <= 0 ||
+      o.peak_tflops <= 0) {
+    std::fprintf(stderr, "gpu_bench: every flag must be positive (--helpfull lists them)\n");
+    return 2;
   }
   return ampd::bench::RunBenchmarks(o);
 }

@@ -144,6 +144,21 @@ StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
   return m;
 }
 
+void Trainer::FinishMetrics(std::chrono::steady_clock::time_point start, int64_t epoch,
+                            double loss_sum, bool skipped, double grad_norm, StepMetrics* m) const {
+  const TrainingSpec& t = config_.training;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m->step = step_;
+  m->total_steps = total_steps_;
+  m->epoch = epoch;
+  m->loss = loss_sum / t.grad_accumulation;
+  m->skipped = skipped;
+  m->grad_norm = grad_norm;
+  m->samples_per_s = seconds > 0 ? t.batch_size * t.grad_accumulation / seconds : 0;
+  m->skipped_total = skipped_total_;
+}
+
 void Trainer::PushScalerStateToDevice() {
   if (device_backend_ == nullptr) return;
   device_backend_->Fill(amp_.scale, scaler_.scale());  // 1 when loss scaling is off
@@ -247,16 +262,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
                     scaler_.enabled() ? v[3] : 1.0};
     if (callbacks) callbacks->OnSkip(event);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.step = step_;
-  m.total_steps = total_steps_;
-  m.epoch = epoch;
-  m.loss = v[0] / t.grad_accumulation;
-  m.skipped = skip;
-  m.grad_norm = std::sqrt(v[5]);
-  m.samples_per_s = seconds > 0 ? t.batch_size * t.grad_accumulation / seconds : 0;
-  m.skipped_total = skipped_total_;
+  FinishMetrics(start, epoch, v[0], skip, std::sqrt(v[5]), &m);
   return m;
 }
 
@@ -309,16 +315,7 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
     ++skipped_total_;
     if (callbacks) callbacks->OnSkip(*event);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.step = step_;
-  m.total_steps = total_steps_;
-  m.epoch = batcher_.position().epoch;
-  m.loss = loss_sum / t.grad_accumulation;
-  m.skipped = skip;
-  m.grad_norm = grad_norm;
-  m.samples_per_s = seconds > 0 ? t.batch_size * t.grad_accumulation / seconds : 0;
-  m.skipped_total = skipped_total_;
+  FinishMetrics(start, batcher_.position().epoch, loss_sum, skip, grad_norm, &m);
   return m;
 }
 

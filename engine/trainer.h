@@ -7,6 +7,7 @@
 //   clip by global norm -> optimizer step unless skipped -> scaler update.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -140,6 +141,9 @@ class Trainer {
   // the device, and the host reads one batch of scalars at the end.
   StepMetrics DeviceStep(TrainerCallbacks* callbacks);
   void PushScalerStateToDevice();
+  // The fields both step paths fill the same way, at the end of a step.
+  void FinishMetrics(std::chrono::steady_clock::time_point start, int64_t epoch, double loss_sum,
+                     bool skipped, double grad_norm, StepMetrics* m) const;
   Tensor UploadBatch(const Batch& batch);
 
   TrainerConfig config_;

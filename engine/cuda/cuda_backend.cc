@@ -401,12 +401,8 @@ class CudaBackend final : public Backend {
 
   void AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const Tensor& exp_avg_sq, const AdamWHyper& h) override {
-    AdamWArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step};
-    if (Ok()) {
-      Record(LaunchAdamWStep(param.raw(), Dt(param), grad.raw(), Dt(grad), exp_avg.data<float>(),
-                             exp_avg_sq.data<float>(), param.numel(), a, nullptr, nullptr, nullptr,
-                             0, S()));
-    }
+    // No flag, no model copy, no device step: the step is h.step.
+    AdamWStepFused(param, grad, exp_avg, exp_avg_sq, h, FusedStepArgs{});
   }
 
   void UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads,
