@@ -241,20 +241,25 @@ TEST_F(CudaBackendTest, F32MatmulKeepsTf32OffUnlessAllowed) {
   Tensor a = Random({m, k}, DType::kF32, 22), b = Random({k, n}, DType::kF32, 23);
   Tensor ref = cpu().Matmul(cpu().Cast(a, DType::kF64), cpu().Cast(b, DType::kF64), false, false,
                             DType::kF64);
-  auto max_rel_error = [&](const Tensor& got) {
+  // Norm-wise: the worst error over the largest result. An f32 FMA chain of
+  // k = 2048 terms may lose ~1e-4 on an element near zero (the CPU emulator
+  // showed that an element-wise bound of 1e-5 fails f32 itself); inputs
+  // rounded to TF32's 10-bit mantissa lose about 100x more.
+  auto norm_rel_error = [&](const Tensor& got) {
     std::vector<double> g = got.ToDoubles(), r = ref.ToDoubles();
-    double worst = 0;
+    double worst = 0, largest = 0;
     for (size_t i = 0; i < r.size(); ++i) {
-      worst = std::max(worst, std::fabs(g[i] - r[i]) / std::max(1.0, std::fabs(r[i])));
+      worst = std::max(worst, std::fabs(g[i] - r[i]));
+      largest = std::max(largest, std::fabs(r[i]));
     }
-    return worst;
+    return worst / largest;
   };
   gpu_->SetMatmulOptions(false);
-  const double fp32 = max_rel_error(gpu_->Matmul(G(a), G(b), false, false, DType::kF32));
+  const double fp32 = norm_rel_error(gpu_->Matmul(G(a), G(b), false, false, DType::kF32));
   gpu_->SetMatmulOptions(true);
-  const double tf32 = max_rel_error(gpu_->Matmul(G(a), G(b), false, false, DType::kF32));
+  const double tf32 = norm_rel_error(gpu_->Matmul(G(a), G(b), false, false, DType::kF32));
   gpu_->SetMatmulOptions(false);
-  EXPECT_LT(fp32, 1e-5) << "TF32 must be off by default";
+  EXPECT_LT(fp32, 2e-5) << "TF32 must be off by default";
   EXPECT_GT(tf32, 10 * fp32) << "allow_tf32 should switch to TF32 tensor cores";
 }
 

@@ -1,0 +1,225 @@
+// The CPU emulator's own guarantees, each of which would let a real GPU bug
+// through if it did not hold: barriers are real, stream work waits for the
+// host to synchronize, bad launches and host pointers are errors, a barrier
+// that not every thread reaches aborts, memory is finite, and the fake
+// cuBLASLt refuses what the real one refuses.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/gemm.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Each thread reads its neighbour's slot after the barrier: run one thread
+// after another without a real barrier and thread 0 would read a slot that
+// thread 1 has not written yet.
+__global__ void RotateThroughShared(int* out) {
+  __shared__ int slots[kThreads];
+  slots[threadIdx.x] = static_cast<int>(threadIdx.x) * 10 + static_cast<int>(blockIdx.x);
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void WriteIndex(int* out) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+__global__ void ThreadZeroLeavesEarly(int* out) {
+  if (threadIdx.x == 0) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+template <typename T>
+T* DeviceAlloc(size_t n) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+  return static_cast<T*>(p);
+}
+
+cudaStream_t NewStream() {
+  cudaStream_t s = nullptr;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  return s;
+}
+
+TEST(CudaEmuTest, SyncthreadsIsABarrierForTheWholeBlock) {
+  cudaStream_t s = NewStream();
+  int* out = DeviceAlloc<int>(2 * kThreads);
+  AMPD_EMU_LAUNCH(RotateThroughShared, 2, kThreads, s)(out);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> host(2 * kThreads);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), out, host.size() * sizeof(int), cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t < kThreads; ++t) {
+      ASSERT_EQ(host[b * kThreads + t], ((t + 1) % kThreads) * 10 + b) << b << " " << t;
+    }
+  }
+  EXPECT_EQ(cudaFree(out), cudaSuccess);
+}
+
+TEST(CudaEmuTest, KernelsWithoutBarriersRunAfterTheFirstBlockAsPlainCalls) {
+  cudaStream_t s = NewStream();
+  int* out = DeviceAlloc<int>(4 * 64);
+  const cudaemu::Counters before = cudaemu::GetCounters();
+  AMPD_EMU_LAUNCH(WriteIndex, 4, 64, s)(out);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const cudaemu::Counters after = cudaemu::GetCounters();
+  EXPECT_EQ(after.fiber_blocks - before.fiber_blocks, 1);
+  EXPECT_EQ(after.direct_blocks - before.direct_blocks, 3);
+  std::vector<int> host(4 * 64);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), out, host.size() * sizeof(int), cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  for (int i = 0; i < 4 * 64; ++i) ASSERT_EQ(host[i], i);
+  EXPECT_EQ(cudaFree(out), cudaSuccess);
+}
+
+TEST(CudaEmuTest, StreamWorkRunsOnlyWhenTheHostWaits) {
+  cudaStream_t s = NewStream();
+  int* dev = DeviceAlloc<int>(1);
+  void* pinned_in = nullptr;
+  void* pinned_out = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned_in, sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(&pinned_out, sizeof(int)), cudaSuccess);
+  *static_cast<int*>(pinned_in) = 7;
+  *static_cast<int*>(pinned_out) = -1;
+  ASSERT_EQ(cudaMemcpyAsync(dev, pinned_in, sizeof(int), cudaMemcpyHostToDevice, s), cudaSuccess);
+  // A pinned source is read when the copy runs: overwriting it before the
+  // host waits changes what arrives (the hazard the backend's staging ring
+  // guards against with events).
+  *static_cast<int*>(pinned_in) = 8;
+  ASSERT_EQ(cudaMemcpyAsync(pinned_out, dev, sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(*static_cast<int*>(pinned_out), -1) << "read before the host waited";
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(*static_cast<int*>(pinned_out), 8);
+
+  // A pageable source is staged at the call.
+  int pageable = 11;
+  ASSERT_EQ(cudaMemcpyAsync(dev, &pageable, sizeof(int), cudaMemcpyHostToDevice, s), cudaSuccess);
+  pageable = 12;
+  int back = 0;  // pageable destination: the call returns with the bytes
+  ASSERT_EQ(cudaMemcpyAsync(&back, dev, sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(back, 11);
+  EXPECT_EQ(cudaFreeHost(pinned_in), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned_out), cudaSuccess);
+  EXPECT_EQ(cudaFree(dev), cudaSuccess);
+}
+
+TEST(CudaEmuTest, EventSynchronizeRunsTheStreamUpToTheEventOnly) {
+  cudaStream_t s = NewStream();
+  cudaEvent_t e = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  int* dev = DeviceAlloc<int>(2);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 2 * sizeof(int)), cudaSuccess);
+  int* h = static_cast<int*>(pinned);
+  h[0] = h[1] = 0;
+  ASSERT_EQ(cudaMemsetAsync(dev, 1, 2 * sizeof(int), s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(h, dev, sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(h + 1, dev + 1, sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(e), cudaSuccess);
+  EXPECT_EQ(h[0], 0x01010101);
+  EXPECT_EQ(h[1], 0) << "work after the event ran early";
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(h[1], 0x01010101);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaFree(dev), cudaSuccess);
+}
+
+TEST(CudaEmuTest, AnEmptyGridIsAnInvalidConfigurationThatDoesNotStick) {
+  cudaStream_t s = NewStream();
+  int* out = DeviceAlloc<int>(1);
+  AMPD_EMU_LAUNCH(WriteIndex, 0, 64, s)(out);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  AMPD_EMU_LAUNCH(WriteIndex, 1, 2048, s)(out);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaFree(out), cudaSuccess);
+}
+
+TEST(CudaEmuTest, DeviceMemoryIsFinite) {
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, total + 1), cudaErrorMemoryAllocation);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  ASSERT_EQ(cudaMalloc(&p, 1 << 20), cudaSuccess);
+  size_t free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_EQ(free_before - free_after, size_t{1} << 20);
+  EXPECT_EQ(cudaFree(p), cudaSuccess);
+}
+
+TEST(CudaEmuDeathTest, AHostPointerPassedToAKernelIsAStickyIllegalAddress) {
+  EXPECT_EXIT(
+      {
+        cudaStream_t s = NewStream();
+        std::vector<int> host(64);
+        AMPD_EMU_LAUNCH(WriteIndex, 1, 64, s)(host.data());
+        void* p = nullptr;
+        const bool sticky = cudaGetLastError() == cudaErrorIllegalAddress &&
+                            cudaMalloc(&p, 16) == cudaErrorIllegalAddress &&
+                            cudaStreamSynchronize(s) == cudaErrorIllegalAddress;
+        std::exit(sticky ? 42 : 1);
+      },
+      ::testing::ExitedWithCode(42), "a pointer argument is not device memory");
+}
+
+TEST(CudaEmuDeathTest, ABarrierNotEveryThreadReachesAborts) {
+  EXPECT_DEATH(
+      {
+        cudaStream_t s = NewStream();
+        int* out = DeviceAlloc<int>(64);
+        AMPD_EMU_LAUNCH(ThreadZeroLeavesEarly, 1, 64, s)(out);
+        cudaStreamSynchronize(s);
+      },
+      "ThreadZeroLeavesEarly.*63 threads wait at __syncthreads that 1 others never reach");
+}
+
+// The fake cuBLASLt through the real GemmRunner (gemm.cu).
+TEST(CudaEmuTest, CublasLtRefusesWhatTheRealOneRefuses) {
+  cudaStream_t s = NewStream();
+  const int64_t m = 16, n = 10, k = 8;
+  float* a = DeviceAlloc<float>(m * k + 64);
+  float* b = DeviceAlloc<float>(k * n);
+  float* c = DeviceAlloc<float>(m * n);
+  float* aux = DeviceAlloc<float>(m * n);
+  float* bias = DeviceAlloc<float>(n);
+  ampd::cuda::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.b = b;
+  g.c = c;
+  auto& runner = ampd::cuda::GemmRunner::ForThisThread();
+  EXPECT_EQ(runner.Run(g, s), "");
+  // Not 256-byte aligned: the heuristic's algorithm cannot take it.
+  g.a = a + 1;
+  EXPECT_NE(runner.Run(g, s).find("cublasLtMatmul: CUBLAS_STATUS_INVALID_VALUE"),
+            std::string::npos);
+  g.a = a;
+  // The GELU aux leading dimension (n = 10) must be a multiple of 8.
+  g.epilogue = ampd::cuda::Epilogue::kGeluAuxBias;
+  g.aux = aux;
+  g.bias = bias;
+  EXPECT_NE(runner.Run(g, s).find("cublasLtMatmulAlgoGetHeuristic"), std::string::npos);
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c),
+                  static_cast<void*>(aux), static_cast<void*>(bias)}) {
+    EXPECT_EQ(cudaFree(p), cudaSuccess);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,585 @@
+// The CPU emulator's runtime: device and pinned memory bookkeeping, streams
+// whose work runs when the host waits on them, events, errors (a "last" error
+// and a sticky one, as CUDA keeps them), and kernel grids run a block at a
+// time with each of the block's threads on its own fiber so that
+// __syncthreads is a real barrier.
+
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define AMPD_EMU_ASAN 1
+#endif
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator's fibers switch stacks with x86-64 assembly"
+#endif
+
+uint3 threadIdx{0, 0, 0};
+uint3 blockIdx{0, 0, 0};
+dim3 blockDim{1, 1, 1};
+dim3 gridDim{1, 1, 1};
+
+struct CUevent_st {
+  CUstream_st* stream = nullptr;
+  uint64_t generation = 0;  // of the latest record
+  bool pending = false;
+};
+
+struct CUstream_st {
+  struct Item {
+    std::function<void()> work;
+    CUevent_st* event = nullptr;  // a record: marks the event reached
+    uint64_t generation = 0;
+  };
+  std::deque<Item> queue;
+};
+
+namespace cudaemu {
+namespace {
+
+std::recursive_mutex& Mu() {
+  static std::recursive_mutex* mu = new std::recursive_mutex;
+  return *mu;
+}
+using Lock = std::lock_guard<std::recursive_mutex>;
+
+struct State {
+  std::map<uintptr_t, size_t> device, pinned;  // start -> bytes
+  size_t device_in_use = 0;
+  size_t capacity = 0;
+  cudaError_t last = cudaSuccess, sticky = cudaSuccess;
+  std::string why;
+  CUstream_st default_stream;
+  std::vector<std::unique_ptr<CUstream_st>> streams;
+  std::vector<std::unique_ptr<CUevent_st>> events;
+  Counters counters;
+};
+
+State& St() {
+  static State* s = [] {
+    auto* st = new State;
+    const char* mib = std::getenv("AMPD_CUDA_EMU_MEMORY_MIB");
+    st->capacity = (mib ? std::strtoull(mib, nullptr, 10) : 4096) << 20;
+    return st;
+  }();
+  return *s;
+}
+
+cudaError_t Fail(cudaError_t e, const std::string& why) {
+  State& s = St();
+  s.last = e;
+  s.why = why;
+  if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure) {
+    if (s.sticky == cudaSuccess) {
+      s.sticky = e;
+      std::fprintf(stderr, "cuda emulator: sticky error: %s\n", why.c_str());
+    }
+  }
+  return e;
+}
+
+CUstream_st* Resolve(cudaStream_t s) { return s ? s : &St().default_stream; }
+
+bool InRange(const std::map<uintptr_t, size_t>& m, const void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.upper_bound(a);
+  if (it == m.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + std::max<size_t>(it->second, 1);
+}
+
+void RunQueue(CUstream_st* s, CUevent_st* until) {
+  while (!s->queue.empty()) {
+    CUstream_st::Item item = std::move(s->queue.front());
+    s->queue.pop_front();
+    if (item.work) item.work();
+    if (item.event && item.event->generation == item.generation) {
+      item.event->pending = false;
+      if (item.event == until) return;
+    }
+  }
+}
+
+void SynchronizeAll() {
+  State& s = St();
+  RunQueue(&s.default_stream, nullptr);
+  for (auto& st : s.streams) RunQueue(st.get(), nullptr);
+}
+
+// ---- fibers
+
+constexpr size_t kStackBytes = 64 << 10;
+constexpr size_t kGuardBytes = 4096;
+constexpr int kMaxThreads = 1024;
+
+enum class FiberState { kReady, kBarrier, kDone };
+struct Fiber {
+  void* sp = nullptr;
+  char* stack = nullptr;  // lowest usable byte
+  FiberState state = FiberState::kReady;
+};
+
+Fiber g_fibers[kMaxThreads];
+void* g_scheduler_sp = nullptr;
+int g_current = 0;
+bool g_direct = false;  // running threads as plain calls: no barrier allowed
+const char* g_kernel = "";
+const std::function<void()>* g_body = nullptr;
+#ifdef AMPD_EMU_ASAN
+const void* g_scheduler_bottom = nullptr;
+size_t g_scheduler_size = 0;
+void* g_fake_stacks[kMaxThreads];
+void* g_scheduler_fake = nullptr;
+#endif
+
+}  // namespace
+}  // namespace cudaemu
+
+// void ampd_emu_switch(void** save_sp, void* load_sp): saves the callee-saved
+// registers on the current stack, stores the stack pointer in *save_sp, and
+// resumes the context whose stack pointer is load_sp. The FP control words
+// (MXCSR, x87) are not switched: no kernel changes them.
+extern "C" void ampd_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl ampd_emu_switch
+  .type ampd_emu_switch, @function
+ampd_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ampd_emu_switch, .-ampd_emu_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+
+namespace cudaemu {
+namespace {
+
+void SwitchToScheduler(bool exiting) {
+  Fiber& f = g_fibers[g_current];
+#ifdef AMPD_EMU_ASAN
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &g_fake_stacks[g_current], g_scheduler_bottom,
+                                 g_scheduler_size);
+#else
+  (void)exiting;
+#endif
+  ampd_emu_switch(&f.sp, g_scheduler_sp);
+#ifdef AMPD_EMU_ASAN
+  __sanitizer_finish_switch_fiber(g_fake_stacks[g_current], nullptr, nullptr);
+#endif
+}
+
+[[noreturn]] void FiberMain() {
+#ifdef AMPD_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &g_scheduler_bottom, &g_scheduler_size);
+#endif
+  (*g_body)();
+  g_fibers[g_current].state = FiberState::kDone;
+  SwitchToScheduler(/*exiting=*/true);
+  std::abort();  // a finished fiber is never resumed
+}
+
+void EnsureStacks(int threads) {
+  for (int t = 0; t < threads; ++t) {
+    if (g_fibers[t].stack) continue;
+    void* mem = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mem == MAP_FAILED) {
+      std::fprintf(stderr, "cuda emulator: cannot map a fiber stack\n");
+      std::abort();
+    }
+    mprotect(mem, kGuardBytes, PROT_NONE);  // overflow faults instead of corrupting
+    g_fibers[t].stack = static_cast<char*>(mem) + kGuardBytes;
+  }
+}
+
+void StartFiber(Fiber& f) {
+  // The frame ampd_emu_switch pops: r15..rbp, then the return address
+  // (FiberMain), which is entered with rsp % 16 == 8, as after a call.
+  char* top = f.stack + kStackBytes;
+  auto* sp = reinterpret_cast<uint64_t*>(top - 80);  // rsp after ret: top - 24
+  for (int i = 0; i < 6; ++i) sp[i] = 0;
+  sp[6] = reinterpret_cast<uint64_t>(&FiberMain);
+  sp[7] = 0;
+  f.sp = sp;
+  f.state = FiberState::kReady;
+}
+
+void SetThreadIdx(int t) {
+  threadIdx.x = t % blockDim.x;
+  threadIdx.y = (t / blockDim.x) % blockDim.y;
+  threadIdx.z = t / (blockDim.x * blockDim.y);
+}
+
+// Runs every thread of the current block; returns the number of barriers hit.
+int64_t RunBlockOnFibers(int threads) {
+  for (int t = 0; t < threads; ++t) StartFiber(g_fibers[t]);
+  int64_t barriers = 0;
+  for (;;) {
+    int done = 0, waiting = 0;
+    for (int t = 0; t < threads; ++t) {
+      Fiber& f = g_fibers[t];
+      if (f.state == FiberState::kDone) {
+        ++done;
+        continue;
+      }
+      g_current = t;
+      SetThreadIdx(t);
+#ifdef AMPD_EMU_ASAN
+      __sanitizer_start_switch_fiber(&g_scheduler_fake, f.stack, kStackBytes);
+#endif
+      ampd_emu_switch(&g_scheduler_sp, f.sp);
+#ifdef AMPD_EMU_ASAN
+      __sanitizer_finish_switch_fiber(g_scheduler_fake, nullptr, nullptr);
+#endif
+      if (f.state == FiberState::kDone) {
+        ++done;
+      } else {
+        ++waiting;
+      }
+    }
+    if (waiting == 0) return barriers;
+    if (done > 0) {
+      std::fprintf(stderr,
+                   "cuda emulator: %s: block (%u,%u,%u): %d threads wait at __syncthreads that "
+                   "%d others never reach (undefined behaviour on a GPU)\n",
+                   g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, waiting, done);
+      std::abort();
+    }
+    ++barriers;
+    for (int t = 0; t < threads; ++t) g_fibers[t].state = FiberState::kReady;
+  }
+}
+
+}  // namespace
+
+void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()>& thread_body) {
+  State& s = St();
+  ++s.counters.launches;
+  g_kernel = name;
+  g_body = &thread_body;
+  gridDim = grid;
+  blockDim = block;
+  const int threads = static_cast<int>(block.x * block.y * block.z);
+  EnsureStacks(threads);
+  // Block 0 runs on fibers; if it never waits at a barrier, the kernel does
+  // not use them and the other blocks run their threads as plain calls.
+  bool uses_barriers = true;
+  bool first = true;
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = uint3{x, y, z};
+        if (first || uses_barriers) {
+          const int64_t barriers = RunBlockOnFibers(threads);
+          s.counters.barriers += barriers;
+          ++s.counters.fiber_blocks;
+          if (first) uses_barriers = barriers > 0;
+          first = false;
+          continue;
+        }
+        g_direct = true;
+        for (int t = 0; t < threads; ++t) {
+          SetThreadIdx(t);
+          thread_body();
+        }
+        g_direct = false;
+        ++s.counters.direct_blocks;
+      }
+    }
+  }
+}
+
+void Enqueue(cudaStream_t s, std::function<void()> fn) {
+  Lock lock(Mu());
+  Resolve(s)->queue.push_back(CUstream_st::Item{std::move(fn), nullptr, 0});
+}
+
+cudaError_t SetLaunchError(cudaError_t e, const std::string& why) {
+  Lock lock(Mu());
+  return Fail(e, why);
+}
+
+cudaError_t StickyError() {
+  Lock lock(Mu());
+  return St().sticky;
+}
+
+bool IsDeviceRange(const void* p, size_t bytes) {
+  Lock lock(Mu());
+  return InRange(St().device, p, bytes);
+}
+
+Counters GetCounters() {
+  Lock lock(Mu());
+  return St().counters;
+}
+
+}  // namespace cudaemu
+
+using cudaemu::Fail;
+using cudaemu::Lock;
+using cudaemu::Mu;
+using cudaemu::St;
+
+void __syncthreads() {
+  if (cudaemu::g_direct) {
+    std::fprintf(stderr,
+                 "cuda emulator: %s: block (%u,%u,%u) reached __syncthreads although block 0 "
+                 "never did\n",
+                 cudaemu::g_kernel, blockIdx.x, blockIdx.y, blockIdx.z);
+    std::abort();
+  }
+  cudaemu::g_fibers[cudaemu::g_current].state = cudaemu::FiberState::kBarrier;
+  cudaemu::SwitchToScheduler(/*exiting=*/false);
+}
+
+#define EMU_RETURN_IF_STICKY()                          \
+  do {                                                  \
+    if (St().sticky != cudaSuccess) return St().sticky; \
+  } while (0)
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  Lock lock(Mu());
+  if (device != 0) return Fail(cudaErrorInvalidValue, "no such device");
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "ampd CUDA emulator (CPU)");
+  prop->totalGlobalMem = St().capacity;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  return device == 0 ? cudaSuccess : Fail(cudaErrorInvalidValue, "no such device");
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  auto& s = St();
+  *p = nullptr;
+  if (bytes > s.capacity - s.device_in_use) {
+    return Fail(cudaErrorMemoryAllocation, "out of emulated device memory");
+  }
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 256, std::max<size_t>(bytes, 1)) != 0) {
+    return Fail(cudaErrorMemoryAllocation, "host allocation failed");
+  }
+  s.device[reinterpret_cast<uintptr_t>(mem)] = bytes;
+  s.device_in_use += bytes;
+  *p = mem;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (!p) return cudaSuccess;
+  cudaemu::SynchronizeAll();  // cudaFree waits for the device
+  auto& s = St();
+  auto it = s.device.find(reinterpret_cast<uintptr_t>(p));
+  if (it == s.device.end())
+    return Fail(cudaErrorInvalidDevicePointer, "cudaFree: not a cudaMalloc block");
+  s.device_in_use -= it->second;
+  s.device.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  *p = std::malloc(std::max<size_t>(bytes, 1));
+  if (!*p) return Fail(cudaErrorMemoryAllocation, "host allocation failed");
+  St().pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (!p) return cudaSuccess;
+  cudaemu::SynchronizeAll();
+  auto& s = St();
+  auto it = s.pinned.find(reinterpret_cast<uintptr_t>(p));
+  if (it == s.pinned.end()) return Fail(cudaErrorInvalidValue, "cudaFreeHost: not pinned memory");
+  s.pinned.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  St().events.push_back(std::make_unique<CUevent_st>());
+  *e = St().events.back().get();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (!e) return Fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: null event");
+  CUstream_st* st = cudaemu::Resolve(s);
+  e->stream = st;
+  e->pending = true;
+  ++e->generation;
+  st->queue.push_back(CUstream_st::Item{nullptr, e, e->generation});
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (!e) return Fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: null event");
+  if (e->pending) cudaemu::RunQueue(e->stream, e);
+  return St().sticky;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  St().streams.push_back(std::make_unique<CUstream_st>());
+  *s = St().streams.back().get();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (s) {
+    cudaemu::RunQueue(s, nullptr);
+  } else {
+    cudaemu::SynchronizeAll();  // the legacy default stream waits for all
+  }
+  return St().sticky;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  auto& st = St();
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_dev = cudaemu::InRange(st.device, dst, bytes);
+  const bool src_dev = cudaemu::InRange(st.device, src, bytes);
+  CUstream_st* stream = cudaemu::Resolve(s);
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      if (!dst_dev || src_dev)
+        return Fail(cudaErrorInvalidValue, "cudaMemcpyAsync H2D: bad pointers");
+      if (cudaemu::InRange(st.pinned, src, bytes)) {
+        // From pinned memory the copy reads the source when it runs.
+        stream->queue.push_back({[=] { std::memcpy(dst, src, bytes); }, nullptr, 0});
+      } else {
+        // From pageable memory CUDA stages the bytes before returning.
+        auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                        static_cast<const char*>(src) + bytes);
+        stream->queue.push_back({[=] { std::memcpy(dst, copy->data(), bytes); }, nullptr, 0});
+      }
+      return cudaSuccess;
+    case cudaMemcpyDeviceToHost:
+      if (dst_dev || !src_dev)
+        return Fail(cudaErrorInvalidValue, "cudaMemcpyAsync D2H: bad pointers");
+      if (cudaemu::InRange(st.pinned, dst, bytes)) {
+        stream->queue.push_back({[=] { std::memcpy(dst, src, bytes); }, nullptr, 0});
+      } else {
+        // Into pageable memory the call returns once the copy is done.
+        cudaemu::RunQueue(stream, nullptr);
+        std::memcpy(dst, src, bytes);
+      }
+      return cudaSuccess;
+    case cudaMemcpyDeviceToDevice:
+      if (!dst_dev || !src_dev)
+        return Fail(cudaErrorInvalidValue, "cudaMemcpyAsync D2D: bad pointers");
+      stream->queue.push_back({[=] { std::memmove(dst, src, bytes); }, nullptr, 0});
+      return cudaSuccess;
+    default:
+      return Fail(cudaErrorInvalidValue, "cudaMemcpyAsync: kind not emulated");
+  }
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (bytes == 0) return cudaSuccess;
+  if (!cudaemu::InRange(St().device, p, bytes)) {
+    return Fail(cudaErrorInvalidValue, "cudaMemsetAsync: not device memory");
+  }
+  cudaemu::Resolve(s)->queue.push_back({[=] { std::memset(p, value, bytes); }, nullptr, 0});
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  *total_bytes = St().capacity;
+  *free_bytes = St().capacity - St().device_in_use;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  Lock lock(Mu());
+  auto& s = St();
+  if (s.sticky != cudaSuccess) return s.sticky;
+  const cudaError_t e = s.last;
+  s.last = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer:
+      return "invalid device pointer";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+  }
+  return "unknown error";
+}

@@ -1,0 +1,197 @@
+#ifndef AMPD_TESTS_CUDA_EMU_CUDA_RUNTIME_H_
+#define AMPD_TESTS_CUDA_EMU_CUDA_RUNTIME_H_
+
+// A CPU stand-in for the part of the CUDA runtime that engine/cuda uses, so
+// that kernels.cu, gemm.cu, runtime.cu and cuda_backend.cc can be compiled
+// unchanged as C++ and run here, where there is no GPU (see README.md).
+//
+// It is strict where real CUDA is strict and a bug would otherwise hide:
+//  - work on a stream runs only when the host synchronizes (stream, event or
+//    an implicitly synchronizing call), so a host read of a pinned buffer
+//    before the copy into it has run sees stale bytes, as on a GPU;
+//  - copies and kernels must be given device memory from cudaMalloc (a host
+//    pointer passed to a kernel is an illegal address, a sticky error);
+//  - launch configurations are checked (empty grid, more than 1024 threads,
+//    grid.y/z over 65535) and become cudaErrorInvalidConfiguration;
+//  - __syncthreads is a real barrier for the threads of a block (each runs on
+//    its own fiber), and one that not every thread of a block reaches aborts;
+//  - device memory is finite (AMPD_CUDA_EMU_MEMORY_MIB, default 4096).
+
+#include <math.h>  // float overloads of exp, log, ... at global scope, as CUDA has
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#define AMPD_CUDA_EMU 1
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+// Blocks run one at a time, so one copy of a block's shared array serves all.
+#define __shared__ static
+
+struct dim3 {
+  unsigned int x, y, z;
+  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1)
+      : x(vx), y(vy), z(vz) {}
+};
+struct uint3 {
+  unsigned int x, y, z;
+};
+extern uint3 threadIdx;
+extern uint3 blockIdx;
+extern dim3 blockDim;
+extern dim3 gridDim;
+void __syncthreads();
+
+using std::max;
+using std::min;
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+
+struct CUstream_st;
+struct CUevent_st;
+using cudaStream_t = CUstream_st*;
+using cudaEvent_t = CUevent_st*;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+constexpr unsigned int cudaStreamNonBlocking = 1;
+constexpr unsigned int cudaEventDisableTiming = 2;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int major;
+  int minor;
+  int multiProcessorCount;
+};
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaMalloc(void** p, size_t bytes);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaGetLastError();
+const char* cudaGetErrorString(cudaError_t e);
+
+// ---- what the emulator adds (not CUDA API)
+namespace cudaemu {
+
+// Runs fn in stream order: now if the stream is synchronized later, that is,
+// when the host next waits on it. Used by the launches below and by the fake
+// cuBLASLt.
+void Enqueue(cudaStream_t s, std::function<void()> fn);
+// Returns the sticky error (or success) and makes a launch-time error the
+// "last error" that cudaGetLastError reports.
+cudaError_t SetLaunchError(cudaError_t e, const std::string& why);
+cudaError_t StickyError();
+// Device memory check: [p, p + bytes) inside one cudaMalloc block.
+bool IsDeviceRange(const void* p, size_t bytes);
+// Runs kernel(grid, block) on the CPU, a block at a time.
+void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()>& thread_body);
+// Counts for tests of the emulator itself.
+struct Counters {
+  int64_t launches = 0, fiber_blocks = 0, direct_blocks = 0, barriers = 0;
+};
+Counters GetCounters();
+
+// A kernel argument that is a pointer must be null or device memory;
+// overloads (found by argument-dependent lookup) check structs of pointers.
+template <typename T>
+bool ArgIsValid(const T& arg) {
+  if constexpr (std::is_pointer_v<T>) {
+    return arg == nullptr || IsDeviceRange(arg, 1);
+  } else {
+    return true;
+  }
+}
+
+template <typename... P>
+class Launcher {
+ public:
+  Launcher(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream, const char* name)
+      : kernel_(kernel), grid_(grid), block_(block), stream_(stream), name_(name) {}
+
+  template <typename... A>
+  void operator()(A&&... args) const {
+    // Arguments are converted to the parameter types and copied now, as a
+    // real launch does.
+    std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+    if (StickyError() != cudaSuccess) return;
+    if (grid_.x == 0 || grid_.y == 0 || grid_.z == 0 || block_.x == 0 || block_.y == 0 ||
+        block_.z == 0 || static_cast<uint64_t>(block_.x) * block_.y * block_.z > 1024 ||
+        grid_.y > 65535 || grid_.z > 65535 || grid_.x > 2147483647u) {
+      SetLaunchError(cudaErrorInvalidConfiguration,
+                     std::string(name_) + ": invalid launch configuration");
+      return;
+    }
+    const bool valid = std::apply([](const auto&... p) { return (ArgIsValid(p) && ...); }, params);
+    if (!valid) {
+      SetLaunchError(cudaErrorIllegalAddress,
+                     std::string(name_) + ": a pointer argument is not device memory");
+      return;
+    }
+    auto kernel = kernel_;
+    const char* name = name_;
+    const dim3 grid = grid_, block = block_;
+    Enqueue(stream_, [kernel, params, name, grid, block] {
+      RunGrid(name, grid, block, [&] { std::apply(kernel, params); });
+    });
+  }
+
+ private:
+  void (*kernel_)(P...);
+  dim3 grid_, block_;
+  cudaStream_t stream_;
+  const char* name_;
+};
+
+template <typename... P>
+Launcher<P...> MakeLauncher(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream,
+                            const char* name) {
+  return Launcher<P...>(kernel, grid, block, stream, name);
+}
+
+}  // namespace cudaemu
+
+#define AMPD_EMU_LAUNCH(kernel, grid, block, stream) \
+  ::cudaemu::MakeLauncher(kernel, grid, block, stream, #kernel)
+
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+
+#endif  // AMPD_TESTS_CUDA_EMU_CUDA_RUNTIME_H_
