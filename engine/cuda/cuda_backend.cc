@@ -192,8 +192,10 @@ class CudaBackend final : public Backend {
 
   Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out) override {
     // The bias epilogue wants the bias in the output's dtype and a native
-    // output type for the inputs (f32 or the inputs' own).
-    if (b.defined() && b.dtype() == out && x.rank() == 2 && NativeOutput(x.dtype(), out)) {
+    // output type for the inputs (f32 or the inputs' own); f64 GEMMs (a
+    // checking mode, not a fast one) are not asked for epilogues.
+    if (b.defined() && b.dtype() == out && x.rank() == 2 && x.dtype() != DType::kF64 &&
+        NativeOutput(x.dtype(), out)) {
       return Gemm(x, w, false, true, out, b);
     }
     return Backend::Linear(x, w, b, out);
