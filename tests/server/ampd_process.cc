@@ -28,6 +28,15 @@ std::string Runfile(const std::string& path) {
 
 }  // namespace
 
+namespace {
+std::string& BinaryRunfile() {
+  static std::string* path = new std::string("server/ampd");
+  return *path;
+}
+}  // namespace
+
+void UseAmpdBinary(const std::string& runfile_path) { BinaryRunfile() = runfile_path; }
+
 AmpdProcess::AmpdProcess(std::vector<std::string> extra_flags)
     : AmpdProcess(std::move(extra_flags), "") {}
 
@@ -38,7 +47,7 @@ AmpdProcess::AmpdProcess(std::vector<std::string> extra_flags, const std::string
   data_dir_ = data_dir.empty() ? base + "_data" : data_dir;
   log_path_ = base + ".log";
   const std::string port_file = base + ".port";
-  std::vector<std::string> args = {Runfile("server/ampd"), "--listen=127.0.0.1:0",
+  std::vector<std::string> args = {Runfile(BinaryRunfile()), "--listen=127.0.0.1:0",
                                    "--data_dir=" + data_dir_, "--port_file=" + port_file,
                                    "--heartbeat_interval_ms=100"};
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());

@@ -41,6 +41,10 @@ class AmpdProcess {
   std::string log_path_;
 };
 
+// Makes later AmpdProcesses start another build of the server (a runfile
+// path such as "tests/server/ampd_emu") instead of server/ampd.
+void UseAmpdBinary(const std::string& runfile_path);
+
 // A small synthetic job spec (JSON) that trains in well under a second.
 std::string TinyJobJson(int steps, const std::string& precision = "32-true", int seed = 0);
 

@@ -1,0 +1,115 @@
+// A `device: cuda` job end to end through a real ampd process built against
+// the CUDA emulator (tests/engine/cuda/emu): the device is listed in
+// GetCapabilities, the job trains on the CUDA backend's device path
+// (kernels, cuBLASLt GEMMs, on-device AMP) to completion with the same loss
+// as the same job on the CPU, and the server logs the device memory it used.
+// Nothing here says anything about a real GPU (see the emulator's README).
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "ampd/v1/precision_service.grpc.pb.h"
+#include "ampd/v1/training_service.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/server/ampd_process.h"
+
+namespace ampd::testing {
+namespace {
+
+namespace v1 = ::ampd::v1;
+
+std::string JobJson(const std::string& precision, const std::string& device) {
+  return R"({"model": {"mlp": {"hidden": [32]}},
+    "data": {"synthetic": {"numExamples": 512, "featureDim": 8, "numClasses": 3,
+                           "numTestExamples": 128, "seed": 7}},
+    "precision": {"profile": ")" +
+         precision + R"("},
+    "training": {"steps": 40, "batchSize": 32, "evalInterval": 20, "seed": 3},
+    "device": ")" +
+         device + R"("})";
+}
+
+class CudaJobEmuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    UseAmpdBinary("tests/server/ampd_emu");
+    server_ = std::make_unique<AmpdProcess>();
+    ASSERT_TRUE(server_->ok()) << server_->log();
+    training_ = v1::TrainingService::NewStub(server_->channel());
+    precision_ = v1::PrecisionService::NewStub(server_->channel());
+  }
+
+  v1::Job RunToEnd(const std::string& json) {
+    v1::CreateJobRequest req;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, req.mutable_spec()).ok());
+    v1::Job job;
+    {
+      grpc::ClientContext ctx;
+      grpc::Status s = training_->CreateJob(&ctx, req, &job);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+    while (std::chrono::steady_clock::now() < deadline) {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest get;
+      get.set_name(job.name());
+      EXPECT_TRUE(training_->GetJob(&ctx, get, &job).ok());
+      if (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED ||
+          job.state() == v1::CANCELLED) {
+        return job;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "job did not finish: " << job.DebugString();
+    return job;
+  }
+
+  std::unique_ptr<AmpdProcess> server_;
+  std::unique_ptr<v1::TrainingService::Stub> training_;
+  std::unique_ptr<v1::PrecisionService::Stub> precision_;
+};
+
+TEST_F(CudaJobEmuTest, TheEmulatedDeviceIsListed) {
+  grpc::ClientContext ctx;
+  v1::Capabilities caps;
+  ASSERT_TRUE(precision_->GetCapabilities(&ctx, v1::GetCapabilitiesRequest(), &caps).ok());
+  const v1::DeviceInfo* gpu = nullptr;
+  for (const v1::DeviceInfo& d : caps.devices()) {
+    if (d.kind() == v1::DEVICE_CUDA) gpu = &d;
+  }
+  ASSERT_NE(gpu, nullptr) << caps.DebugString();
+  EXPECT_NE(gpu->name().find("ampd CUDA emulator"), std::string::npos) << gpu->name();
+  EXPECT_EQ(gpu->compute_capability(), "9.0");
+  EXPECT_TRUE(gpu->bf16_native());
+  EXPECT_GT(gpu->memory_bytes(), 0);
+  EXPECT_TRUE(caps.unavailable().empty()) << caps.DebugString();
+}
+
+TEST_F(CudaJobEmuTest, ACudaJobTrainsToCompletionLikeTheSameJobOnTheCpu) {
+  for (const std::string precision : {"bf16-mixed", "16-mixed"}) {
+    const v1::Job gpu = RunToEnd(JobJson(precision, "DEVICE_CUDA"));
+    const v1::Job cpu = RunToEnd(JobJson(precision, "DEVICE_CPU"));
+    ASSERT_EQ(gpu.state(), v1::SUCCEEDED) << gpu.failure_reason() << "\n" << server_->log();
+    ASSERT_EQ(cpu.state(), v1::SUCCEEDED) << cpu.failure_reason();
+    EXPECT_EQ(gpu.progress().step(), 40);
+    // Same model, data, seed and numerics up to summation order.
+    EXPECT_NEAR(gpu.latest_step().loss(), cpu.latest_step().loss(),
+                0.05 * std::max(1.0, cpu.latest_step().loss()))
+        << precision;
+    EXPECT_NEAR(gpu.latest_eval().accuracy(), cpu.latest_eval().accuracy(), 0.05) << precision;
+    EXPECT_EQ(gpu.latest_step().loss_scale(), cpu.latest_step().loss_scale()) << precision;
+  }
+  // The jobs really ran on the device: the allocator served them.
+  const std::string log = server_->log();
+  const size_t line = log.find("device memory after the job");
+  ASSERT_NE(line, std::string::npos) << log;
+  const size_t peak = log.find("\"peak_in_use_bytes\":\"", line);
+  ASSERT_NE(peak, std::string::npos) << log;
+  EXPECT_GT(std::stoll(log.substr(peak + 21)), 0) << log.substr(line, 300);
+}
+
+}  // namespace
+}  // namespace ampd::testing
