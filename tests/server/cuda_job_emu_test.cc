@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ampd/v1/precision_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
@@ -21,36 +22,43 @@ namespace {
 
 namespace v1 = ::ampd::v1;
 
-std::string JobJson(const std::string& precision, const std::string& device) {
+std::string JobJson(const std::string& precision, const std::string& device, int steps = 40) {
   return R"({"model": {"mlp": {"hidden": [32]}},
     "data": {"synthetic": {"numExamples": 512, "featureDim": 8, "numClasses": 3,
                            "numTestExamples": 128, "seed": 7}},
     "precision": {"profile": ")" +
          precision + R"("},
-    "training": {"steps": 40, "batchSize": 32, "evalInterval": 20, "seed": 3},
+    "training": {"steps": )" +
+         std::to_string(steps) + R"(, "batchSize": 32, "evalInterval": 20, "seed": 3},
     "device": ")" +
          device + R"("})";
 }
 
 class CudaJobEmuTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start({}); }
+
+  void Start(std::vector<std::string> flags) {
     UseAmpdBinary("tests/server/ampd_emu");
-    server_ = std::make_unique<AmpdProcess>();
+    server_ = std::make_unique<AmpdProcess>(std::move(flags));
     ASSERT_TRUE(server_->ok()) << server_->log();
     training_ = v1::TrainingService::NewStub(server_->channel());
     precision_ = v1::PrecisionService::NewStub(server_->channel());
   }
 
-  v1::Job RunToEnd(const std::string& json) {
+  v1::Job Submit(const std::string& json) {
     v1::CreateJobRequest req;
     EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, req.mutable_spec()).ok());
     v1::Job job;
-    {
-      grpc::ClientContext ctx;
-      grpc::Status s = training_->CreateJob(&ctx, req, &job);
-      EXPECT_TRUE(s.ok()) << s.error_message();
-    }
+    grpc::ClientContext ctx;
+    grpc::Status s = training_->CreateJob(&ctx, req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+
+  v1::Job RunToEnd(const std::string& json) { return WaitForEnd(Submit(json)); }
+
+  v1::Job WaitForEnd(v1::Job job) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
     while (std::chrono::steady_clock::now() < deadline) {
       grpc::ClientContext ctx;
@@ -109,6 +117,29 @@ TEST_F(CudaJobEmuTest, ACudaJobTrainsToCompletionLikeTheSameJobOnTheCpu) {
   const size_t peak = log.find("\"peak_in_use_bytes\":\"", line);
   ASSERT_NE(peak, std::string::npos) << log;
   EXPECT_GT(std::stoll(log.substr(peak + 21)), 0) << log.substr(line, 300);
+}
+
+// Two CUDA jobs at once (two workers, so two threads, two streams, one
+// allocator): each gets exactly the result it gets alone.
+TEST_F(CudaJobEmuTest, ConcurrentCudaJobsDoNotDisturbEachOther) {
+  const v1::Job alone = RunToEnd(JobJson("bf16-mixed", "DEVICE_CUDA", 150));
+  ASSERT_EQ(alone.state(), v1::SUCCEEDED) << alone.failure_reason();
+  server_.reset();
+  Start({"--cpu_workers=2"});
+  const v1::Job a = Submit(JobJson("bf16-mixed", "DEVICE_CUDA", 150));
+  const v1::Job b = Submit(JobJson("bf16-mixed", "DEVICE_CUDA", 150));
+  const v1::Job done_a = WaitForEnd(a), done_b = WaitForEnd(b);
+  ASSERT_EQ(done_a.state(), v1::SUCCEEDED) << done_a.failure_reason() << "\n" << server_->log();
+  ASSERT_EQ(done_b.state(), v1::SUCCEEDED) << done_b.failure_reason();
+  // They overlapped in time.
+  EXPECT_LT(done_a.start_time().seconds() * 1000000000LL + done_a.start_time().nanos(),
+            done_b.end_time().seconds() * 1000000000LL + done_b.end_time().nanos());
+  EXPECT_LT(done_b.start_time().seconds() * 1000000000LL + done_b.start_time().nanos(),
+            done_a.end_time().seconds() * 1000000000LL + done_a.end_time().nanos());
+  EXPECT_EQ(done_a.latest_step().loss(), alone.latest_step().loss());
+  EXPECT_EQ(done_b.latest_step().loss(), alone.latest_step().loss());
+  EXPECT_EQ(done_a.latest_eval().accuracy(), alone.latest_eval().accuracy());
+  EXPECT_EQ(done_b.latest_eval().accuracy(), alone.latest_eval().accuracy());
 }
 
 }  // namespace
