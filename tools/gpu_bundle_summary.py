@@ -30,13 +30,16 @@ def main():
              for k, r in theirs if k == "torch"}
     for kind, r in ours:
         if kind == "gemm":
+            if float(r["cublas_tflops"]) <= 0:
+                print(f"gemm {r['size']}^3 bf16: no cuBLASLt rate measured")
+                continue
             ratio = float(r["engine_tflops"]) / float(r["cublas_tflops"])
             print(f"gemm {r['size']}^3 bf16: engine {r['engine_tflops']} TFLOP/s = "
                   f"{ratio:.2f} of cuBLASLt ({'meets' if ratio >= 0.7 else 'MISSES'} >= 0.70)")
     for hidden in sorted({h for h, _ in mlp}, key=int):
         fp32 = mlp.get((hidden, "32-true"))
         bf16 = mlp.get((hidden, "bf16-mixed"))
-        if fp32 and bf16:
+        if fp32 and bf16 is not None:
             x = bf16 / fp32
             print(f"hidden {hidden}: bf16-mixed / 32-true = {x:.2f}x "
                   f"({'meets' if x >= 3 else 'MISSES'} >= 3x)")

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs bench/gpu_bench, built against the CUDA emulator, at toy sizes and
+# checks that it produces its whole report: the device line, the GEMM RESULT,
+# one RESULT per (hidden, precision) and the ratio lines; then that the
+# bundle's summary (tools/gpu_bundle_summary.py) reads them, with and without
+# PyTorch's numbers.
+set -euo pipefail
+out=$("$1" --hidden=64,128 --batch=32 --steps=2 --rounds=1 --gemm=256 2>&1) || {
+  echo "$out"
+  echo "FAIL: gpu_bench exited non-zero"
+  exit 1
+}
+echo "$out"
+fail=0
+expect() {
+  if ! grep -qE "$1" <<<"$out"; then
+    echo "FAIL: no line matching: $1"
+    fail=1
+  fi
+}
+expect '^device 0: ampd CUDA emulator'
+expect '^RESULT gemm size=256 cublas_tflops=[0-9.]+ engine_tflops=[0-9.]+'
+for h in 64 128; do
+  for p in 32-true bf16-mixed 16-mixed; do
+    expect "^RESULT mlp hidden=$h precision=$p samples_per_s=[0-9.]+ tflops=[0-9.]+"
+  done
+  expect "^hidden $h: bf16-mixed / 32-true = [0-9.]+x"
+done
+if grep -q SKIPPED <<<"$out"; then
+  echo "FAIL: skipped on the emulator"
+  fail=1
+fi
+log=$(mktemp)
+echo "$out" >"$log"
+torch=$(mktemp)
+for h in 64 128; do
+  for p in 32-true bf16-mixed 16-mixed; do
+    echo "RESULT torch hidden=$h precision=$p samples_per_s=100.0 tflops=0.00" >>"$torch"
+  done
+done
+summary=$(python3 "$2" "$log" "$torch")
+echo "$summary"
+for h in 64 128; do
+  grep -qE "^hidden $h: bf16-mixed / 32-true = [0-9.]+x \((meets|MISSES) >= 3x\)" <<<"$summary" ||
+    { echo "FAIL: summary lacks the 3x line for hidden $h"; fail=1; }
+  grep -qE "^hidden $h bf16-mixed: ampd / PyTorch eager AMP = [0-9.]+x \(target >= 1.1x" \
+    <<<"$summary" || { echo "FAIL: summary lacks the PyTorch ratio for hidden $h"; fail=1; }
+done
+python3 "$2" "$log" /nonexistent | grep -q "no PyTorch numbers" ||
+  { echo "FAIL: summary without PyTorch"; fail=1; }
+exit $fail
