@@ -109,7 +109,8 @@ std::string AmpdProcess::log() const {
   return ss.str();
 }
 
-std::string TinyJobJson(int steps, const std::string& precision, int seed) {
+std::string TinyJobJson(int steps, const std::string& precision, int seed,
+                        const std::string& device) {
   return R"({"model": {"mlp": {"hidden": [16]}},
     "data": {"synthetic": {"numExamples": 512, "featureDim": 8, "numClasses": 3,
                            "numTestExamples": 128, "seed": 7}},
@@ -117,7 +118,8 @@ std::string TinyJobJson(int steps, const std::string& precision, int seed) {
          precision + R"("},
     "training": {"steps": )" +
          std::to_string(steps) + R"(, "batchSize": 32, "evalInterval": 10, "seed": )" +
-         std::to_string(seed) + "}}";
+         std::to_string(seed) + "}" +
+         (device.empty() ? std::string() : R"(, "device": ")" + device + "\"") + "}";
 }
 
 }  // namespace ampd::testing

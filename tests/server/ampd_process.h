@@ -45,8 +45,10 @@ class AmpdProcess {
 // path such as "tests/server/ampd_emu") instead of server/ampd.
 void UseAmpdBinary(const std::string& runfile_path);
 
-// A small synthetic job spec (JSON) that trains in well under a second.
-std::string TinyJobJson(int steps, const std::string& precision = "32-true", int seed = 0);
+// A small synthetic job spec (JSON) that trains in well under a second;
+// `device` ("DEVICE_CUDA", ...) is left to the server's default when empty.
+std::string TinyJobJson(int steps, const std::string& precision = "32-true", int seed = 0,
+                        const std::string& device = "");
 
 }  // namespace ampd::testing
 

@@ -22,16 +22,9 @@ namespace {
 
 namespace v1 = ::ampd::v1;
 
+// TinyJobJson's job (hidden 16, evaluated every 10 steps) with a fixed seed.
 std::string JobJson(const std::string& precision, const std::string& device, int steps = 40) {
-  return R"({"model": {"mlp": {"hidden": [32]}},
-    "data": {"synthetic": {"numExamples": 512, "featureDim": 8, "numClasses": 3,
-                           "numTestExamples": 128, "seed": 7}},
-    "precision": {"profile": ")" +
-         precision + R"("},
-    "training": {"steps": )" +
-         std::to_string(steps) + R"(, "batchSize": 32, "evalInterval": 20, "seed": 3},
-    "device": ")" +
-         device + R"("})";
+  return TinyJobJson(steps, precision, /*seed=*/3, device);
 }
 
 class CudaJobEmuTest : public ::testing::Test {
