@@ -71,9 +71,10 @@ cudaStream_t S(Stream s) { return static_cast<cudaStream_t>(s); }
 // Kernel launches go through one macro so that the CPU emulator
 // (tests/engine/cuda/emu) can run this file unchanged.
 #ifdef AMPD_CUDA_EMU
-#define LAUNCH(kernel, grid, block, stream) AMPD_EMU_LAUNCH(kernel, grid, block, stream)
+#define LAUNCH(kernel, grid, block, stream, ...) \
+  AMPD_EMU_LAUNCH(kernel, grid, block, stream)(__VA_ARGS__)
 #else
-#define LAUNCH(kernel, grid, block, stream) kernel<<<grid, block, 0, stream>>>
+#define LAUNCH(kernel, grid, block, stream, ...) kernel<<<grid, block, 0, stream>>>(__VA_ARGS__)
 #endif
 
 #define GRID_STRIDE(i, n)                                                                \
@@ -506,7 +507,7 @@ bool AnyF64(int a, int b, int c = kF32) { return a == kF64 || b == kF64 || c == 
 
 std::string LaunchFill(void* y, int dt, int64_t n, double value, Stream s) {
   if (n == 0) return "";
-  LAUNCH(FillKernel, Blocks(n), kThreads, S(s))(y, dt, n, value);
+  LAUNCH(FillKernel, Blocks(n), kThreads, S(s), y, dt, n, value);
   return Check("FillKernel");
 }
 
@@ -518,9 +519,9 @@ std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, S
                               : std::string("cudaMemcpyAsync(convert): ") + cudaGetErrorString(err);
   }
   if (AnyF64(xdt, ydt)) {
-    LAUNCH(ConvertKernel<double>, Blocks(n), kThreads, S(s))(x, xdt, y, ydt, n);
+    LAUNCH(ConvertKernel<double>, Blocks(n), kThreads, S(s), x, xdt, y, ydt, n);
   } else {
-    LAUNCH(ConvertKernel<float>, Blocks(n), kThreads, S(s))(x, xdt, y, ydt, n);
+    LAUNCH(ConvertKernel<float>, Blocks(n), kThreads, S(s), x, xdt, y, ydt, n);
   }
   return Check("ConvertKernel");
 }
@@ -528,9 +529,9 @@ std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, S
 std::string LaunchUnary(int op, const void* x, int xdt, void* y, int ydt, int64_t n, Stream s) {
   if (n == 0) return "";
   if (AnyF64(xdt, ydt)) {
-    LAUNCH(UnaryKernel<double>, Blocks(n), kThreads, S(s))(op, x, xdt, y, ydt, n);
+    LAUNCH(UnaryKernel<double>, Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
   } else {
-    LAUNCH(UnaryKernel<float>, Blocks(n), kThreads, S(s))(op, x, xdt, y, ydt, n);
+    LAUNCH(UnaryKernel<float>, Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
   }
   return Check("UnaryKernel");
 }
@@ -539,9 +540,9 @@ std::string LaunchUnaryBackward(int op, const void* x, int xdt, const void* dy, 
                                 int64_t n, Stream s) {
   if (n == 0) return "";
   if (AnyF64(xdt, gdt)) {
-    LAUNCH(UnaryBackwardKernel<double>, Blocks(n), kThreads, S(s))(op, x, xdt, dy, gdt, dx, n);
+    LAUNCH(UnaryBackwardKernel<double>, Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
   } else {
-    LAUNCH(UnaryBackwardKernel<float>, Blocks(n), kThreads, S(s))(op, x, xdt, dy, gdt, dx, n);
+    LAUNCH(UnaryBackwardKernel<float>, Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
   }
   return Check("UnaryBackwardKernel");
 }
@@ -550,9 +551,9 @@ std::string LaunchBinary(int op, const void* a, int adt, const void* b, int bdt,
                          void* y, int ydt, int64_t n, Stream s) {
   if (n == 0) return "";
   if (AnyF64(adt, bdt, ydt)) {
-    LAUNCH(BinaryKernel<double>, Blocks(n), kThreads, S(s))(op, a, adt, b, bdt, bn, y, ydt, n);
+    LAUNCH(BinaryKernel<double>, Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);
   } else {
-    LAUNCH(BinaryKernel<float>, Blocks(n), kThreads, S(s))(op, a, adt, b, bdt, bn, y, ydt, n);
+    LAUNCH(BinaryKernel<float>, Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);
   }
   return Check("BinaryKernel");
 }
@@ -561,10 +562,10 @@ std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt,
                         Stream s) {
   if (n == 0) return "";
   if (AnyF64(xdt, ydt)) {
-    LAUNCH(ScaleKernel<double>, Blocks(n), kThreads, S(s))(x, xdt, factor, y, ydt, n);
+    LAUNCH(ScaleKernel<double>, Blocks(n), kThreads, S(s), x, xdt, factor, y, ydt, n);
   } else {
-    LAUNCH(ScaleKernel<float>, Blocks(n), kThreads, S(s))
-    (x, xdt, static_cast<float>(factor), y, ydt, n);
+    LAUNCH(ScaleKernel<float>, Blocks(n), kThreads, S(s), x, xdt, static_cast<float>(factor), y,
+           ydt, n);
   }
   return Check("ScaleKernel");
 }
@@ -572,22 +573,22 @@ std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt,
 std::string LaunchAddInPlace(void* x, int xdt, const void* y, int ydt, double alpha, int64_t n,
                              Stream s) {
   if (n == 0) return "";
-  LAUNCH(AddInPlaceKernel, Blocks(n), kThreads, S(s))(x, xdt, y, ydt, alpha, n);
+  LAUNCH(AddInPlaceKernel, Blocks(n), kThreads, S(s), x, xdt, y, ydt, alpha, n);
   return Check("AddInPlaceKernel");
 }
 
 std::string LaunchSumAll(const void* x, int xdt, int64_t n, double* scratch, void* out, int odt,
                          Stream s) {
   const int blocks = ReduceBlocks(n);
-  LAUNCH(PartialSumKernel, blocks, kThreads, S(s))(x, xdt, n, false, scratch);
-  LAUNCH(FinishSumKernel, 1, 1, S(s))(scratch, blocks, 1.0, nullptr, out, odt);
+  LAUNCH(PartialSumKernel, blocks, kThreads, S(s), x, xdt, n, false, scratch);
+  LAUNCH(FinishSumKernel, 1, 1, S(s), scratch, blocks, 1.0, nullptr, out, odt);
   return Check("SumAll");
 }
 
 std::string LaunchSumRows(const void* x, int xdt, int64_t rows, int64_t cols, void* out, int odt,
                           Stream s) {
   if (cols == 0) return "";
-  LAUNCH(SumRowsKernel, Blocks(cols), kThreads, S(s))(x, xdt, rows, cols, out, odt);
+  LAUNCH(SumRowsKernel, Blocks(cols), kThreads, S(s), x, xdt, rows, cols, out, odt);
   return Check("SumRowsKernel");
 }
 
@@ -595,9 +596,9 @@ std::string LaunchSoftmax(const void* x, int xdt, int64_t rows, int64_t cols, bo
                           int ydt, Stream s) {
   if (rows == 0) return "";
   if (AnyF64(xdt, ydt)) {
-    LAUNCH(SoftmaxKernel<double>, rows, kThreads, S(s))(x, xdt, cols, log, y, ydt);
+    LAUNCH(SoftmaxKernel<double>, rows, kThreads, S(s), x, xdt, cols, log, y, ydt);
   } else {
-    LAUNCH(SoftmaxKernel<float>, rows, kThreads, S(s))(x, xdt, cols, log, y, ydt);
+    LAUNCH(SoftmaxKernel<float>, rows, kThreads, S(s), x, xdt, cols, log, y, ydt);
   }
   return Check("SoftmaxKernel");
 }
@@ -606,10 +607,10 @@ std::string LaunchSoftmaxBackward(const void* y, int ydt, const void* dy, int gd
                                   int64_t cols, bool log, void* dx, int odt, Stream s) {
   if (rows == 0) return "";
   if (AnyF64(ydt, gdt, odt)) {
-    LAUNCH(SoftmaxBackwardKernel<double>, rows, kThreads, S(s))
-    (y, ydt, dy, gdt, cols, log, dx, odt);
+    LAUNCH(SoftmaxBackwardKernel<double>, rows, kThreads, S(s), y, ydt, dy, gdt, cols, log, dx,
+           odt);
   } else {
-    LAUNCH(SoftmaxBackwardKernel<float>, rows, kThreads, S(s))(y, ydt, dy, gdt, cols, log, dx, odt);
+    LAUNCH(SoftmaxBackwardKernel<float>, rows, kThreads, S(s), y, ydt, dy, gdt, cols, log, dx, odt);
   }
   return Check("SoftmaxBackwardKernel");
 }
@@ -619,11 +620,11 @@ std::string LaunchLayerNorm(const void* x, int xdt, const void* gamma, int gdt, 
                             void* rstd, int sdt, Stream s) {
   if (rows == 0) return "";
   if (xdt == kF64) {
-    LAUNCH(LayerNormKernel<double>, rows, kThreads, S(s))
-    (x, xdt, gamma, gdt, beta, cols, eps, y, ydt, mean, rstd, sdt);
+    LAUNCH(LayerNormKernel<double>, rows, kThreads, S(s), x, xdt, gamma, gdt, beta, cols, eps, y,
+           ydt, mean, rstd, sdt);
   } else {
-    LAUNCH(LayerNormKernel<float>, rows, kThreads, S(s))
-    (x, xdt, gamma, gdt, beta, cols, static_cast<float>(eps), y, ydt, mean, rstd, sdt);
+    LAUNCH(LayerNormKernel<float>, rows, kThreads, S(s), x, xdt, gamma, gdt, beta, cols,
+           static_cast<float>(eps), y, ydt, mean, rstd, sdt);
   }
   return Check("LayerNormKernel");
 }
@@ -634,15 +635,15 @@ std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, i
                                     void* dbeta, Stream s) {
   if (rows == 0) return "";
   if (xdt == kF64) {
-    LAUNCH(LayerNormBackwardRowsKernel<double>, rows, kThreads, S(s))
-    (x, xdt, gamma, gdt, mean, rstd, sdt, dy, dydt, cols, dx);
-    LAUNCH(LayerNormBackwardColumnsKernel<double>, Blocks(cols), kThreads, S(s))
-    (x, xdt, mean, rstd, sdt, dy, dydt, rows, cols, dgamma, dbeta, gdt);
+    LAUNCH(LayerNormBackwardRowsKernel<double>, rows, kThreads, S(s), x, xdt, gamma, gdt, mean,
+           rstd, sdt, dy, dydt, cols, dx);
+    LAUNCH(LayerNormBackwardColumnsKernel<double>, Blocks(cols), kThreads, S(s), x, xdt, mean, rstd,
+           sdt, dy, dydt, rows, cols, dgamma, dbeta, gdt);
   } else {
-    LAUNCH(LayerNormBackwardRowsKernel<float>, rows, kThreads, S(s))
-    (x, xdt, gamma, gdt, mean, rstd, sdt, dy, dydt, cols, dx);
-    LAUNCH(LayerNormBackwardColumnsKernel<float>, Blocks(cols), kThreads, S(s))
-    (x, xdt, mean, rstd, sdt, dy, dydt, rows, cols, dgamma, dbeta, gdt);
+    LAUNCH(LayerNormBackwardRowsKernel<float>, rows, kThreads, S(s), x, xdt, gamma, gdt, mean, rstd,
+           sdt, dy, dydt, cols, dx);
+    LAUNCH(LayerNormBackwardColumnsKernel<float>, Blocks(cols), kThreads, S(s), x, xdt, mean, rstd,
+           sdt, dy, dydt, rows, cols, dgamma, dbeta, gdt);
   }
   return Check("LayerNormBackward");
 }
@@ -653,16 +654,16 @@ std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t*
                                       Stream s) {
   if (rows == 0) return "";
   if (dt == kF64) {
-    LAUNCH(SoftmaxCrossEntropyRowsKernel<double>, rows, kThreads, S(s))
-    (logits, dt, labels, cols, lse, ldt, row_loss);
+    LAUNCH(SoftmaxCrossEntropyRowsKernel<double>, rows, kThreads, S(s), logits, dt, labels, cols,
+           lse, ldt, row_loss);
   } else {
-    LAUNCH(SoftmaxCrossEntropyRowsKernel<float>, rows, kThreads, S(s))
-    (logits, dt, labels, cols, lse, ldt, row_loss);
+    LAUNCH(SoftmaxCrossEntropyRowsKernel<float>, rows, kThreads, S(s), logits, dt, labels, cols,
+           lse, ldt, row_loss);
   }
   const int blocks = ReduceBlocks(rows);
-  LAUNCH(PartialSumKernel, blocks, kThreads, S(s))(row_loss, kF64, rows, false, scratch);
-  LAUNCH(FinishSumKernel, 1, 1, S(s))
-  (scratch, blocks, 1.0 / static_cast<double>(rows), nullptr, out, odt);
+  LAUNCH(PartialSumKernel, blocks, kThreads, S(s), row_loss, kF64, rows, false, scratch);
+  LAUNCH(FinishSumKernel, 1, 1, S(s), scratch, blocks, 1.0 / static_cast<double>(rows), nullptr,
+         out, odt);
   return Check("SoftmaxCrossEntropy");
 }
 
@@ -672,11 +673,11 @@ std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const 
   const int64_t n = rows * cols;
   if (n == 0) return "";
   if (dt == kF64) {
-    LAUNCH(SoftmaxCrossEntropyBackwardKernel<double>, Blocks(n), kThreads, S(s))
-    (logits, dt, labels, lse, ldt, rows, cols, scale, dx);
+    LAUNCH(SoftmaxCrossEntropyBackwardKernel<double>, Blocks(n), kThreads, S(s), logits, dt, labels,
+           lse, ldt, rows, cols, scale, dx);
   } else {
-    LAUNCH(SoftmaxCrossEntropyBackwardKernel<float>, Blocks(n), kThreads, S(s))
-    (logits, dt, labels, lse, ldt, rows, cols, static_cast<float>(scale), dx);
+    LAUNCH(SoftmaxCrossEntropyBackwardKernel<float>, Blocks(n), kThreads, S(s), logits, dt, labels,
+           lse, ldt, rows, cols, static_cast<float>(scale), dx);
   }
   return Check("SoftmaxCrossEntropyBackwardKernel");
 }
@@ -684,7 +685,7 @@ std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const 
 std::string LaunchEmbedding(const void* table, int dt, const int32_t* ids, int64_t n, int64_t dim,
                             void* y, Stream s) {
   if (n * dim == 0) return "";
-  LAUNCH(EmbeddingKernel, Blocks(n * dim), kThreads, S(s))(table, dt, ids, n, dim, y);
+  LAUNCH(EmbeddingKernel, Blocks(n * dim), kThreads, S(s), table, dt, ids, n, dim, y);
   return Check("EmbeddingKernel");
 }
 
@@ -695,16 +696,16 @@ std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* ids, 
   cudaError_t err = cudaMemsetAsync(acc, 0, rows * dim * sizeof(double), S(s));
   if (err != cudaSuccess)
     return std::string("cudaMemsetAsync(embedding grad): ") + cudaGetErrorString(err);
-  LAUNCH(EmbeddingBackwardKernel, Blocks(dim), kThreads, S(s))(dy, dt, ids, n, dim, acc);
-  LAUNCH(ConvertKernel<double>, Blocks(rows * dim), kThreads, S(s))
-  (acc, kF64, dtable, dt, rows * dim);
+  LAUNCH(EmbeddingBackwardKernel, Blocks(dim), kThreads, S(s), dy, dt, ids, n, dim, acc);
+  LAUNCH(ConvertKernel<double>, Blocks(rows * dim), kThreads, S(s), acc, kF64, dtable, dt,
+         rows * dim);
   return Check("EmbeddingBackward");
 }
 
 std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n,
                           Stream s) {
   if (n == 0) return "";
-  LAUNCH(DropoutKernel, Blocks(n), kThreads, S(s))(x, dt, p, seed, y, n);
+  LAUNCH(DropoutKernel, Blocks(n), kThreads, S(s), x, dt, p, seed, y, n);
   return Check("DropoutKernel");
 }
 
@@ -720,7 +721,7 @@ std::string MultiplyAndCheck(const TensorList& grads, const float* scale, float 
                              float* found_inf, Stream s) {
   if (grads.count == 0) return "";
   dim3 grid(std::min(Blocks(MaxNumel(grads)), 1024), grads.count);
-  LAUNCH(UnscaleAndCheckKernel, grid, kThreads, S(s))(grads, scale, factor, found_inf);
+  LAUNCH(UnscaleAndCheckKernel, grid, kThreads, S(s), grads, scale, factor, found_inf);
   return Check("UnscaleAndCheckKernel");
 }
 
@@ -739,10 +740,9 @@ std::string LaunchMultiplyAndCheck(const TensorList& grads, float factor, float*
 std::string LaunchUpdateScale(float* scale, float* growth_tracker, const float* found_inf,
                               double growth_factor, double backoff_factor, int64_t growth_interval,
                               double min_scale, double max_scale, Stream s) {
-  LAUNCH(UpdateScaleKernel, 1, 1, S(s))
-  (scale, growth_tracker, found_inf, static_cast<float>(growth_factor),
-   static_cast<float>(backoff_factor), growth_interval, static_cast<float>(min_scale),
-   static_cast<float>(max_scale));
+  LAUNCH(UpdateScaleKernel, 1, 1, S(s), scale, growth_tracker, found_inf,
+         static_cast<float>(growth_factor), static_cast<float>(backoff_factor), growth_interval,
+         static_cast<float>(min_scale), static_cast<float>(max_scale));
   return Check("UpdateScaleKernel");
 }
 
@@ -754,15 +754,15 @@ std::string LaunchSumOfSquares(const TensorList& tensors, double* scratch, bool 
       return std::string("cudaMemsetAsync(sum of squares): ") + cudaGetErrorString(err);
   }
   if (tensors.count == 0) {
-    LAUNCH(FinishSumKernel, 1, 1, S(s))(scratch, 0, 1.0, scratch + kMaxReduceBlocks, out, odt);
+    LAUNCH(FinishSumKernel, 1, 1, S(s), scratch, 0, 1.0, scratch + kMaxReduceBlocks, out, odt);
     return Check("FinishSumKernel");
   }
   const int per_tensor =
       std::max(1, std::min(ReduceBlocks(MaxNumel(tensors)), kMaxReduceBlocks / tensors.count));
   dim3 grid(per_tensor, tensors.count);
-  LAUNCH(MultiSumOfSquaresKernel, grid, kThreads, S(s))(tensors, per_tensor, scratch);
-  LAUNCH(FinishSumKernel, 1, 1, S(s))
-  (scratch, per_tensor * tensors.count, 1.0, scratch + kMaxReduceBlocks, out, odt);
+  LAUNCH(MultiSumOfSquaresKernel, grid, kThreads, S(s), tensors, per_tensor, scratch);
+  LAUNCH(FinishSumKernel, 1, 1, S(s), scratch, per_tensor * tensors.count, 1.0,
+         scratch + kMaxReduceBlocks, out, odt);
   return Check("SumOfSquares");
 }
 
@@ -770,8 +770,8 @@ std::string LaunchSgdStep(void* param, int pdt, const void* grad, int gdt, float
                           int64_t n, const SgdArgs& a, const float* found_inf, void* model_copy,
                           int mdt, Stream s) {
   if (n == 0) return "";
-  LAUNCH(SgdStepKernel, Blocks(n), kThreads, S(s))
-  (param, pdt, grad, gdt, momentum, n, a, found_inf, model_copy, mdt);
+  LAUNCH(SgdStepKernel, Blocks(n), kThreads, S(s), param, pdt, grad, gdt, momentum, n, a, found_inf,
+         model_copy, mdt);
   return Check("SgdStepKernel");
 }
 
@@ -779,8 +779,8 @@ std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, flo
                             float* exp_avg_sq, int64_t n, const AdamWArgs& a, const float* step_ptr,
                             const float* found_inf, void* model_copy, int mdt, Stream s) {
   if (n == 0) return "";
-  LAUNCH(AdamWStepKernel, Blocks(n), kThreads, S(s))
-  (param, pdt, grad, gdt, exp_avg, exp_avg_sq, n, a, step_ptr, found_inf, model_copy, mdt);
+  LAUNCH(AdamWStepKernel, Blocks(n), kThreads, S(s), param, pdt, grad, gdt, exp_avg, exp_avg_sq, n,
+         a, step_ptr, found_inf, model_copy, mdt);
   return Check("AdamWStepKernel");
 }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -506,6 +507,50 @@ TEST_F(CudaBackendTest, TrainingOnTheGpuTracksTheCpuRunAndAllocatesOnlyWhileWarm
     EXPECT_LT(gpu_loss.back(), 0.7 * gpu_loss.front()) << mode;
     EXPECT_GT(cuda::CudaMemoryStats().peak_in_use_bytes, 0);
   }
+}
+
+// SGD with momentum, gradient clipping, two micro-batches per step and a loss
+// scale so large that f16 gradients overflow for the first steps: the device
+// path skips the same steps, backs the scale off the same way and clips to
+// the same norms as the CPU.
+TEST_F(CudaBackendTest, SkipStormsClippingAndAccumulationMatchTheCpuStepForStep) {
+  TrainerConfig base = Config("16-mixed", Device::kCpu);
+  MlpSpec mlp = std::get<MlpSpec>(base.model);
+  mlp.hidden = {64};
+  mlp.layer_norm = false;
+  base.model = mlp;
+  base.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  base.optimizer.lr = 0.05;
+  base.optimizer.momentum = 0.9;
+  base.optimizer.weight_decay = 1e-4;
+  base.precision.loss_scaling.init_scale = std::ldexp(1.0, 40);
+  base.precision.loss_scaling.growth_interval = 5;
+  base.training.steps = 40;
+  base.training.batch_size = 32;
+  base.training.grad_accumulation = 2;
+  base.training.clip_norm = 0.5;
+  TrainerConfig on_gpu = base;
+  on_gpu.device = Device::kCuda;
+  auto cpu_trainer = Trainer::Create(base, &Data(), nullptr);
+  auto gpu_trainer = Trainer::Create(on_gpu, &Data(), nullptr);
+  ASSERT_TRUE(cpu_trainer.ok()) << cpu_trainer.status();
+  ASSERT_TRUE(gpu_trainer.ok()) << gpu_trainer.status();
+  int skipped = 0;
+  for (int step = 0; step < 40; ++step) {
+    const StepMetrics c = (*cpu_trainer)->RunStep();
+    const StepMetrics g = (*gpu_trainer)->RunStep();
+    ASSERT_EQ(g.skipped, c.skipped) << "step " << step + 1;
+    ASSERT_EQ(g.loss_scale, c.loss_scale) << "step " << step + 1;
+    EXPECT_NEAR(g.loss, c.loss, 2e-2 * std::max(1.0, c.loss)) << "step " << step + 1;
+    if (!c.skipped) {
+      EXPECT_NEAR(g.grad_norm, c.grad_norm, 2e-2 * std::max(1.0, c.grad_norm))
+          << "step " << step + 1;
+    }
+    skipped += c.skipped;
+  }
+  ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+  EXPECT_GE(skipped, 10) << "the storm should skip the first steps";
+  EXPECT_LT(skipped, 40);
 }
 
 }  // namespace
