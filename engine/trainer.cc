@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "engine/autocast.h"
@@ -128,6 +130,20 @@ Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Datase
     sum_sq_ = Tensor::Zeros({1}, DType::kF32, config.device);
     loss_sum_ = Tensor::Zeros({}, DType::kF64, config.device);  // summed in f64, as on the CPU
     PushScalerStateToDevice();
+    const int64_t bytes = train->num_examples * train->feature_dim * int64_t{sizeof(float)};
+    if (bytes > 0 && bytes <= config.device_dataset_max_bytes &&
+        train->num_examples <= std::numeric_limits<int32_t>::max()) {
+      auto view = std::make_shared<TensorImpl>();
+      view->shape = {train->num_examples, train->feature_dim};
+      view->dtype = DType::kF32;
+      view->numel = train->num_examples * train->feature_dim;
+      // Borrowed for the duration of CopyInto only: the dataset outlives us.
+      view->data = std::shared_ptr<uint8_t[]>(
+          reinterpret_cast<uint8_t*>(const_cast<float*>(train->features.data())), [](uint8_t*) {});
+      device_features_ = device_backend_->Allocate(view->shape, DType::kF32, /*zero=*/false);
+      device_backend_->CopyInto(device_features_, Tensor(std::move(view)));
+      batcher_.set_gather_features(false);
+    }
   }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, &model_->parameters(),
                                            config.precision.master_weights);
@@ -165,9 +181,11 @@ void Trainer::PushScalerStateToDevice() {
   device_backend_->Fill(amp_.growth_tracker, static_cast<double>(scaler_.growth_tracker()));
 }
 
-// The batch's features on the device, copied straight from the batch (no
-// intermediate host tensor).
+// The batch's features on the device: gathered there from the resident
+// training set (the same rows, bit for bit), or else copied straight from the
+// batch (no intermediate host tensor).
 Tensor Trainer::UploadBatch(const Batch& batch) {
+  if (device_features_.defined()) return device_backend_->Embedding(device_features_, batch.rows);
   auto view = std::make_shared<TensorImpl>();
   view->shape = {batch.size, train_->feature_dim};
   view->dtype = DType::kF32;

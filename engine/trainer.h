@@ -33,6 +33,11 @@ struct TrainingSpec {
   double clip_norm = 0.0;  // 0: no clipping
 };
 
+// On a device, training sets up to this size are copied there once at
+// Trainer::Create and batches are gathered on the device; larger ones are
+// uploaded batch by batch.
+inline constexpr int64_t kDeviceDatasetMaxBytes = int64_t{2} << 30;
+
 struct TrainerConfig {
   ModelSpec model;
   PrecisionConfig precision;
@@ -42,6 +47,8 @@ struct TrainerConfig {
   // Where the model lives and the step runs; Trainer::Create fails with
   // FAILED_PRECONDITION when the device is not available.
   Device device = Device::kCpu;
+  // Training sets up to this many bytes of features stay on the device.
+  int64_t device_dataset_max_bytes = kDeviceDatasetMaxBytes;
 };
 
 // Every invalid field, reported as "training.batch_size: must be >= 1, got 0".
@@ -164,6 +171,10 @@ class Trainer {
   Batch next_batch_;
   Tensor next_x_;
   Batcher::Position position_before_next_;
+  // Device path: the training set's features, copied to the device once when
+  // they fit config.device_dataset_max_bytes; a batch is then a row gather on the
+  // device and only its row indices cross the bus.
+  Tensor device_features_;
   int64_t total_steps_ = 0;
   int64_t step_ = 0;
   int64_t skipped_total_ = 0;

@@ -86,6 +86,7 @@ void Batcher::Next(Batch* batch) {
     batch->size = 0;
     batch->features.clear();
     batch->labels.clear();
+    batch->rows.clear();
     return;
   }
   if (position_.index >= end) {
@@ -97,12 +98,17 @@ void Batcher::Next(Batch* batch) {
   const int64_t dim = dataset_->feature_dim;
   const int64_t size = std::min(batch_size_, end - position_.index);
   batch->size = size;
-  batch->features.resize(static_cast<size_t>(size * dim));
+  batch->features.resize(gather_features_ ? static_cast<size_t>(size * dim) : 0);
   batch->labels.resize(static_cast<size_t>(size));
+  batch->rows.resize(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) {
     const int64_t example = order_[static_cast<size_t>(position_.index + i)];
-    std::copy_n(dataset_->features.begin() + example * dim, dim, batch->features.begin() + i * dim);
+    if (gather_features_) {
+      std::copy_n(dataset_->features.begin() + example * dim, dim,
+                  batch->features.begin() + i * dim);
+    }
     batch->labels[static_cast<size_t>(i)] = dataset_->labels[static_cast<size_t>(example)];
+    batch->rows[static_cast<size_t>(i)] = static_cast<int32_t>(example);
   }
   position_.index += size;
   if (position_.index >= end) {

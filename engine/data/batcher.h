@@ -10,8 +10,9 @@ namespace ampd::engine {
 
 struct Batch {
   int64_t size = 0;
-  std::vector<float> features;  // size * feature_dim
+  std::vector<float> features;  // size * feature_dim (empty when not gathered)
   std::vector<int32_t> labels;  // size
+  std::vector<int32_t> rows;    // size: each example's index in the dataset
 };
 
 // Seeded shuffling and batching over epochs. The order of epoch e depends only
@@ -38,6 +39,9 @@ class Batcher {
   // same as those that followed it then.
   void Seek(Position position);
   int64_t batches_per_epoch() const;
+  // false: Next leaves `features` empty (the caller gathers the rows itself,
+  // e.g. from a copy of the dataset on a device). Labels and rows are filled.
+  void set_gather_features(bool gather) { gather_features_ = gather; }
 
  private:
   void Permute(int64_t epoch);
@@ -47,6 +51,7 @@ class Batcher {
   uint64_t seed_;
   bool shuffle_;
   bool drop_last_;
+  bool gather_features_ = true;
   Position position_;
   int64_t permuted_epoch_ = -1;
   std::vector<int64_t> order_;

@@ -49,6 +49,7 @@ class FakeDeviceBackend final : public Backend {
   // Host waits the trainer itself asked for (ReadScalars outside the
   // reference AMP implementations, which read freely: a real device does not).
   int trainer_reads = 0;
+  int64_t uploaded_bytes = 0;  // host -> device through CopyInto
 
   Tensor Allocate(const std::vector<int64_t>& shape, DType dtype, bool zero) override {
     ++calls["Allocate"];
@@ -60,6 +61,9 @@ class FakeDeviceBackend final : public Backend {
   }
   void CopyInto(const Tensor& dst, const Tensor& src) override {
     ++calls["CopyInto"];
+    if (dst.device() != Device::kCpu && src.device() == Device::kCpu) {
+      uploaded_bytes += src.nbytes();
+    }
     H(dst).CopyFrom(H(src));
   }
   std::vector<double> ReadScalars(const std::vector<Tensor>& scalars) override {
@@ -113,6 +117,7 @@ class FakeDeviceBackend final : public Backend {
     return D(cpu().SoftmaxCrossEntropyBackward(H(logits), labels, H(lse), dloss));
   }
   Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) override {
+    ++calls["Embedding"];
     return D(cpu().Embedding(H(table), ids));
   }
   Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,

@@ -190,6 +190,40 @@ TEST(DevicePath, OneHostReadPerStepAndTheFusedKernels) {
   EXPECT_GT(fake.calls["SgdStepFused"], 0);
 }
 
+// The training set is copied to the device once and each batch is gathered
+// there (only row indices cross the bus); above the size limit batches are
+// uploaded one by one. Both are the CPU path bit for bit.
+TEST(DevicePath, TheTrainingSetStaysOnTheDeviceAndBatchesAreGatheredThere) {
+  testing::FakeDeviceBackend& fake = Fake();
+  const int64_t batch_bytes = 32 * 24 * sizeof(float);
+  const int64_t set_bytes = 512 * 24 * sizeof(float);
+  TrainRun cpu = Train(Config("bf16-mixed", OptimizerSpec::Kind::kAdamW, Device::kCpu), 12);
+  for (const bool resident : {true, false}) {
+    TrainerConfig c = Config("bf16-mixed", OptimizerSpec::Kind::kAdamW, Device::kCuda);
+    c.device_dataset_max_bytes = resident ? set_bytes : set_bytes - 1;
+    fake.calls.clear();
+    fake.uploaded_bytes = 0;
+    absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c, &Data(), nullptr);
+    ASSERT_TRUE(t.ok()) << t.status();
+    const int64_t at_create = fake.uploaded_bytes;
+    (*t)->RunStep();  // the first step also uploads the second's batch
+    const int64_t after_first = fake.uploaded_bytes;
+    for (int i = 1; i < 12; ++i) {
+      EXPECT_EQ((*t)->RunStep().loss, cpu.steps[i].loss) << "step " << i + 1 << " " << resident;
+    }
+    const int64_t per_step = (fake.uploaded_bytes - after_first) / 11;
+    if (resident) {
+      EXPECT_GE(at_create, set_bytes);
+      EXPECT_EQ(per_step, 0);
+      EXPECT_EQ(fake.calls["Embedding"], 13);  // 12 steps + the prefetched 13th batch
+    } else {
+      EXPECT_LT(at_create, set_bytes);
+      EXPECT_EQ(per_step, batch_bytes);
+      EXPECT_EQ(fake.calls["Embedding"], 0);
+    }
+  }
+}
+
 TEST(DevicePath, ResumesFromAHostCheckpointExactly) {
   Fake();
   const TrainerConfig c = Config("16-mixed", OptimizerSpec::Kind::kAdamW, Device::kCuda);

@@ -35,6 +35,7 @@ std::vector<int64_t> Ids(const Batch& batch) {
     const int64_t id = static_cast<int64_t>(batch.features[2 * i]);
     EXPECT_EQ(batch.features[2 * i + 1], static_cast<float>(id) + 0.5f);
     EXPECT_EQ(batch.labels[i], id % 3);
+    EXPECT_EQ(batch.rows.at(i), id);
     ids.push_back(id);
   }
   return ids;
@@ -170,6 +171,24 @@ TEST(BatcherTest, TooFewExamples) {
   Batcher none(&empty, 4, 0, true, false);
   none.Next(&batch);
   EXPECT_EQ(batch.size, 0);
+}
+
+// Without gathering, a batch names the same rows in the same order and
+// carries their labels, and no features (a device gathers them).
+TEST(BatcherTest, WithoutGatheringTheSameRowsComeWithoutFeatures) {
+  const Dataset data = Indexed(50);
+  Batcher gathering(&data, 8, /*seed=*/4), rows_only(&data, 8, /*seed=*/4);
+  rows_only.set_gather_features(false);
+  Batch a, b;
+  for (int i = 0; i < 14; ++i) {  // past an epoch boundary
+    gathering.Next(&a);
+    rows_only.Next(&b);
+    EXPECT_TRUE(b.features.empty());
+    ASSERT_EQ(b.size, a.size);
+    EXPECT_EQ(b.rows, a.rows);
+    EXPECT_EQ(b.labels, a.labels);
+    for (int64_t j = 0; j < b.size; ++j) EXPECT_EQ(b.labels[j], data.labels[b.rows[j]]);
+  }
 }
 
 }  // namespace
