@@ -29,6 +29,13 @@ __global__ void RotateThroughShared(int* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
 }
 
+// Racy: reads the slot the thread below writes, with no barrier in between.
+__global__ void ReadBelowWithoutBarrier(int base, int* out) {
+  __shared__ int slots[kThreads];
+  slots[threadIdx.x] = base + static_cast<int>(threadIdx.x);
+  if (threadIdx.x > 0) out[threadIdx.x] = slots[threadIdx.x - 1];
+}
+
 __global__ void WriteIndex(int* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x * blockDim.x + threadIdx.x;
 }
@@ -65,6 +72,28 @@ TEST(CudaEmuTest, SyncthreadsIsABarrierForTheWholeBlock) {
       ASSERT_EQ(host[b * kThreads + t], ((t + 1) % kThreads) * 10 + b) << b << " " << t;
     }
   }
+  EXPECT_EQ(cudaFree(out), cudaSuccess);
+}
+
+// The race above reads the fresh value in ascending order only; in reverse
+// order it reads what the previous launch left. Running the suite in both
+// orders (cuda_backend_emu_reverse_test) exposes such races.
+TEST(CudaEmuTest, ReverseThreadOrderExposesAMissingBarrier) {
+  cudaStream_t s = NewStream();
+  int* out = DeviceAlloc<int>(kThreads);
+  std::vector<int> host(kThreads);
+  int base = 1000;
+  for (const bool reverse : {false, true}) {
+    base += 1000;  // each launch writes values the last one did not
+    cudaemu::SetReverseThreadOrder(reverse);
+    AMPD_EMU_LAUNCH(ReadBelowWithoutBarrier, 1, kThreads, s)(base, out);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), out, kThreads * sizeof(int), cudaMemcpyDeviceToHost, s),
+              cudaSuccess);
+    int fresh = 0;
+    for (int t = 1; t < kThreads; ++t) fresh += host[t] == base + t - 1;
+    EXPECT_EQ(fresh, reverse ? 0 : kThreads - 1) << (reverse ? "reverse" : "ascending");
+  }
+  cudaemu::SetReverseThreadOrder(false);
   EXPECT_EQ(cudaFree(out), cudaSuccess);
 }
 

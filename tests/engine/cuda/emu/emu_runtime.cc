@@ -136,6 +136,12 @@ Fiber g_fibers[kMaxThreads];
 void* g_scheduler_sp = nullptr;
 int g_current = 0;
 bool g_direct = false;  // running threads as plain calls: no barrier allowed
+bool g_reverse = [] {
+  const char* order = std::getenv("AMPD_CUDA_EMU_THREAD_ORDER");
+  return order != nullptr && std::string(order) == "reverse";
+}();
+// The i-th thread to run of `threads`.
+int Nth(int i, int threads) { return g_reverse ? threads - 1 - i : i; }
 const char* g_kernel = "";
 const std::function<void()>* g_body = nullptr;
 #ifdef AMPD_EMU_ASAN
@@ -243,7 +249,8 @@ int64_t RunBlockOnFibers(int threads) {
   int64_t barriers = 0;
   for (;;) {
     int done = 0, waiting = 0;
-    for (int t = 0; t < threads; ++t) {
+    for (int i = 0; i < threads; ++i) {
+      const int t = Nth(i, threads);
       Fiber& f = g_fibers[t];
       if (f.state == FiberState::kDone) {
         ++done;
@@ -305,8 +312,8 @@ void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()
           continue;
         }
         g_direct = true;
-        for (int t = 0; t < threads; ++t) {
-          SetThreadIdx(t);
+        for (int i = 0; i < threads; ++i) {
+          SetThreadIdx(Nth(i, threads));
           thread_body();
         }
         g_direct = false;
@@ -334,6 +341,11 @@ cudaError_t StickyError() {
 bool IsDeviceRange(const void* p, size_t bytes) {
   Lock lock(Mu());
   return InRange(St().device, p, bytes);
+}
+
+void SetReverseThreadOrder(bool reverse) {
+  Lock lock(Mu());
+  g_reverse = reverse;
 }
 
 Counters GetCounters() {

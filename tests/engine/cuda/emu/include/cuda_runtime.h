@@ -15,7 +15,8 @@
 //    grid.y/z over 65535) and become cudaErrorInvalidConfiguration;
 //  - __syncthreads is a real barrier for the threads of a block (each runs on
 //    its own fiber), and one that not every thread of a block reaches aborts;
-//  - device memory is finite (AMPD_CUDA_EMU_MEMORY_MIB, default 4096).
+//  - device memory is finite (AMPD_CUDA_EMU_MEMORY_MIB, default 4096);
+//  - the threads of a block can run in reverse order, to expose races.
 
 #include <math.h>  // float overloads of exp, log, ... at global scope, as CUDA has
 
@@ -123,6 +124,12 @@ cudaError_t StickyError();
 bool IsDeviceRange(const void* p, size_t bytes);
 // Runs kernel(grid, block) on the CPU, a block at a time.
 void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()>& thread_body);
+// The order in which a block's threads run between two barriers. A thread
+// that reads what another writes in the same interval (a race on a GPU) sees
+// the write in one order and not in the other, so a suite that passes in
+// both has no such race that changes its results. The default comes from
+// AMPD_CUDA_EMU_THREAD_ORDER ("reverse"; otherwise ascending).
+void SetReverseThreadOrder(bool reverse);
 // Counts for tests of the emulator itself.
 struct Counters {
   int64_t launches = 0, fiber_blocks = 0, direct_blocks = 0, barriers = 0;
