@@ -120,6 +120,15 @@ class Backend {
   virtual Tensor SoftmaxCrossEntropyBackward(const Tensor& logits,
                                              const std::vector<int32_t>& labels,
                                              const Tensor& row_logsumexp, float dloss) = 0;
+  // The same with the upstream gradient as a one-element tensor where the
+  // logits are, so that a device backend need not wait to read it (a loss
+  // scaled by a scale kept on the device). The default reads it on the host.
+  virtual Tensor SoftmaxCrossEntropyBackwardOnDevice(const Tensor& logits,
+                                                     const std::vector<int32_t>& labels,
+                                                     const Tensor& row_logsumexp,
+                                                     const Tensor& dloss) {
+    return SoftmaxCrossEntropyBackward(logits, labels, row_logsumexp, dloss.Item());
+  }
   virtual Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) = 0;
   virtual Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
                                    int64_t num_rows) = 0;
@@ -156,6 +165,10 @@ class Backend {
   // as PyTorch); amp.found_inf becomes 1 if any result is inf/NaN. One launch
   // for all tensors on a device backend.
   virtual void UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads, const DeviceAmpState& amp);
+  // Every gradient *= factor (gradient clipping); found_inf (f32 [1]) becomes
+  // 1 if any result is inf/NaN. No host read.
+  virtual void MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
+                                        const Tensor& found_inf);
   // torch._amp_update_scale_ on the device state, then the optional bounds.
   virtual void UpdateScaleOnDevice(const DeviceAmpState& amp, const ScaleUpdateOptions& o);
   // Sum of squares of all elements into `out` (f32 [1]) without a host read.

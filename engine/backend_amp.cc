@@ -21,6 +21,16 @@ void Backend::UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads, const De
   if (UnscaleAndCheck(defined, inv_scale).found_inf) Fill(amp.found_inf, 1.0);
 }
 
+void Backend::MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
+                                       const Tensor& found_inf) {
+  std::vector<Tensor> defined;
+  for (const Tensor& g : grads) {
+    if (g.defined()) defined.push_back(g);
+  }
+  if (defined.empty()) return;
+  if (UnscaleAndCheck(defined, factor).found_inf) Fill(found_inf, 1.0);
+}
+
 void Backend::UpdateScaleOnDevice(const DeviceAmpState& amp, const ScaleUpdateOptions& o) {
   if (!o.dynamic) return;
   const std::vector<double> v = ReadScalars({amp.scale, amp.growth_tracker, amp.found_inf});

@@ -136,7 +136,7 @@ Tensor SoftmaxCrossEntropy(Tensor logits, const std::vector<int32_t>& labels) {
   return Record(
       loss, "cross_entropy", {logits},
       [logits, labels, lse](const Tensor& g) -> std::vector<Tensor> {
-        return {BackendOf(logits).SoftmaxCrossEntropyBackward(logits, labels, lse, g.Item())};
+        return {BackendOf(logits).SoftmaxCrossEntropyBackwardOnDevice(logits, labels, lse, g)};
       });
 }
 

@@ -240,7 +240,8 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
     // Clipping needs the norm on the host before the update: one extra wait.
     const double norm = std::sqrt(be.ReadScalars({sum_sq_}).at(0));
     if (std::isfinite(norm) && norm > t.clip_norm) {
-      be.UnscaleAndCheck(grads, static_cast<float>(t.clip_norm / (norm + 1e-6)));
+      be.MultiplyAndCheckOnDevice(grads, static_cast<float>(t.clip_norm / (norm + 1e-6)),
+                                  amp_.found_inf);
     }
   }
   StepMetrics m;

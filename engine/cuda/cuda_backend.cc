@@ -330,13 +330,27 @@ class CudaBackend final : public Backend {
 
   Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
                                      const Tensor& row_logsumexp, float dloss) override {
+    Tensor on_device = Allocate({1}, DType::kF32, false);
+    Fill(on_device, dloss);
+    return SoftmaxCrossEntropyBackwardOnDevice(logits, labels, row_logsumexp, on_device);
+  }
+
+  // The upstream gradient (the loss scale times 1/accumulation, on the
+  // device) is read by the kernel: no host wait in the middle of backward.
+  Tensor SoftmaxCrossEntropyBackwardOnDevice(const Tensor& logits,
+                                             const std::vector<int32_t>& labels,
+                                             const Tensor& row_logsumexp,
+                                             const Tensor& dloss) override {
+    if (dloss.device() != engine::Device::kCuda) {
+      return SoftmaxCrossEntropyBackward(logits, labels, row_logsumexp, dloss.Item());
+    }
     const int64_t cols = logits.dim(-1), rows = logits.numel() / cols;
     Tensor dx = Allocate(logits.shape(), logits.dtype(), false);
     Tensor ids = UploadLabels(labels);
     if (Ok()) {
       Record(LaunchSoftmaxCrossEntropyBackward(logits.raw(), Dt(logits), ids.data<int32_t>(),
                                                row_logsumexp.raw(), Dt(row_logsumexp), rows, cols,
-                                               static_cast<double>(dloss) / rows, dx.raw(), S()));
+                                               dloss.raw(), Dt(dloss), dx.raw(), S()));
     }
     return dx;
   }
@@ -419,6 +433,18 @@ class CudaBackend final : public Backend {
         Record(
             LaunchUnscaleAndCheck(list, amp.scale.data<float>(), amp.found_inf.data<float>(), S()));
       }
+    }
+  }
+
+  void MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
+                                const Tensor& found_inf) override {
+    std::vector<Tensor> defined;
+    for (const Tensor& g : grads) {
+      if (g.defined()) defined.push_back(g);
+    }
+    for (size_t begin = 0; begin < defined.size(); begin += kMaxTensorsPerLaunch) {
+      TensorList list = List(defined, begin);
+      if (Ok()) Record(LaunchMultiplyAndCheck(list, factor, found_inf.data<float>(), S()));
     }
   }
 

@@ -380,10 +380,17 @@ __global__ void SoftmaxCrossEntropyRowsKernel(const void* logits, int dt, const 
   }
 }
 
+// dloss: the upstream gradient, one element on the device (read here, so the
+// host never waits for it); as the CPU, it is taken as an f32 and divided by
+// the rows in f64.
 template <typename C>
 __global__ void SoftmaxCrossEntropyBackwardKernel(const void* logits, int dt, const int32_t* labels,
                                                   const void* lse, int ldt, int64_t rows,
-                                                  int64_t cols, C scale, void* dx) {
+                                                  int64_t cols, const void* dloss, int ddt,
+                                                  void* dx) {
+  const C scale =
+      static_cast<C>(static_cast<double>(static_cast<float>(Load<double>(dloss, ddt, 0))) /
+                     static_cast<double>(rows));
   GRID_STRIDE(i, rows * cols) {
     const int64_t r = i / cols, c = i % cols;
     const C p = exp(Load<C>(logits, dt, i) - Load<C>(lse, ldt, r));
@@ -669,15 +676,15 @@ std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t*
 
 std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const int32_t* labels,
                                               const void* lse, int ldt, int64_t rows, int64_t cols,
-                                              double scale, void* dx, Stream s) {
+                                              const void* dloss, int ddt, void* dx, Stream s) {
   const int64_t n = rows * cols;
   if (n == 0) return "";
   if (dt == kF64) {
     LAUNCH(SoftmaxCrossEntropyBackwardKernel<double>, Blocks(n), kThreads, S(s), logits, dt, labels,
-           lse, ldt, rows, cols, scale, dx);
+           lse, ldt, rows, cols, dloss, ddt, dx);
   } else {
     LAUNCH(SoftmaxCrossEntropyBackwardKernel<float>, Blocks(n), kThreads, S(s), logits, dt, labels,
-           lse, ldt, rows, cols, static_cast<float>(scale), dx);
+           lse, ldt, rows, cols, dloss, ddt, dx);
   }
   return Check("SoftmaxCrossEntropyBackwardKernel");
 }

@@ -58,9 +58,10 @@ std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t*
                                       int64_t rows, int64_t cols, void* lse, int ldt,
                                       double* row_loss, double* scratch, void* out, int odt,
                                       Stream s);
+// dx = (softmax - onehot) * dloss[0] / rows, with dloss read on the device.
 std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const int32_t* labels,
                                               const void* lse, int ldt, int64_t rows, int64_t cols,
-                                              double scale, void* dx, Stream s);
+                                              const void* dloss, int ddt, void* dx, Stream s);
 std::string LaunchEmbedding(const void* table, int dt, const int32_t* ids, int64_t n, int64_t dim,
                             void* y, Stream s);
 // acc (rows * dim doubles of scratch, zeroed here) accumulates column by

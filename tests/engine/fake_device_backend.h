@@ -50,6 +50,7 @@ class FakeDeviceBackend final : public Backend {
   // reference AMP implementations, which read freely: a real device does not).
   int trainer_reads = 0;
   int64_t uploaded_bytes = 0;  // host -> device through CopyInto
+  int downloads = 0;           // device -> host through CopyInto (e.g. Item())
 
   Tensor Allocate(const std::vector<int64_t>& shape, DType dtype, bool zero) override {
     ++calls["Allocate"];
@@ -63,6 +64,10 @@ class FakeDeviceBackend final : public Backend {
     ++calls["CopyInto"];
     if (dst.device() != Device::kCpu && src.device() == Device::kCpu) {
       uploaded_bytes += src.nbytes();
+    }
+    // A copy to the host waits for the device, like ReadScalars.
+    if (dst.device() == Device::kCpu && src.device() != Device::kCpu && inside_reference_ == 0) {
+      ++downloads;
     }
     H(dst).CopyFrom(H(src));
   }
@@ -116,6 +121,13 @@ class FakeDeviceBackend final : public Backend {
                                      const Tensor& lse, float dloss) override {
     return D(cpu().SoftmaxCrossEntropyBackward(H(logits), labels, H(lse), dloss));
   }
+  // As a device kernel would: dloss read where it is, no host wait.
+  Tensor SoftmaxCrossEntropyBackwardOnDevice(const Tensor& logits,
+                                             const std::vector<int32_t>& labels, const Tensor& lse,
+                                             const Tensor& dloss) override {
+    ++calls["SoftmaxCrossEntropyBackwardOnDevice"];
+    return D(cpu().SoftmaxCrossEntropyBackward(H(logits), labels, H(lse), H(dloss).Item()));
+  }
   Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) override {
     ++calls["Embedding"];
     return D(cpu().Embedding(H(table), ids));
@@ -153,6 +165,13 @@ class FakeDeviceBackend final : public Backend {
     ++calls["UnscaleAndCheckOnDevice"];
     ++inside_reference_;
     Backend::UnscaleAndCheckOnDevice(grads, amp);
+    --inside_reference_;
+  }
+  void MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
+                                const Tensor& found_inf) override {
+    ++calls["MultiplyAndCheckOnDevice"];
+    ++inside_reference_;
+    Backend::MultiplyAndCheckOnDevice(grads, factor, found_inf);
     --inside_reference_;
   }
   void UpdateScaleOnDevice(const DeviceAmpState& amp, const ScaleUpdateOptions& o) override {

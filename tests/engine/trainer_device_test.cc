@@ -170,6 +170,31 @@ TEST(DevicePath, GradientAccumulationAndClippingMatchTheCpu) {
   }
 }
 
+// Nothing else waits for the device during a step: no Item() or copy to the
+// host in the forward or backward (the loss gradient, scaled on the device,
+// is read by the cross-entropy backward where it is).
+TEST(DevicePath, NoOtherHostWaitDuringSteps) {
+  testing::FakeDeviceBackend& fake = Fake();
+  for (const char* mode : {"16-mixed", "bf16-mixed", "32-true"}) {
+    for (const bool clip : {false, true}) {
+      TrainerConfig c = Config(mode, OptimizerSpec::Kind::kAdamW, Device::kCuda);
+      c.training.clip_norm = clip ? 1e-3 : 0.0;  // small enough to clip every step
+      absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c, &Data(), nullptr);
+      ASSERT_TRUE(t.ok()) << t.status();
+      fake.calls.clear();
+      fake.downloads = 0;
+      fake.trainer_reads = 0;
+      for (int i = 0; i < 5; ++i) (*t)->RunStep();
+      const std::string what = std::string(mode) + (clip ? " clipped" : "");
+      EXPECT_EQ(fake.downloads, 0) << what;
+      // The end-of-step read, and with clipping the norm.
+      EXPECT_EQ(fake.trainer_reads, clip ? 10 : 5) << what;
+      EXPECT_EQ(fake.calls["SoftmaxCrossEntropyBackwardOnDevice"], 5) << what;
+      EXPECT_EQ(fake.calls["MultiplyAndCheckOnDevice"], clip ? 5 : 0) << what;
+    }
+  }
+}
+
 TEST(DevicePath, OneHostReadPerStepAndTheFusedKernels) {
   testing::FakeDeviceBackend& fake = Fake();
   fake.calls.clear();

@@ -422,6 +422,7 @@ cudaError_t cudaFree(void* p) {
   Lock lock(Mu());
   EMU_RETURN_IF_STICKY();
   if (!p) return cudaSuccess;
+  ++St().counters.host_waits;
   cudaemu::SynchronizeAll();  // cudaFree waits for the device
   auto& s = St();
   auto it = s.device.find(reinterpret_cast<uintptr_t>(p));
@@ -446,6 +447,7 @@ cudaError_t cudaFreeHost(void* p) {
   Lock lock(Mu());
   EMU_RETURN_IF_STICKY();
   if (!p) return cudaSuccess;
+  ++St().counters.host_waits;
   cudaemu::SynchronizeAll();
   auto& s = St();
   auto it = s.pinned.find(reinterpret_cast<uintptr_t>(p));
@@ -479,7 +481,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   Lock lock(Mu());
   EMU_RETURN_IF_STICKY();
   if (!e) return Fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: null event");
-  if (e->pending) cudaemu::RunQueue(e->stream, e);
+  if (e->pending) {
+    ++St().counters.host_waits;
+    cudaemu::RunQueue(e->stream, e);
+  }
   return St().sticky;
 }
 
@@ -494,6 +499,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   Lock lock(Mu());
   EMU_RETURN_IF_STICKY();
+  ++St().counters.host_waits;
   if (s) {
     cudaemu::RunQueue(s, nullptr);
   } else {
@@ -532,6 +538,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
         stream->queue.push_back({[=] { std::memcpy(dst, src, bytes); }, nullptr, 0});
       } else {
         // Into pageable memory the call returns once the copy is done.
+        ++st.counters.host_waits;
         cudaemu::RunQueue(stream, nullptr);
         std::memcpy(dst, src, bytes);
       }

@@ -133,6 +133,10 @@ void SetReverseThreadOrder(bool reverse);
 // Counts for tests of the emulator itself.
 struct Counters {
   int64_t launches = 0, fiber_blocks = 0, direct_blocks = 0, barriers = 0;
+  // Calls that make the host wait for the device: stream synchronizes, event
+  // synchronizes on an event not yet reached, copies into pageable memory,
+  // and the implicit device synchronization of cudaFree / cudaFreeHost.
+  int64_t host_waits = 0;
 };
 Counters GetCounters();
 
