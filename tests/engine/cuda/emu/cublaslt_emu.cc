@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -293,6 +294,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
   const cublasLtMatrixLayoutOpaque_t la = *adesc, lb = *bdesc, lc = *cdesc, ld = *ddesc;
+  if (cudaemu::Tracing()) {
+    std::fprintf(
+        stderr, "cuda emulator: cublasLtMatmul m=%llu n=%llu k=%llu epilogue=%d\n",
+        static_cast<unsigned long long>(ddesc->rows), static_cast<unsigned long long>(ddesc->cols),
+        static_cast<unsigned long long>(desc->trans_a == CUBLAS_OP_N ? adesc->cols : adesc->rows),
+        static_cast<int>(desc->epilogue));
+  }
   cudaemu::Enqueue(stream, [=] {
     const uint64_t k = e.trans_a == CUBLAS_OP_N ? la.cols : la.rows;
     const bool tf32 = e.compute == CUBLAS_COMPUTE_32F_FAST_TF32;

@@ -286,9 +286,21 @@ int64_t RunBlockOnFibers(int threads) {
 
 }  // namespace
 
+bool Tracing() {
+  static const bool on = [] {
+    const char* v = std::getenv("AMPD_CUDA_EMU_TRACE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
 void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()>& thread_body) {
   State& s = St();
   ++s.counters.launches;
+  if (Tracing()) {
+    std::fprintf(stderr, "cuda emulator: kernel %s grid (%u,%u,%u) block (%u,%u,%u)\n", name,
+                 grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  }
   g_kernel = name;
   g_body = &thread_body;
   gridDim = grid;

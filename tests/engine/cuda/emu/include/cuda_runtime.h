@@ -122,6 +122,8 @@ cudaError_t SetLaunchError(cudaError_t e, const std::string& why);
 cudaError_t StickyError();
 // Device memory check: [p, p + bytes) inside one cudaMalloc block.
 bool IsDeviceRange(const void* p, size_t bytes);
+// AMPD_CUDA_EMU_TRACE=1: every kernel and GEMM is printed as it runs.
+bool Tracing();
 // Runs kernel(grid, block) on the CPU, a block at a time.
 void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()>& thread_body);
 // The order in which a block's threads run between two barriers. A thread
