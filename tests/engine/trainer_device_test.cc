@@ -15,6 +15,7 @@
 #include "engine/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/fake_device_backend.h"
+#include "tests/engine/mlp_config.h"
 #include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
@@ -32,23 +33,13 @@ testing::FakeDeviceBackend& Fake() {
 const Dataset& Data() { return testing::SyntheticData(512, 24, 5, 9); }
 
 TrainerConfig Config(const std::string& precision, OptimizerSpec::Kind kind, Device device) {
-  TrainerConfig c;
-  MlpSpec mlp;
-  mlp.input_dim = 24;
-  mlp.hidden = {32, 16};
-  mlp.num_classes = 5;
-  mlp.layer_norm = true;
-  c.model = mlp;
-  absl::StatusOr<PrecisionConfig> p = ResolvePrecision(precision);
-  EXPECT_TRUE(p.ok()) << p.status();
-  if (p.ok()) c.precision = *p;
+  TrainerConfig c = testing::MlpTrainerConfig(24, {32, 16}, 5, precision, device);
   c.optimizer.kind = kind;
   c.optimizer.lr = kind == OptimizerSpec::Kind::kSgd ? 0.1 : 1e-2;
   c.optimizer.momentum = 0.9;
   c.training.steps = 30;
   c.training.batch_size = 32;
   c.training.seed = 3;
-  c.device = device;
   return c;
 }
 

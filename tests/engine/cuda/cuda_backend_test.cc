@@ -27,6 +27,7 @@
 #include "engine/precision.h"
 #include "engine/trainer.h"
 #include "gtest/gtest.h"
+#include "tests/engine/mlp_config.h"
 #include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
@@ -466,20 +467,12 @@ TEST_F(CudaBackendTest, ErrorsBecomeStatusesAndTheNextJobStartsClean) {
 const Dataset& Data() { return testing::SyntheticData(4096, 64, 10, 11); }
 
 TrainerConfig Config(const std::string& precision, Device device) {
-  TrainerConfig c;
-  MlpSpec mlp;
-  mlp.input_dim = 64;
-  mlp.hidden = {256, 256};
-  mlp.num_classes = 10;
-  mlp.layer_norm = true;
-  c.model = mlp;
-  c.precision = *ResolvePrecision(precision);
+  TrainerConfig c = testing::MlpTrainerConfig(64, {256, 256}, 10, precision, device);
   c.optimizer.kind = OptimizerSpec::Kind::kAdamW;
   c.optimizer.lr = 3e-3;
   c.training.steps = 60;
   c.training.batch_size = 128;
   c.training.seed = 5;
-  c.device = device;
   return c;
 }
 
