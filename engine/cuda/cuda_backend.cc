@@ -640,11 +640,22 @@ class CudaBackend final : public Backend {
       g.ab_dtype = Dt(a);
       g.c_dtype = Dt(native);
       g.allow_tf32 = Ctx().allow_tf32;
+      GemmRunner& runner = GemmRunner::ForThisThread();
       if (bias.defined()) {
         g.epilogue = Epilogue::kBias;
         g.bias = bias.raw();
+        // Where cuBLASLt has no algorithm with the bias epilogue (its support
+        // depends on the GPU, types and shape), the bias is added after.
+        if (!runner.HasAlgorithm(g)) {
+          g.epilogue = Epilogue::kNone;
+          g.bias = nullptr;
+        }
       }
-      Record(GemmRunner::ForThisThread().Run(g, S()));
+      Record(runner.Run(g, S()));
+      if (bias.defined() && g.epilogue == Epilogue::kNone && Ok()) {
+        Record(LaunchBinary(static_cast<int>(BinaryOp::kAdd), c.raw(), Dt(c), bias.raw(), Dt(bias),
+                            n, c.raw(), Dt(c), m * n, S()));
+      }
     }
     return native == out ? c : Cast(c, out);
   }

@@ -74,6 +74,8 @@ struct GemmRunner::State {
   void* workspace = nullptr;
   std::string init_error;
   std::map<PlanKey, Plan> plans;
+  // Problems cuBLASLt has no algorithm for, with the reason: asked once.
+  std::map<PlanKey, std::string> refused;
 };
 
 GemmRunner& GemmRunner::ForThisThread() {
@@ -105,67 +107,87 @@ GemmRunner::~GemmRunner() {
 
 int GemmRunner::cached_plans() const { return static_cast<int>(state_->plans.size()); }
 
-std::string GemmRunner::Run(const GemmArgs& g, void* stream) {
+// The cached plan for this problem, built (and the heuristic asked) on first
+// use; "" or why cuBLASLt cannot run it.
+std::string GemmRunner::FindPlan(const GemmArgs& g, void** plan) {
   if (!state_->init_error.empty()) return state_->init_error;
-  if (g.m == 0 || g.n == 0) return "";
   const PlanKey key{g.m,       g.n,          g.k,
                     g.trans_a, g.trans_b,    g.ab_dtype,
                     g.c_dtype, g.allow_tf32, static_cast<int>(g.epilogue)};
   auto it = state_->plans.find(key);
-  if (it == state_->plans.end()) {
-    Plan p;
-    p.f64 = g.ab_dtype == 3;
-    const cublasComputeType_t compute = p.f64 ? CUBLAS_COMPUTE_64F
-                                        : (g.ab_dtype == 0 && g.allow_tf32)
-                                            ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                            : CUBLAS_COMPUTE_32F;
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&p.desc, compute, p.f64 ? CUDA_R_64F : CUDA_R_32F));
-    // cuBLASLt's A is our B, its B our A (see the top of the file).
-    const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LT_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    LT_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    const cublasLtEpilogue_t epi = ToLt(g.epilogue);
-    LT_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    if (g.epilogue != Epilogue::kNone && g.epilogue != Epilogue::kBias) {
-      const int64_t ld = g.n;
-      LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-          p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-    }
-    // Stored (pre-op) shapes, column-major.
-    const cudaDataType_t ab = DataType(g.ab_dtype), c = DataType(g.c_dtype);
-    LT_RETURN_IF_ERROR(g.trans_b ? cublasLtMatrixLayoutCreate(&p.a, ab, g.k, g.n, g.k)
-                                 : cublasLtMatrixLayoutCreate(&p.a, ab, g.n, g.k, g.n));
-    LT_RETURN_IF_ERROR(g.trans_a ? cublasLtMatrixLayoutCreate(&p.b, ab, g.m, g.k, g.m)
-                                 : cublasLtMatrixLayoutCreate(&p.b, ab, g.k, g.m, g.k));
-    LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.c, c, g.n, g.m, g.n));
-    cublasLtMatmulPreference_t pref = nullptr;
-    LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = kWorkspaceBytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof(ws));
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(state_->handle, p.desc, p.a, p.b, p.c,
-                                                             p.c, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.c);
-      cublasLtMatmulDescDestroy(p.desc);
-      return "cublasLtMatmulAlgoGetHeuristic(m=" + std::to_string(g.m) +
-             ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + "): " +
-             (hs != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(hs)
-                                          : "no algorithm for this shape and epilogue");
-    }
-    p.algo = result.algo;
-    it = state_->plans.emplace(key, p).first;
+  if (it != state_->plans.end()) {
+    *plan = &it->second;
+    return "";
   }
-  Plan& p = it->second;
+  if (auto r = state_->refused.find(key); r != state_->refused.end()) return r->second;
+  Plan p;
+  p.f64 = g.ab_dtype == 3;
+  const cublasComputeType_t compute = p.f64 ? CUBLAS_COMPUTE_64F
+                                      : (g.ab_dtype == 0 && g.allow_tf32)
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
+  LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&p.desc, compute, p.f64 ? CUDA_R_64F : CUDA_R_32F));
+  // cuBLASLt's A is our B, its B our A (see the top of the file).
+  const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LT_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  LT_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const cublasLtEpilogue_t epi = ToLt(g.epilogue);
+  LT_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (g.epilogue != Epilogue::kNone && g.epilogue != Epilogue::kBias) {
+    const int64_t ld = g.n;
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                      &ld, sizeof(ld)));
+  }
+  // Stored (pre-op) shapes, column-major.
+  const cudaDataType_t ab = DataType(g.ab_dtype), c = DataType(g.c_dtype);
+  LT_RETURN_IF_ERROR(g.trans_b ? cublasLtMatrixLayoutCreate(&p.a, ab, g.k, g.n, g.k)
+                               : cublasLtMatrixLayoutCreate(&p.a, ab, g.n, g.k, g.n));
+  LT_RETURN_IF_ERROR(g.trans_a ? cublasLtMatrixLayoutCreate(&p.b, ab, g.m, g.k, g.m)
+                               : cublasLtMatrixLayoutCreate(&p.b, ab, g.k, g.m, g.k));
+  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.c, c, g.n, g.m, g.n));
+  cublasLtMatmulPreference_t pref = nullptr;
+  LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                       sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(state_->handle, p.desc, p.a, p.b, p.c,
+                                                           p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.desc);
+    std::string why = "cublasLtMatmulAlgoGetHeuristic(m=" + std::to_string(g.m) +
+                      ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + "): " +
+                      (hs != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(hs)
+                                                   : "no algorithm for this shape and epilogue");
+    state_->refused.emplace(key, why);
+    return why;
+  }
+  p.algo = result.algo;
+  it = state_->plans.emplace(key, p).first;
+  *plan = &it->second;
+  return "";
+}
+
+bool GemmRunner::HasAlgorithm(const GemmArgs& args) {
+  void* plan = nullptr;
+  return FindPlan(args, &plan).empty();
+}
+
+std::string GemmRunner::Run(const GemmArgs& g, void* stream) {
+  if (!state_->init_error.empty()) return state_->init_error;
+  if (g.m == 0 || g.n == 0) return "";
+  void* found = nullptr;
+  if (std::string e = FindPlan(g, &found); !e.empty()) return e;
+  Plan& p = *static_cast<Plan*>(found);
   // Per-call pointers live in the (per-thread) descriptor.
   if (g.epilogue != Epilogue::kNone) {
     const void* bias = g.epilogue == Epilogue::kDGeluBgrad ? g.bias_grad : g.bias;

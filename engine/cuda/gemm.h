@@ -42,6 +42,9 @@ class GemmRunner {
   static GemmRunner& ForThisThread();
   // "" on success, else the failing cuBLASLt call and its status.
   std::string Run(const GemmArgs& args, void* stream);
+  // Whether cuBLASLt has an algorithm for this problem (shape, types,
+  // epilogue); its heuristic is asked once per problem, the answer kept.
+  bool HasAlgorithm(const GemmArgs& args);
   int cached_plans() const;
 
   GemmRunner(const GemmRunner&) = delete;
@@ -50,6 +53,7 @@ class GemmRunner {
 
  private:
   GemmRunner();
+  std::string FindPlan(const GemmArgs& args, void** plan);
   struct State;
   State* state_;
 };

@@ -16,6 +16,10 @@ GemmRunner::~GemmRunner() { delete state_; }
 
 std::string GemmRunner::Run(const GemmArgs&, void*) { return "ampd was built without CUDA"; }
 
+bool GemmRunner::HasAlgorithm(const GemmArgs&) { return false; }
+
+std::string GemmRunner::FindPlan(const GemmArgs&, void**) { return "ampd was built without CUDA"; }
+
 int GemmRunner::cached_plans() const { return 0; }
 
 }  // namespace ampd::cuda

@@ -95,6 +95,8 @@ double GeluTanhGrad(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715 * x * x);
 }
 
+bool g_epilogues_supported = true;
+
 bool HasAux(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU ||
          e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
@@ -147,6 +149,9 @@ cublasStatus_t CheckShapes(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
       break;
     default:
       return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (!g_epilogues_supported && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if (HasAux(d->epilogue)) {
     // "Must be divisible by 8 and be no less than the number of rows in the
@@ -376,6 +381,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   });
   return CUBLAS_STATUS_SUCCESS;
 }
+
+void cudaemu::SetCublasLtEpiloguesSupported(bool supported) { g_epilogues_supported = supported; }
 
 const char* cublasLtGetStatusName(cublasStatus_t s) {
   switch (s) {

@@ -5,10 +5,14 @@
 // synchronize like PyTorch's `.item()` / GradScaler.step, checked against
 // the real backend code rather than a fake.
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
@@ -67,6 +71,40 @@ TEST(DeviceStepEmuTest, OneHostWaitPerStepAndNoAllocationOnceWarm) {
                   static_cast<double>(after.launches - before.launches) / kSteps);
       ASSERT_TRUE((*BackendFor(Device::kCuda))->Health().ok());
     }
+  }
+}
+
+// On a GPU whose cuBLASLt has no bias epilogue for a problem, Linear adds
+// the bias after the GEMM instead of failing the job.
+TEST(DeviceStepEmuTest, LinearAddsTheBiasItselfWhereCublasLtHasNoEpilogue) {
+  cuda::RegisterCudaBackend();
+  Backend* gpu = *BackendFor(Device::kCuda);
+  for (const DType d : {DType::kF32, DType::kBF16}) {
+    std::vector<double> xv(24 * 40), wv(56 * 40), bv(56);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37 * i);
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.11 * i);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.5 - 0.01 * i;
+    const Tensor x = Tensor::FromDoubles(xv, {24, 40}, d), w = Tensor::FromDoubles(wv, {56, 40}, d),
+                 b = Tensor::FromDoubles(bv, {56}, d);
+    const std::vector<double> want = CpuBackend().Linear(x, w, b, d).ToDoubles();
+    for (const bool supported : {true, false}) {
+      cudaemu::SetCublasLtEpiloguesSupported(supported);
+      // A shape of its own per case: cuBLASLt's answer is kept per problem.
+      const int64_t rows = supported ? 24 : 23;
+      const Tensor xs = Tensor::FromDoubles(std::vector<double>(xv.begin(), xv.begin() + rows * 40),
+                                            {rows, 40}, d);
+      const std::vector<double> got =
+          gpu->Linear(xs.To(Device::kCuda), w.To(Device::kCuda), b.To(Device::kCuda), d)
+              .ToDoubles();
+      ASSERT_TRUE(gpu->Health().ok()) << gpu->Health();
+      ASSERT_EQ(got.size(), static_cast<size_t>(rows * 56));
+      const double tol = d == DType::kF32 ? 1e-5 : 3e-2;
+      for (int64_t i = 0; i < rows * 56; ++i) {
+        ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::fabs(want[i])))
+            << DTypeName(d) << (supported ? " fused" : " unfused") << " element " << i;
+      }
+    }
+    cudaemu::SetCublasLtEpiloguesSupported(true);
   }
 }
 

@@ -108,6 +108,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const cublasLtMatmulAlgo_t* algo, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream);
 const char* cublasLtGetStatusName(cublasStatus_t s);
+
+namespace cudaemu {
+// For tests of the callers' fallbacks: false makes the heuristic find no
+// algorithm for any epilogue, as a GPU that lacks one would.
+void SetCublasLtEpiloguesSupported(bool supported);
+}  // namespace cudaemu
 const char* cublasLtGetStatusString(cublasStatus_t s);
 
 #endif  // AMPD_TESTS_CUDA_EMU_CUBLASLT_H_
