@@ -133,15 +133,7 @@ Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Datase
     const int64_t bytes = train->num_examples * train->feature_dim * int64_t{sizeof(float)};
     if (bytes > 0 && bytes <= config.device_dataset_max_bytes &&
         train->num_examples <= std::numeric_limits<int32_t>::max()) {
-      auto view = std::make_shared<TensorImpl>();
-      view->shape = {train->num_examples, train->feature_dim};
-      view->dtype = DType::kF32;
-      view->numel = train->num_examples * train->feature_dim;
-      // Borrowed for the duration of CopyInto only: the dataset outlives us.
-      view->data = std::shared_ptr<uint8_t[]>(
-          reinterpret_cast<uint8_t*>(const_cast<float*>(train->features.data())), [](uint8_t*) {});
-      device_features_ = device_backend_->Allocate(view->shape, DType::kF32, /*zero=*/false);
-      device_backend_->CopyInto(device_features_, Tensor(std::move(view)));
+      device_features_ = ToDevice(train->features, train->num_examples, train->feature_dim);
       batcher_.set_gather_features(false);
     }
   }
@@ -182,17 +174,22 @@ void Trainer::PushScalerStateToDevice() {
 }
 
 // The batch's features on the device: gathered there from the resident
-// training set (the same rows, bit for bit), or else copied straight from the
-// batch (no intermediate host tensor).
+// training set (the same rows, bit for bit), or else uploaded.
 Tensor Trainer::UploadBatch(const Batch& batch) {
   if (device_features_.defined()) return device_backend_->Embedding(device_features_, batch.rows);
+  return ToDevice(batch.features, batch.size, train_->feature_dim);
+}
+
+// rows x cols floats copied to the device straight from `values` (no
+// intermediate host tensor).
+Tensor Trainer::ToDevice(const std::vector<float>& values, int64_t rows, int64_t cols) {
   auto view = std::make_shared<TensorImpl>();
-  view->shape = {batch.size, train_->feature_dim};
+  view->shape = {rows, cols};
   view->dtype = DType::kF32;
-  view->numel = batch.size * train_->feature_dim;
+  view->numel = rows * cols;
   // Borrowed for the duration of CopyInto only: no ownership.
   view->data = std::shared_ptr<uint8_t[]>(
-      reinterpret_cast<uint8_t*>(const_cast<float*>(batch.features.data())), [](uint8_t*) {});
+      reinterpret_cast<uint8_t*>(const_cast<float*>(values.data())), [](uint8_t*) {});
   Tensor x = device_backend_->Allocate(view->shape, DType::kF32, /*zero=*/false);
   device_backend_->CopyInto(x, Tensor(std::move(view)));
   return x;

@@ -152,6 +152,7 @@ class Trainer {
   void FinishMetrics(std::chrono::steady_clock::time_point start, int64_t epoch, double loss_sum,
                      bool skipped, double grad_norm, StepMetrics* m) const;
   Tensor UploadBatch(const Batch& batch);
+  Tensor ToDevice(const std::vector<float>& values, int64_t rows, int64_t cols);
 
   TrainerConfig config_;
   const Dataset* train_;
