@@ -9,26 +9,30 @@
 #include "engine/grad_scaler.h"
 
 namespace ampd::engine {
+namespace {
+
+// grads *= factor on the backend; found_inf = 1 when a result is inf/NaN.
+void MultiplyAndFlag(Backend& be, const std::vector<Tensor>& grads, float factor,
+                     const Tensor& found_inf) {
+  std::vector<Tensor> defined;
+  for (const Tensor& g : grads) {
+    if (g.defined()) defined.push_back(g);
+  }
+  if (defined.empty()) return;
+  if (be.UnscaleAndCheck(defined, factor).found_inf) be.Fill(found_inf, 1.0);
+}
+
+}  // namespace
 
 void Backend::UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads, const DeviceAmpState& amp) {
   const double scale = ReadScalars({amp.scale}).at(0);
   const float inv_scale = static_cast<float>(1.0 / scale);  // as PyTorch: f64 reciprocal, to f32
-  std::vector<Tensor> defined;
-  for (const Tensor& g : grads) {
-    if (g.defined()) defined.push_back(g);
-  }
-  if (defined.empty()) return;
-  if (UnscaleAndCheck(defined, inv_scale).found_inf) Fill(amp.found_inf, 1.0);
+  MultiplyAndFlag(*this, grads, inv_scale, amp.found_inf);
 }
 
 void Backend::MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
                                        const Tensor& found_inf) {
-  std::vector<Tensor> defined;
-  for (const Tensor& g : grads) {
-    if (g.defined()) defined.push_back(g);
-  }
-  if (defined.empty()) return;
-  if (UnscaleAndCheck(defined, factor).found_inf) Fill(found_inf, 1.0);
+  MultiplyAndFlag(*this, grads, factor, found_inf);
 }
 
 void Backend::UpdateScaleOnDevice(const DeviceAmpState& amp, const ScaleUpdateOptions& o) {

@@ -384,8 +384,7 @@ class CudaBackend final : public Backend {
                                          float inv_scale) override {
     engine::NonFiniteCheck check;
     Tensor found = Allocate({1}, DType::kF32, true);
-    for (size_t begin = 0; begin < grads.size(); begin += kMaxTensorsPerLaunch) {
-      TensorList list = List(grads, begin);
+    for (const TensorList& list : Lists(grads)) {
       if (Ok()) Record(LaunchMultiplyAndCheck(list, inv_scale, found.data<float>(), S()));
     }
     if (ReadScalars({found})[0] == 0) return check;
@@ -394,8 +393,7 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
       Tensor one = Allocate({1}, DType::kF32, true);
-      TensorList list = List({grads[i]}, 0);
-      if (Ok()) Record(LaunchMultiplyAndCheck(list, 1.0f, one.data<float>(), S()));
+      if (Ok()) Record(LaunchMultiplyAndCheck(Lists({grads[i]})[0], 1.0f, one.data<float>(), S()));
       if (ReadScalars({one})[0] != 0) {
         check.first_index = static_cast<int>(i);
         break;
@@ -423,12 +421,7 @@ class CudaBackend final : public Backend {
 
   void UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads,
                                const engine::DeviceAmpState& amp) override {
-    std::vector<Tensor> defined;
-    for (const Tensor& g : grads) {
-      if (g.defined()) defined.push_back(g);
-    }
-    for (size_t begin = 0; begin < defined.size(); begin += kMaxTensorsPerLaunch) {
-      TensorList list = List(defined, begin);
+    for (const TensorList& list : Lists(grads)) {
       if (Ok()) {
         Record(
             LaunchUnscaleAndCheck(list, amp.scale.data<float>(), amp.found_inf.data<float>(), S()));
@@ -438,12 +431,7 @@ class CudaBackend final : public Backend {
 
   void MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
                                 const Tensor& found_inf) override {
-    std::vector<Tensor> defined;
-    for (const Tensor& g : grads) {
-      if (g.defined()) defined.push_back(g);
-    }
-    for (size_t begin = 0; begin < defined.size(); begin += kMaxTensorsPerLaunch) {
-      TensorList list = List(defined, begin);
+    for (const TensorList& list : Lists(grads)) {
       if (Ok()) Record(LaunchMultiplyAndCheck(list, factor, found_inf.data<float>(), S()));
     }
   }
@@ -585,33 +573,31 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  static TensorList List(const std::vector<Tensor>& tensors, size_t begin) {
-    TensorList list;
-    for (size_t i = begin; i < tensors.size() && list.count < kMaxTensorsPerLaunch; ++i) {
-      if (!tensors[i].defined()) continue;
-      list.ptr[list.count] = tensors[i].raw();
-      list.numel[list.count] = tensors[i].numel();
-      list.dt[list.count] = Dt(tensors[i]);
+  // The defined tensors, kMaxTensorsPerLaunch to a list (none: no list).
+  static std::vector<TensorList> Lists(const std::vector<Tensor>& tensors) {
+    std::vector<TensorList> lists;
+    for (const Tensor& t : tensors) {
+      if (!t.defined()) continue;
+      if (lists.empty() || lists.back().count == kMaxTensorsPerLaunch) lists.emplace_back();
+      TensorList& list = lists.back();
+      list.ptr[list.count] = t.raw();
+      list.numel[list.count] = t.numel();
+      list.dt[list.count] = Dt(t);
       ++list.count;
     }
-    return list;
+    return lists;
   }
 
   void SumOfSquaresInto(const std::vector<Tensor>& tensors, const Tensor& out) {
-    std::vector<Tensor> defined;
-    for (const Tensor& t : tensors) {
-      if (t.defined()) defined.push_back(t);
-    }
-    size_t begin = 0;
+    std::vector<TensorList> lists = Lists(tensors);
+    if (lists.empty()) lists.emplace_back();  // still writes the (zero) sum
     bool accumulate = false;
-    do {
-      TensorList list = List(defined, begin);
+    for (const TensorList& list : lists) {
       if (Ok()) {
         Record(LaunchSumOfSquares(list, Scratch(), accumulate, out.raw(), Dt(out), S()));
       }
       accumulate = true;
-      begin += kMaxTensorsPerLaunch;
-    } while (begin < defined.size());
+    }
   }
 
   static bool NativeOutput(DType in, DType out) {

@@ -13,9 +13,9 @@
 
 #include "ampd/v1/precision_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/server/ampd_process.h"
+#include "tests/server/rpc_test_util.h"
 
 namespace ampd::testing {
 namespace {
@@ -39,34 +39,14 @@ class CudaJobEmuTest : public ::testing::Test {
     precision_ = v1::PrecisionService::NewStub(server_->channel());
   }
 
-  v1::Job Submit(const std::string& json) {
-    v1::CreateJobRequest req;
-    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, req.mutable_spec()).ok());
-    v1::Job job;
-    grpc::ClientContext ctx;
-    grpc::Status s = training_->CreateJob(&ctx, req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job;
+  v1::Job Submit(const std::string& json) { return CreateJob(training_.get(), json); }
+
+  v1::Job WaitForEnd(const v1::Job& job) {
+    return WaitForState(training_.get(), job.name(), {v1::SUCCEEDED, v1::FAILED, v1::CANCELLED},
+                        std::chrono::seconds(240));
   }
 
   v1::Job RunToEnd(const std::string& json) { return WaitForEnd(Submit(json)); }
-
-  v1::Job WaitForEnd(v1::Job job) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-    while (std::chrono::steady_clock::now() < deadline) {
-      grpc::ClientContext ctx;
-      v1::GetJobRequest get;
-      get.set_name(job.name());
-      EXPECT_TRUE(training_->GetJob(&ctx, get, &job).ok());
-      if (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED ||
-          job.state() == v1::CANCELLED) {
-        return job;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << "job did not finish: " << job.DebugString();
-    return job;
-  }
 
   std::unique_ptr<AmpdProcess> server_;
   std::unique_ptr<v1::TrainingService::Stub> training_;
