@@ -31,12 +31,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/data/dataset.h"
-#include "engine/half.h"
-#include "engine/precision.h"
-#include "engine/tensor.h"
-#include "engine/trainer.h"
+#include "engine/core/half.h"
+#include "engine/amp/precision.h"
+#include "engine/core/tensor.h"
+#include "engine/train/trainer.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace ampd::bench {

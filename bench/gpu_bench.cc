@@ -33,12 +33,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
-#include "engine/precision.h"
-#include "engine/trainer.h"
+#include "engine/amp/precision.h"
+#include "engine/train/trainer.h"
 
 ABSL_FLAG(std::vector<std::string>, hidden, std::vector<std::string>({"4096", "8192"}),
           "MLP hidden widths to measure, comma-separated");
@@ -142,7 +142,6 @@ engine::TrainerConfig Config(const std::string& precision, int64_t hidden, int64
 }  // namespace
 
 int RunBenchmarks(const Options& o) {
-  cuda::RegisterCudaBackend();
   absl::StatusOr<engine::Backend*> gpu = engine::BackendFor(engine::Device::kCuda);
   if (!gpu.ok()) {
     std::printf("SKIPPED gpu_bench: no usable GPU: %s\n",

@@ -12,12 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/explain.h"
+#include "engine/train/explain.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/tensorboard.h"
-#include "engine/model.h"
+#include "engine/nn/model.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/log.h"
 #include "server/uploads.h"
@@ -356,9 +356,10 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   }
   absl::StatusOr<engine::ResolvedJob> resolved = engine::ResolveJobSpec(spec, context);
   if (!resolved.ok()) return resolved.status();
-  if (resolved->device != engine::Device::kCpu) {
+  {
     absl::StatusOr<engine::Backend*> backend = engine::BackendFor(resolved->device);
     if (!backend.ok()) return backend.status();
+    if (absl::Status s = engine::CheckKernels(resolved->config, **backend); !s.ok()) return s;
   }
   if (absl::Status s = CheckConfined(spec.data(), owner); !s.ok()) return s;
   const engine::MlpSpec& mlp = std::get<engine::MlpSpec>(resolved->config.model);

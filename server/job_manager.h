@@ -21,7 +21,7 @@
 #include "ampd/v1/training_service.pb.h"
 #include "engine/data/dataset.h"
 #include "engine/runner/job_spec.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "server/job_store.h"
 
 namespace ampd::server {

@@ -3,11 +3,11 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
-#include "engine/backend.h"
-#include "engine/capabilities.h"
+#include "engine/backend/backend.h"
+#include "engine/cpu/capabilities.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/explain.h"
-#include "engine/precision.h"
+#include "engine/train/explain.h"
+#include "engine/amp/precision.h"
 #include "engine/runner/job_spec.h"
 #include "server/rpc_status.h"
 

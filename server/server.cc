@@ -78,7 +78,6 @@ AmpdServer::AmpdServer(ServerOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions options) {
   // Jobs may ask for CUDA; without a usable GPU they get FAILED_PRECONDITION.
-  cuda::RegisterCudaBackend();
   std::unique_ptr<AmpdServer> s(new AmpdServer(std::move(options)));
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeCredentials(s->options_);

@@ -31,15 +31,14 @@ SERVER_HDRS = [
 
 # Everything but the CUDA backend, which each build picks.
 SERVER_DEPS = [
-    "//engine:capabilities",
-    "//engine:core",
-    "//engine:explain",
-    "//engine:trainer",
+    "//engine/cpu",
     "//engine/io:atomic_file",
     "//engine/io:checkpoint",
     "//engine/io:sha256",
     "//engine/io:tensorboard",
+    "//engine/optim",
     "//engine/runner:job_spec",
+    "//engine/train",
     "//proto:ampd_proto",
     "//proto:rpc_status_proto",
     "@system//:absl",

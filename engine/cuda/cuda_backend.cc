@@ -9,20 +9,19 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/runtime.h"
-#include "engine/half.h"
+#include "engine/core/half.h"
 
 namespace ampd::cuda {
 namespace {
 
 using engine::Backend;
-using engine::BinaryOp;
 using engine::DType;
 using engine::Tensor;
-using engine::UnaryOp;
+using engine::OpId;
 
 int Dt(DType d) { return static_cast<int>(d); }
 int Dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
@@ -58,6 +57,36 @@ class CudaBackend final : public Backend {
 
   engine::Device device() const override { return engine::Device::kCuda; }
   std::string name() const override { return "cuda"; }
+
+  // Every op this backend computes, by name: a new op is a compile error here
+  // (-Wswitch) until it is listed, with its kernel or as `false`.
+  bool HasKernel(OpId op) const override {
+    switch (op) {
+      case OpId::kCast:
+      case OpId::kMatmul:
+      case OpId::kLinear:
+      case OpId::kAdd:
+      case OpId::kSub:
+      case OpId::kMul:
+      case OpId::kMulScalar:
+      case OpId::kRelu:
+      case OpId::kGelu:
+      case OpId::kNeg:
+      case OpId::kExp:
+      case OpId::kLog:
+      case OpId::kSquare:
+      case OpId::kSoftmax:
+      case OpId::kLogSoftmax:
+      case OpId::kLayerNorm:
+      case OpId::kCrossEntropy:
+      case OpId::kSum:
+      case OpId::kMean:
+      case OpId::kEmbedding:
+      case OpId::kDropout:
+        return true;
+    }
+    return false;
+  }
 
   absl::Status Ready() override {
     std::call_once(probe_once_, [this] {
@@ -209,27 +238,27 @@ class CudaBackend final : public Backend {
 
   // ---- elementwise
 
-  Tensor Unary(UnaryOp op, const Tensor& x) override {
+  Tensor Unary(OpId op, const Tensor& x) override {
     Tensor y = Allocate(x.shape(), x.dtype(), false);
     if (Ok()) {
-      Record(LaunchUnary(static_cast<int>(op), x.raw(), Dt(x), y.raw(), Dt(y), x.numel(), S()));
+      Record(LaunchUnary(op, x.raw(), Dt(x), y.raw(), Dt(y), x.numel(), S()));
     }
     return y;
   }
 
-  Tensor UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& dy) override {
+  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) override {
     Tensor dx = Allocate(x.shape(), dy.dtype(), false);
     if (Ok()) {
-      Record(LaunchUnaryBackward(static_cast<int>(op), x.raw(), Dt(x), dy.raw(), Dt(dy), dx.raw(),
+      Record(LaunchUnaryBackward(op, x.raw(), Dt(x), dy.raw(), Dt(dy), dx.raw(),
                                  x.numel(), S()));
     }
     return dx;
   }
 
-  Tensor Binary(BinaryOp op, const Tensor& a, const Tensor& b, DType out) override {
+  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out) override {
     Tensor y = Allocate(a.shape(), out, false);
     if (Ok()) {
-      Record(LaunchBinary(static_cast<int>(op), a.raw(), Dt(a), b.raw(), Dt(b), b.numel(), y.raw(),
+      Record(LaunchBinary(op, a.raw(), Dt(a), b.raw(), Dt(b), b.numel(), y.raw(),
                           Dt(out), a.numel(), S()));
     }
     return y;
@@ -639,7 +668,7 @@ class CudaBackend final : public Backend {
       }
       Record(runner.Run(g, S()));
       if (bias.defined() && g.epilogue == Epilogue::kNone && Ok()) {
-        Record(LaunchBinary(static_cast<int>(BinaryOp::kAdd), c.raw(), Dt(c), bias.raw(), Dt(bias),
+        Record(LaunchBinary(OpId::kAdd, c.raw(), Dt(c), bias.raw(), Dt(bias),
                             n, c.raw(), Dt(c), m * n, S()));
       }
     }
@@ -656,9 +685,13 @@ CudaBackend* Instance() {
   return backend;
 }
 
-}  // namespace
+// Registered like every backend, when linked in (the target is alwayslink).
+// Safe without a GPU: nothing touches the device until a job asks, and jobs
+// that ask for CUDA then get FAILED_PRECONDITION with the probe's reason.
+[[maybe_unused]] const bool kRegistered =
+    (engine::RegisterBackend(engine::Device::kCuda, Instance()), true);
 
-void RegisterCudaBackend() { engine::RegisterBackend(engine::Device::kCuda, Instance()); }
+}  // namespace
 
 std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none) {
   std::vector<CudaDeviceInfo> out;

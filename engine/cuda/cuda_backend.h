@@ -20,9 +20,8 @@
 
 namespace ampd::cuda {
 
-// Registers the backend for engine::Device::kCuda. Safe without a GPU: jobs
-// that ask for CUDA then get FAILED_PRECONDITION with the probe's reason.
-void RegisterCudaBackend();
+// Linking this target registers the backend for engine::Device::kCuda (see
+// engine/backend/backend.h); there is nothing to call.
 
 struct CudaDeviceInfo {
   int index = 0;

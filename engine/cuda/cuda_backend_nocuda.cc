@@ -1,9 +1,7 @@
-// Builds without CUDA (--config=cpu, or no toolkit): nothing to register.
+// Builds without CUDA (--config=cpu, or no toolkit): no backend registers.
 #include "engine/cuda/cuda_backend.h"
 
 namespace ampd::cuda {
-
-void RegisterCudaBackend() {}
 
 std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none) {
   if (why_none) {

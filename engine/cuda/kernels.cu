@@ -1,5 +1,5 @@
 // The CUDA backend's kernels. Small, one per computation, each the device
-// twin of a CPU backend loop (engine/cpu_backend.cc): load widened to the
+// twin of a CPU backend loop (engine/cpu/cpu_backend.cc): load widened to the
 // compute type, compute, round once on store. Reductions use a fixed grid
 // for a given size and combine partials in a fixed order, so results do not
 // vary from run to run.
@@ -14,9 +14,14 @@
 #include <string>
 
 #include "engine/cuda/kernels.h"
+#include "engine/ops/op_list.h"
 
 namespace ampd::cuda {
 namespace {
+
+using engine::IsBinaryOp;
+using engine::IsUnaryOp;
+using engine::OpName;
 
 constexpr int kThreads = 256;
 enum DT { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3 };
@@ -111,48 +116,70 @@ __device__ T BlockMax(T v) {
   return result;
 }
 
+// The switches name every op they compute and nothing else: the launchers
+// refuse an op outside the family (IsUnaryOp / IsBinaryOp) before any launch,
+// so the NaN of `default` is never stored.
 template <typename C>
-__device__ C ApplyUnary(int op, C x) {
+__device__ C ApplyUnary(OpId op, C x) {
   switch (op) {
-    case 0:
+    case OpId::kRelu:
       return x > C(0) ? x : C(0);
-    case 1:
+    case OpId::kGelu:
       return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440)));
-    case 2:
+    case OpId::kExp:
       return exp(x);
-    case 3:
+    case OpId::kLog:
       return log(x);
-    case 4:
+    case OpId::kNeg:
       return -x;
-    default:
+    case OpId::kSquare:
       return x * x;
+    default:
+      return C(NAN);
   }
 }
 
 template <typename C>
-__device__ C UnaryDerivative(int op, C x) {
+__device__ C UnaryDerivative(OpId op, C x) {
   switch (op) {
-    case 0:
+    case OpId::kRelu:
       return x > C(0) ? C(1) : C(0);
-    case 1: {
+    case OpId::kGelu: {
       const C cdf = C(0.5) * (C(1) + erf(x * C(0.70710678118654752440)));
       const C pdf = exp(C(-0.5) * x * x) * C(0.3989422804014327);
       return cdf + x * pdf;
     }
-    case 2:
+    case OpId::kExp:
       return exp(x);
-    case 3:
+    case OpId::kLog:
       return C(1) / x;
-    case 4:
+    case OpId::kNeg:
       return C(-1);
-    default:
+    case OpId::kSquare:
       return C(2) * x;
+    default:
+      return C(NAN);
   }
 }
 
 template <typename C>
-__device__ C ApplyBinary(int op, C a, C b) {
-  return op == 0 ? a + b : op == 1 ? a - b : a * b;
+__device__ C ApplyBinary(OpId op, C a, C b) {
+  switch (op) {
+    case OpId::kAdd:
+      return a + b;
+    case OpId::kSub:
+      return a - b;
+    case OpId::kMul:
+      return a * b;
+    default:
+      return C(NAN);
+  }
+}
+
+// "" when `op` is in the family a launcher computes, else why not.
+std::string RefuseOp(bool in_family, OpId op, const char* launcher) {
+  if (in_family) return "";
+  return std::string(launcher) + ": op " + OpName(op) + " has no CUDA kernel here";
 }
 
 // ---- elementwise
@@ -167,12 +194,12 @@ __global__ void ConvertKernel(const void* x, int xdt, void* y, int ydt, int64_t 
 }
 
 template <typename C>
-__global__ void UnaryKernel(int op, const void* x, int xdt, void* y, int ydt, int64_t n) {
+__global__ void UnaryKernel(OpId op, const void* x, int xdt, void* y, int ydt, int64_t n) {
   GRID_STRIDE(i, n) { Store<C>(y, ydt, i, ApplyUnary<C>(op, Load<C>(x, xdt, i))); }
 }
 
 template <typename C>
-__global__ void UnaryBackwardKernel(int op, const void* x, int xdt, const void* dy, int gdt,
+__global__ void UnaryBackwardKernel(OpId op, const void* x, int xdt, const void* dy, int gdt,
                                     void* dx, int64_t n) {
   GRID_STRIDE(i, n) {
     Store<C>(dx, gdt, i, UnaryDerivative<C>(op, Load<C>(x, xdt, i)) * Load<C>(dy, gdt, i));
@@ -180,7 +207,7 @@ __global__ void UnaryBackwardKernel(int op, const void* x, int xdt, const void* 
 }
 
 template <typename C>
-__global__ void BinaryKernel(int op, const void* a, int adt, const void* b, int bdt, int64_t bn,
+__global__ void BinaryKernel(OpId op, const void* a, int adt, const void* b, int bdt, int64_t bn,
                              void* y, int ydt, int64_t n) {
   GRID_STRIDE(i, n) {
     const int64_t j = bn == n ? i : bn == 1 ? 0 : i % bn;
@@ -533,7 +560,8 @@ std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, S
   return Check("ConvertKernel");
 }
 
-std::string LaunchUnary(int op, const void* x, int xdt, void* y, int ydt, int64_t n, Stream s) {
+std::string LaunchUnary(OpId op, const void* x, int xdt, void* y, int ydt, int64_t n, Stream s) {
+  if (std::string e = RefuseOp(IsUnaryOp(op), op, "LaunchUnary"); !e.empty()) return e;
   if (n == 0) return "";
   if (AnyF64(xdt, ydt)) {
     LAUNCH(UnaryKernel<double>, Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
@@ -543,8 +571,9 @@ std::string LaunchUnary(int op, const void* x, int xdt, void* y, int ydt, int64_
   return Check("UnaryKernel");
 }
 
-std::string LaunchUnaryBackward(int op, const void* x, int xdt, const void* dy, int gdt, void* dx,
+std::string LaunchUnaryBackward(OpId op, const void* x, int xdt, const void* dy, int gdt, void* dx,
                                 int64_t n, Stream s) {
+  if (std::string e = RefuseOp(IsUnaryOp(op), op, "LaunchUnaryBackward"); !e.empty()) return e;
   if (n == 0) return "";
   if (AnyF64(xdt, gdt)) {
     LAUNCH(UnaryBackwardKernel<double>, Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
@@ -554,8 +583,9 @@ std::string LaunchUnaryBackward(int op, const void* x, int xdt, const void* dy, 
   return Check("UnaryBackwardKernel");
 }
 
-std::string LaunchBinary(int op, const void* a, int adt, const void* b, int bdt, int64_t bn,
+std::string LaunchBinary(OpId op, const void* a, int adt, const void* b, int bdt, int64_t bn,
                          void* y, int ydt, int64_t n, Stream s) {
+  if (std::string e = RefuseOp(IsBinaryOp(op), op, "LaunchBinary"); !e.empty()) return e;
   if (n == 0) return "";
   if (AnyF64(adt, bdt, ydt)) {
     LAUNCH(BinaryKernel<double>, Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);

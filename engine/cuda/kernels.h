@@ -12,7 +12,11 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/ops/op_list.h"
+
 namespace ampd::cuda {
+
+using engine::OpId;
 
 using Stream = void*;
 
@@ -21,13 +25,13 @@ constexpr int kMaxReduceBlocks = 1024;
 
 std::string LaunchFill(void* y, int dt, int64_t n, double value, Stream s);
 std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, Stream s);
-// op: engine::UnaryOp's value (relu, gelu, exp, log, neg, square).
-std::string LaunchUnary(int op, const void* x, int xdt, void* y, int ydt, int64_t n, Stream s);
-std::string LaunchUnaryBackward(int op, const void* x, int xdt, const void* dy, int gdt, void* dx,
+// op: one of the unary family (engine::IsUnaryOp); any other is refused.
+std::string LaunchUnary(OpId op, const void* x, int xdt, void* y, int ydt, int64_t n, Stream s);
+std::string LaunchUnaryBackward(OpId op, const void* x, int xdt, const void* dy, int gdt, void* dx,
                                 int64_t n, Stream s);
-// op: engine::BinaryOp's value. b has n elements, 1 (scalar), or bn (a row
+// op: one of the binary family (engine::IsBinaryOp). b has n elements, 1 (scalar), or bn (a row
 // broadcast over the last dim).
-std::string LaunchBinary(int op, const void* a, int adt, const void* b, int bdt, int64_t bn,
+std::string LaunchBinary(OpId op, const void* a, int adt, const void* b, int bdt, int64_t bn,
                          void* y, int ydt, int64_t n, Stream s);
 std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt, int64_t n,
                         Stream s);

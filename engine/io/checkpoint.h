@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/tensor.h"
-#include "engine/trainer.h"
+#include "engine/core/tensor.h"
+#include "engine/train/trainer.h"
 
 namespace ampd::engine::io {
 

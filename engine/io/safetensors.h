@@ -27,8 +27,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/dtype.h"
-#include "engine/tensor.h"
+#include "engine/core/dtype.h"
+#include "engine/core/tensor.h"
 
 namespace ampd::engine::io {
 

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <string>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/explain.h"
+#include "engine/train/explain.h"
 #include "engine/runner/job_spec.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 
 namespace ampd::engine {
 namespace {
@@ -130,7 +130,6 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (job->device != Device::kCpu) {
-    cuda::RegisterCudaBackend();
     auto backend = BackendFor(job->device);
     if (!backend.ok()) {
       std::fprintf(stderr, "ampd_train: %s\n", std::string(backend.status().message()).c_str());

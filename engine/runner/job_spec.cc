@@ -135,11 +135,18 @@ PrecisionConfig PrecisionFromProto(const v1::PrecisionConfig& p, const std::stri
   if (ls.has_growth_interval()) c.loss_scaling.growth_interval = ls.growth_interval();
   if (ls.has_min_scale()) c.loss_scaling.min_scale = ls.min_scale();
   if (ls.has_max_scale()) c.loss_scaling.max_scale = ls.max_scale();
-  for (const auto& [op, policy] : p.op_policies()) {
-    if (auto pol = FromProtoPolicy(policy)) {
-      c.overrides.op_policies[op] = *pol;
+  for (const auto& [name, policy] : p.op_policies()) {
+    const std::string key = absl::StrCat(field, ".op_policies[", name, "]");
+    const std::optional<OpId> op = FindOp(name);
+    if (!op) {
+      std::vector<std::string> known;
+      for (const OpDescriptor& d : kOpDescriptors) known.push_back(d.name);
+      Violate(violations, key,
+              absl::StrCat("unknown op \"", name, "\" (ops: ", absl::StrJoin(known, ", "), ")"));
+    } else if (auto pol = FromProtoPolicy(policy)) {
+      c.overrides.op_policies[*op] = *pol;
     } else {
-      Violate(violations, absl::StrCat(field, ".op_policies[", op, "]"), "unspecified policy");
+      Violate(violations, key, "unspecified policy");
     }
   }
   for (const std::string& layer : p.fp32_layers()) c.overrides.fp32_layers.insert(layer);

@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "ampd/v1/job_spec.pb.h"
 #include "engine/data/dataset.h"
-#include "engine/tensor.h"
-#include "engine/trainer.h"
+#include "engine/core/tensor.h"
+#include "engine/train/trainer.h"
 
 namespace ampd::engine {
 

@@ -12,7 +12,7 @@
 
 #include "ampd/v1/artifact_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -321,7 +321,6 @@ TEST_F(AmpctlTest, PrecisionCommands) {
 }
 
 TEST_F(AmpctlTest, AGpuJobWithoutAGpuIsRefusedWithTheReason) {
-  cuda::RegisterCudaBackend();
   if (engine::BackendFor(engine::Device::kCuda).ok()) {
     GTEST_SKIP() << "this machine has a usable GPU: the job would be accepted";
   }

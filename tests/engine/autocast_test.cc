@@ -1,7 +1,7 @@
-#include "engine/autocast.h"
+#include "engine/ops/autocast.h"
 
-#include "engine/autograd.h"
-#include "engine/ops.h"
+#include "engine/autograd/autograd.h"
+#include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
@@ -95,7 +95,7 @@ TEST(AutocastTest, PerOpAndPerLayerOverrides) {
   AutocastOptions options;
   options.overrides = AutocastOverrides{};
   options.overrides->fp32_layers.insert("head");
-  options.overrides->op_policies["matmul"] = CastPolicy::kFp32;
+  options.overrides->op_policies[OpId::kMatmul] = CastPolicy::kFp32;
   AutocastScope region(options);
   {
     LayerScope layer("fc1");

@@ -1,4 +1,4 @@
-#include "engine/dtype.h"
+#include "engine/core/dtype.h"
 
 #include <string>
 

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/cpu/cpu_backend.h"
 
 namespace ampd::engine::testing {
 
@@ -23,6 +25,9 @@ class FakeDeviceBackend final : public Backend {
  public:
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return "fake-cuda"; }
+  // Every op the CPU has, less those a test takes away.
+  bool HasKernel(OpId op) const override { return missing.count(op) == 0 && cpu().HasKernel(op); }
+  std::set<OpId> missing;
 
   // A host-tagged alias of a fake-device tensor: the CPU kernels may read it.
   static Tensor H(const Tensor& t) {
@@ -83,11 +88,11 @@ class FakeDeviceBackend final : public Backend {
     return D(cpu().Matmul(H(a), H(b), ta, tb, out));
   }
   Tensor Cast(const Tensor& x, DType dtype) override { return D(cpu().Cast(H(x), dtype)); }
-  Tensor Unary(UnaryOp op, const Tensor& x) override { return D(cpu().Unary(op, H(x))); }
-  Tensor UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& dy) override {
+  Tensor Unary(OpId op, const Tensor& x) override { return D(cpu().Unary(op, H(x))); }
+  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) override {
     return D(cpu().UnaryBackward(op, H(x), H(dy)));
   }
-  Tensor Binary(BinaryOp op, const Tensor& a, const Tensor& b, DType out) override {
+  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out) override {
     return D(cpu().Binary(op, H(a), H(b), out));
   }
   Tensor Scale(const Tensor& x, double f, DType out) override {

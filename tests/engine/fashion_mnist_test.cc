@@ -6,7 +6,7 @@
 #include <string>
 
 #include "engine/data/dataset.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {

@@ -1,7 +1,7 @@
 // GradScaler: torch.amp.GradScaler semantics and defaults, plus ampd's
 // extensions (min/max bounds, static mode, skip events).
 
-#include "engine/grad_scaler.h"
+#include "engine/amp/grad_scaler.h"
 
 #include <cmath>
 #include <cstdint>
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/autograd.h"
-#include "engine/half.h"
-#include "engine/ops.h"
-#include "engine/precision.h"
-#include "engine/tensor.h"
+#include "engine/autograd/autograd.h"
+#include "engine/core/half.h"
+#include "engine/ops/ops.h"
+#include "engine/amp/precision.h"
+#include "engine/core/tensor.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {

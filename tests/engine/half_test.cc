@@ -1,4 +1,4 @@
-#include "engine/half.h"
+#include "engine/core/half.h"
 
 #include <cfenv>
 #include <cmath>
@@ -32,7 +32,7 @@ float FromBits(uint32_t bits) {
 // Reference: the textbook definition of each format, evaluated in double
 // arithmetic (exact for everything here: f32 values times powers of two), with
 // std::nearbyint doing the round-to-nearest-even. It shares no code or bit
-// tricks with engine/half.cc, so the two can only agree by both being right.
+// tricks with engine/core/half.cc, so the two can only agree by both being right.
 
 struct Format {
   int mantissa_bits;

@@ -13,9 +13,9 @@
 
 #include "absl/status/statusor.h"
 #include "engine/data/dataset.h"
-#include "engine/optimizer.h"
-#include "engine/precision.h"
-#include "engine/trainer.h"
+#include "engine/optim/optimizer.h"
+#include "engine/amp/precision.h"
+#include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {

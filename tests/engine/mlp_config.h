@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/precision.h"
-#include "engine/trainer.h"
+#include "engine/amp/precision.h"
+#include "engine/train/trainer.h"
 
 namespace ampd::engine::testing {
 

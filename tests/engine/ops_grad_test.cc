@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/ops.h"
+#include "engine/autograd/autograd.h"
+#include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
@@ -92,7 +92,7 @@ TEST(OpsGradTest, Activations) {
   CheckGradients("gelu", [](auto& in) { return Gelu(in[0]); }, {Random({4, 5}, 9, -3, 3)});
   CheckGradients("exp", [](auto& in) { return Exp(in[0]); }, {Random({3, 3}, 10)});
   CheckGradients("log", [](auto& in) { return Log(in[0]); }, {Random({3, 3}, 11, 0.5, 2)});
-  CheckGradients("pow2", [](auto& in) { return Square(in[0]); }, {Random({3, 3}, 12)});
+  CheckGradients("pow", [](auto& in) { return Square(in[0]); }, {Random({3, 3}, 12)});
   CheckGradients("mul_scalar", [](auto& in) { return MulScalar(in[0], -2.5); },
                  {Random({3, 3}, 13)});
 }

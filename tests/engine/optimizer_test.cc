@@ -1,7 +1,7 @@
 // SGD and AdamW against torch.optim's update rules computed here in f64,
 // master weights, learning-rate schedules and spec validation.
 
-#include "engine/optimizer.h"
+#include "engine/optim/optimizer.h"
 
 #include <cmath>
 #include <string>
@@ -9,9 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "engine/half.h"
-#include "engine/model.h"
-#include "engine/tensor.h"
+#include "engine/core/half.h"
+#include "engine/nn/model.h"
+#include "engine/core/tensor.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {

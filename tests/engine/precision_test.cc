@@ -1,6 +1,6 @@
 // Precision modes: the table in precision.h, its aliases, and validation.
 
-#include "engine/precision.h"
+#include "engine/amp/precision.h"
 
 #include <memory>
 #include <string>
@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "engine/model.h"
+#include "engine/nn/model.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {

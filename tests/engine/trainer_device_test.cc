@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/data/dataset.h"
-#include "engine/precision.h"
-#include "engine/trainer.h"
+#include "engine/amp/precision.h"
+#include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/fake_device_backend.h"
 #include "tests/engine/mlp_config.h"
@@ -254,6 +254,34 @@ TEST(DevicePath, ResumesFromAHostCheckpointExactly) {
   for (int i = 8; i < 20; ++i) {
     EXPECT_EQ((*second)->RunStep().loss, whole.steps[i].loss) << "step " << i + 1;
   }
+}
+
+TEST(DevicePath, AJobWhoseOpHasNoKernelOnTheDeviceIsRefusedAtCreation) {
+  Fake().missing = {OpId::kGelu};
+  TrainerConfig gelu = Config("bf16-mixed", OptimizerSpec::Kind::kAdamW, Device::kCuda);
+  std::get<MlpSpec>(gelu.model).activation = Activation::kGelu;
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(gelu, &Data(), nullptr);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(t.status().message(), "device: op gelu has no CUDA kernel (fake-cuda backend)");
+
+  // The same model on the CPU, and a ReLU model on the device, are accepted.
+  TrainerConfig on_cpu = gelu;
+  on_cpu.device = Device::kCpu;
+  EXPECT_TRUE(Trainer::Create(on_cpu, &Data(), nullptr).ok());
+  TrainerConfig relu = Config("bf16-mixed", OptimizerSpec::Kind::kAdamW, Device::kCuda);
+  EXPECT_TRUE(Trainer::Create(relu, &Data(), nullptr).ok());
+
+  // Every op a model runs is checked, not just its activation.
+  Fake().missing = {OpId::kLayerNorm};
+  std::get<MlpSpec>(relu.model).layer_norm = true;
+  EXPECT_EQ(Trainer::Create(relu, &Data(), nullptr).status().message(),
+            "device: op layer_norm has no CUDA kernel (fake-cuda backend)");
+  Fake().missing = {OpId::kCrossEntropy};
+  std::get<MlpSpec>(relu.model).layer_norm = false;
+  EXPECT_EQ(Trainer::Create(relu, &Data(), nullptr).status().message(),
+            "device: op cross_entropy has no CUDA kernel (fake-cuda backend)");
+  Fake().missing.clear();
 }
 
 TEST(DevicePath, TensorsMoveBetweenHostAndDevice) {

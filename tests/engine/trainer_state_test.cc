@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {

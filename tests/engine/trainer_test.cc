@@ -1,7 +1,7 @@
 // The training loop: determinism, gradient accumulation, clipping,
 // cancellation, configuration errors, and the low-precision parameter modes.
 
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 
 #include <cmath>
 #include <cstdint>
@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "engine/data/dataset.h"
-#include "engine/half.h"
-#include "engine/precision.h"
+#include "engine/core/half.h"
+#include "engine/amp/precision.h"
 #include "gtest/gtest.h"
 #include "tests/engine/synthetic_data.h"
 

@@ -8,7 +8,7 @@
 
 #include "ampd/v1/precision_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
-#include "engine/capabilities.h"
+#include "engine/cpu/capabilities.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/server/ampd_process.h"

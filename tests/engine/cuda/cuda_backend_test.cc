@@ -20,12 +20,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
 #include "engine/data/dataset.h"
-#include "engine/grad_scaler.h"
-#include "engine/precision.h"
-#include "engine/trainer.h"
+#include "engine/amp/grad_scaler.h"
+#include "engine/amp/precision.h"
+#include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/mlp_config.h"
 #include "tests/engine/synthetic_data.h"
@@ -82,7 +84,6 @@ void ExpectClose(const Tensor& gpu, const Tensor& cpu, double rel, const std::st
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cuda::RegisterCudaBackend();
     absl::StatusOr<Backend*> be = BackendFor(Device::kCuda);
     if (!be.ok()) GTEST_SKIP() << "no usable GPU: " << be.status().message();
     gpu_ = *be;
@@ -108,11 +109,27 @@ TEST_F(CudaBackendTest, CastsAreBitExact) {
   }
 }
 
+TEST_F(CudaBackendTest, HasAKernelForEveryOpTheEngineHas) {
+  for (const OpDescriptor& d : kOpDescriptors) EXPECT_TRUE(gpu_->HasKernel(d.id)) << d.name;
+}
+
+TEST_F(CudaBackendTest, AnOpOutsideAKernelFamilyIsRefusedBeforeAnyLaunch) {
+  // What the old `default:` did: compute x * x for any op it did not know.
+  Tensor x = gpu_->Allocate({4}, DType::kF32, true);
+  Tensor y = gpu_->Allocate({4}, DType::kF32, true);
+  EXPECT_EQ(cuda::LaunchUnary(OpId::kSoftmax, x.raw(), 0, y.raw(), 0, 4, nullptr),
+            "LaunchUnary: op softmax has no CUDA kernel here");
+  EXPECT_EQ(cuda::LaunchUnaryBackward(OpId::kAdd, x.raw(), 0, x.raw(), 0, y.raw(), 4, nullptr),
+            "LaunchUnaryBackward: op add has no CUDA kernel here");
+  EXPECT_EQ(cuda::LaunchBinary(OpId::kRelu, x.raw(), 0, x.raw(), 0, 4, y.raw(), 0, 4, nullptr),
+            "LaunchBinary: op relu has no CUDA kernel here");
+}
+
 TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {
   for (DType d : kLowAndF32) {
-    for (UnaryOp op : {UnaryOp::kRelu, UnaryOp::kGelu, UnaryOp::kExp, UnaryOp::kLog, UnaryOp::kNeg,
-                       UnaryOp::kSquare}) {
-      const bool positive = op == UnaryOp::kLog;
+    for (OpId op : {OpId::kRelu, OpId::kGelu, OpId::kExp, OpId::kLog, OpId::kNeg,
+                       OpId::kSquare}) {
+      const bool positive = op == OpId::kLog;
       Tensor x = Random({33, 65}, d, 2, positive ? 0.1 : -3, 3);
       Tensor dy = Random({33, 65}, d, 3);
       const std::string what = std::string(DTypeName(d)) + " op " + std::to_string(int(op));
@@ -129,7 +146,7 @@ TEST_F(CudaBackendTest, BinaryOpsWithEveryBroadcast) {
     for (const std::vector<int64_t>& bshape :
          std::vector<std::vector<int64_t>>{{17, 40}, {40}, {1}}) {
       Tensor b = Random(bshape, d, 5);
-      for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul}) {
+      for (OpId op : {OpId::kAdd, OpId::kSub, OpId::kMul}) {
         for (DType out : {d, DType::kF32}) {
           ExpectClose(
               gpu_->Binary(op, G(a), G(b), out), cpu().Binary(op, a, b, out), Tol(out),

@@ -11,7 +11,7 @@
 
 #include "engine/io/safetensors.h"
 #include "engine/io/tensorboard.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace {
 

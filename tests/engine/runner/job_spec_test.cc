@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "engine/explain.h"
+#include "engine/train/explain.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
@@ -89,7 +89,18 @@ TEST(JobSpecTest, CustomPrecisionOverridesItsBase) {
   EXPECT_EQ(p.loss_scaling.growth_interval, 100);
   EXPECT_EQ(*p.loss_scaling.min_scale, 1);
   EXPECT_EQ(p.overrides.fp32_layers.count("head"), 1u);
-  EXPECT_EQ(p.overrides.op_policies.at("gelu"), CastPolicy::kFp32);
+  EXPECT_EQ(p.overrides.op_policies.at(OpId::kGelu), CastPolicy::kFp32);
+}
+
+TEST(JobSpecTest, AnOpPolicyForAnUnknownOpIsRefusedNotIgnored) {
+  // A typo must not silently become a policy for nothing.
+  auto v = ValidateJobSpec(Parse(R"({"precision": {"custom": {
+      "base": "bf16-mixed", "opPolicies": {"gleu": "CAST_POLICY_FP32", "pow": "CAST_POLICY_PROMOTE"}}}})"),
+                           {});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].field, "precision.custom.op_policies[gleu]");
+  EXPECT_NE(v[0].description.find("unknown op \"gleu\""), std::string::npos) << v[0].description;
+  EXPECT_NE(v[0].description.find("gelu"), std::string::npos) << v[0].description;
 }
 
 TEST(JobSpecTest, InvalidCustomPrecisionNamesTheNestedField) {

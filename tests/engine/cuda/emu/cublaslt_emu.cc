@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cublasLt.h"
-#include "engine/half.h"
+#include "engine/core/half.h"
 
 struct cublasLtContext {
   int magic = 0x4c74;

@@ -15,10 +15,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/precision.h"
-#include "engine/trainer.h"
+#include "engine/amp/precision.h"
+#include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/mlp_config.h"
 #include "tests/engine/synthetic_data.h"
@@ -45,7 +46,6 @@ Counts Now() {
 }
 
 TEST(DeviceStepEmuTest, OneHostWaitPerStepAndNoAllocationOnceWarm) {
-  cuda::RegisterCudaBackend();
   ASSERT_TRUE(BackendFor(Device::kCuda).ok());
   for (const char* precision : {"16-mixed", "bf16-mixed", "32-true"}) {
     for (const double clip : {0.0, 0.5}) {
@@ -77,7 +77,6 @@ TEST(DeviceStepEmuTest, OneHostWaitPerStepAndNoAllocationOnceWarm) {
 // On a GPU whose cuBLASLt has no bias epilogue for a problem, Linear adds
 // the bias after the GEMM instead of failing the job.
 TEST(DeviceStepEmuTest, LinearAddsTheBiasItselfWhereCublasLtHasNoEpilogue) {
-  cuda::RegisterCudaBackend();
   Backend* gpu = *BackendFor(Device::kCuda);
   for (const DType d : {DType::kF32, DType::kBF16}) {
     std::vector<double> xv(24 * 40), wv(56 * 40), bv(56);

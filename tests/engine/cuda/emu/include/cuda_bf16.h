@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "engine/half.h"
+#include "engine/core/half.h"
 
 struct __nv_bfloat16 {
   uint16_t bits;

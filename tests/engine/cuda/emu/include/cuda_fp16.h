@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "engine/half.h"
+#include "engine/core/half.h"
 
 struct __half {
   uint16_t bits;

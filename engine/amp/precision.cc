@@ -1,0 +1,110 @@
+#include "engine/amp/precision.h"
+
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ampd::engine {
+namespace {
+
+PrecisionConfig Mode(const char* name, bool autocast, DType autocast_dtype, DType params,
+                     bool master, bool norms_f32, bool scaling, bool dynamic, double init) {
+  PrecisionConfig c;
+  c.name = name;
+  c.autocast = autocast;
+  c.autocast_dtype = autocast_dtype;
+  c.param_dtype = params;
+  c.master_weights = master;
+  c.keep_norms_fp32 = norms_f32;
+  c.loss_scaling.enabled = scaling;
+  c.loss_scaling.dynamic = dynamic;
+  c.loss_scaling.init_scale = init;
+  return c;
+}
+
+const std::vector<PrecisionConfig>& Builtins() {
+  using D = DType;
+  static const auto* modes = new std::vector<PrecisionConfig>{
+      Mode("32-true", false, D::kBF16, D::kF32, false, false, false, true, 65536.0),
+      Mode("16-mixed", true, D::kF16, D::kF32, false, false, true, true, 65536.0),
+      Mode("bf16-mixed", true, D::kBF16, D::kF32, false, false, false, true, 65536.0),
+      Mode("16-true", false, D::kF16, D::kF16, false, false, false, true, 65536.0),
+      Mode("bf16-true", false, D::kBF16, D::kBF16, false, false, false, true, 65536.0),
+      // O0 is an alias of 32-true: identical in every field, autocast_dtype included.
+      Mode("O0", false, D::kBF16, D::kF32, false, false, false, true, 65536.0),
+      Mode("O1", true, D::kF16, D::kF32, false, false, true, true, 65536.0),
+      Mode("O2", false, D::kF16, D::kF16, true, true, true, true, 65536.0),
+      Mode("O3", false, D::kF16, D::kF16, false, false, true, false, 1.0),
+  };
+  return *modes;
+}
+
+}  // namespace
+
+std::vector<std::string> BuiltinPrecisionNames() {
+  std::vector<std::string> names;
+  for (const auto& m : Builtins()) names.push_back(m.name);
+  return names;
+}
+
+absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
+  const std::string name = absl::AsciiStrToLower(std::string(name_in));
+  static const auto* aliases = new std::map<std::string, std::string>{
+      {"32", "32-true"},
+      {"fp32", "32-true"},
+      {"32-true", "32-true"},
+      {"16", "16-mixed"},
+      {"16-mixed", "16-mixed"},
+      {"bf16", "bf16-mixed"},
+      {"bf16-mixed", "bf16-mixed"},
+      {"16-true", "16-true"},
+      {"bf16-true", "bf16-true"},
+      {"o0", "O0"},
+      {"o1", "O1"},
+      {"o2", "O2"},
+      {"o3", "O3"},
+  };
+  auto it = aliases->find(name);
+  if (it == aliases->end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "precision: unknown mode \"", std::string(name_in), "\"; expected one of ",
+        absl::StrJoin(BuiltinPrecisionNames(), ", "), " (or the aliases 32, 16, bf16)"));
+  }
+  for (const auto& m : Builtins()) {
+    if (m.name == it->second) return m;
+  }
+  return absl::InternalError("precision table is inconsistent");
+}
+
+absl::Status ValidatePrecision(const PrecisionConfig& c) {
+  if (c.autocast && !IsLowPrecision(c.autocast_dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("precision.autocast_dtype: must be f16 or bf16 when autocast is on, got ",
+                     std::string(DTypeName(c.autocast_dtype))));
+  }
+  if (c.param_dtype == DType::kF64) {
+    return absl::InvalidArgumentError("precision.param_dtype: f64 training is not supported");
+  }
+  if (c.master_weights && !IsLowPrecision(c.param_dtype)) {
+    return absl::InvalidArgumentError(
+        "precision.master_weights: only meaningful when param_dtype is f16 or bf16");
+  }
+  if (c.keep_norms_fp32 && !IsLowPrecision(c.param_dtype)) {
+    return absl::InvalidArgumentError(
+        "precision.keep_norms_fp32: only meaningful when param_dtype is f16 or bf16");
+  }
+  if (c.autocast && IsLowPrecision(c.param_dtype)) {
+    return absl::InvalidArgumentError(
+        "precision.autocast: autocast expects f32 parameters; with f16/bf16 parameters use a "
+        "*-true mode or O2");
+  }
+  if (c.loss_scaling.enabled) {
+    absl::Status s = ValidateGradScalerOptions(c.loss_scaling);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("precision.", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,58 @@
+#ifndef AMPD_ENGINE_AMP_PRECISION_H_
+#define AMPD_ENGINE_AMP_PRECISION_H_
+
+// One PrecisionConfig describes every mode. Lightning strings and Apex opt
+// levels are aliases resolving to the same configs:
+//
+//   mode        autocast  params  master f32  loss scaling      aliases
+//   32-true     off       f32     -           off               O0, 32, fp32
+//   16-mixed    f16       f32     -           dynamic 2^16      O1, 16, 16-mixed
+//   bf16-mixed  bf16      f32     -           off               bf16
+//   16-true     off       f16     no          off
+//   bf16-true   off       bf16    no          off
+//   O2          off       f16     yes         dynamic 2^16      (norms kept f32)
+//   O3          off       f16     no          static 1.0
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/ops/autocast.h"
+#include "engine/core/dtype.h"
+#include "engine/amp/grad_scaler.h"
+
+namespace ampd::engine {
+
+struct PrecisionConfig {
+  static GradScalerOptions Disabled() {
+    GradScalerOptions o;
+    o.enabled = false;
+    return o;
+  }
+
+  std::string name;  // canonical mode name, or a user profile's name
+  bool autocast = false;
+  DType autocast_dtype = DType::kBF16;
+  DType param_dtype = DType::kF32;  // the dtype the model computes with
+  bool master_weights = false;      // f32 master copy when param_dtype is low
+  bool keep_norms_fp32 = false;     // norm parameters stay f32 (Apex O2)
+  GradScalerOptions loss_scaling = Disabled();
+  AutocastOverrides overrides;  // per-op policies, layers kept in f32
+  bool allow_tf32 = false;      // CUDA f32 GEMMs; off by default
+};
+
+// "bf16-mixed", "O2", "16", ... -> the config. Unknown names list the valid ones.
+absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name);
+// Canonical names of the built-in modes, in table order, then the Apex levels.
+std::vector<std::string> BuiltinPrecisionNames();
+// Rejects invalid combinations with the offending field named.
+absl::Status ValidatePrecision(const PrecisionConfig& config);
+// The dtype of optimizer-visible (updated) weights: f32 with master weights.
+inline DType UpdateDType(const PrecisionConfig& c) {
+  return c.master_weights ? DType::kF32 : c.param_dtype;
+}
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_AMP_PRECISION_H_

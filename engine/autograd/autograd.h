@@ -1,0 +1,50 @@
+#ifndef AMPD_ENGINE_AUTOGRAD_AUTOGRAD_H_
+#define AMPD_ENGINE_AUTOGRAD_AUTOGRAD_H_
+
+// Reverse-mode autograd. Each recorded op leaves a Node on its output: the
+// inputs it differentiates with respect to and a backward function. Backward()
+// walks the recorded graph in reverse topological order (the tape, replayed
+// backwards) and accumulates into leaves' .grad.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/ops/op_list.h"
+
+namespace ampd::engine {
+
+// Gradients with respect to each input, in input order (undefined = none).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+struct Node {
+  OpId op;
+  std::vector<Tensor> inputs;
+  BackwardFn backward;
+};
+
+bool GradEnabled();
+
+// Disables recording in its scope (evaluation, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Attaches a node to `output` when recording is on and an input requires grad.
+Tensor Record(Tensor output, OpId op, std::vector<Tensor> inputs, BackwardFn backward);
+
+// Backpropagates from `root` (a scalar unless `grad` is given). Leaf tensors
+// with requires_grad accumulate their gradient, in their own dtype.
+void Backward(const Tensor& root, const Tensor& grad = Tensor());
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_AUTOGRAD_AUTOGRAD_H_

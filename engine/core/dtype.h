@@ -1,0 +1,25 @@
+#ifndef AMPD_ENGINE_CORE_DTYPE_H_
+#define AMPD_ENGINE_CORE_DTYPE_H_
+
+#include <cstddef>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace ampd::engine {
+
+// Element types. f64 exists for reference computations and gradient checks;
+// autocast never touches it (as in torch.autocast).
+enum class DType { kF32, kF16, kBF16, kF64 };
+
+std::string_view DTypeName(DType dtype);  // "f32", "f16", "bf16", "f64"
+// Accepts the names above plus "float32", "float16", "bfloat16", "float64".
+absl::StatusOr<DType> ParseDType(std::string_view name);
+size_t DTypeSize(DType dtype);
+bool IsLowPrecision(DType dtype);  // f16 or bf16
+// torch.result_type-style promotion: the wider type; f16 with bf16 gives f32.
+DType PromoteTypes(DType a, DType b);
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_CORE_DTYPE_H_

@@ -1,0 +1,109 @@
+#ifndef AMPD_ENGINE_OPS_OP_LIST_H_
+#define AMPD_ENGINE_OPS_OP_LIST_H_
+
+// Every op of the engine, once: its id, its name and its autocast cast
+// policy. This list is the op's descriptor; the name is what explain plans,
+// autograd nodes and precision overrides ("op_policies": {"gelu": "fp32"})
+// use, and the policy table of autocast is built from it, so there is no
+// other spelling to keep in sync. An op's forward and gradient live in
+// engine/ops, its kernels in each backend (which says which ops it has:
+// Backend::HasKernel). See engine/README.md, "How to add an op".
+//
+// Plain C++ with no includes beyond <cstdint>: the CUDA kernels (.cu) include
+// it for the same op codes.
+//
+// Cast policies, modelled on torch.autocast's:
+//   kLowerPrecision  f32 inputs are cast to the region's dtype (bf16 or f16).
+//   kFp32            f16/bf16 inputs are cast to f32.
+//   kPromote         inputs are cast to the widest input dtype.
+//   kPassThrough     the op runs in its input dtype.
+
+#include <cstdint>
+
+namespace ampd::engine {
+
+enum class CastPolicy : uint8_t { kLowerPrecision, kFp32, kPromote, kPassThrough };
+
+// X(id, name, cast policy).
+#define AMPD_ENGINE_OPS(X)                          \
+  X(kCast, "cast", kPassThrough)                    \
+  X(kMatmul, "matmul", kLowerPrecision)             \
+  X(kLinear, "linear", kLowerPrecision)             \
+  X(kAdd, "add", kPromote)                          \
+  X(kSub, "sub", kPromote)                          \
+  X(kMul, "mul", kPromote)                          \
+  X(kMulScalar, "mul_scalar", kPassThrough)         \
+  X(kRelu, "relu", kPassThrough)                    \
+  X(kGelu, "gelu", kPassThrough)                    \
+  X(kNeg, "neg", kPassThrough)                      \
+  X(kExp, "exp", kFp32)                             \
+  X(kLog, "log", kFp32)                             \
+  X(kSquare, "pow", kFp32) /* torch.pow(x, 2) */    \
+  X(kSoftmax, "softmax", kFp32)                     \
+  X(kLogSoftmax, "log_softmax", kFp32)              \
+  X(kLayerNorm, "layer_norm", kFp32)                \
+  X(kCrossEntropy, "cross_entropy", kFp32)          \
+  X(kSum, "sum", kFp32)                             \
+  X(kMean, "mean", kFp32)                           \
+  X(kEmbedding, "embedding", kPassThrough)          \
+  X(kDropout, "dropout", kPassThrough)
+
+enum class OpId : uint8_t {
+#define AMPD_ENGINE_OP_ID(id, name, policy) id,
+  AMPD_ENGINE_OPS(AMPD_ENGINE_OP_ID)
+#undef AMPD_ENGINE_OP_ID
+};
+
+struct OpDescriptor {
+  OpId id;
+  const char* name;
+  CastPolicy policy;
+};
+
+inline constexpr OpDescriptor kOpDescriptors[] = {
+#define AMPD_ENGINE_OP_DESCRIPTOR(id, name, policy) {OpId::id, name, CastPolicy::policy},
+    AMPD_ENGINE_OPS(AMPD_ENGINE_OP_DESCRIPTOR)
+#undef AMPD_ENGINE_OP_DESCRIPTOR
+};
+
+inline constexpr int kNumOps = sizeof(kOpDescriptors) / sizeof(kOpDescriptors[0]);
+
+constexpr const OpDescriptor& Describe(OpId op) { return kOpDescriptors[static_cast<int>(op)]; }
+constexpr const char* OpName(OpId op) { return Describe(op).name; }
+
+namespace op_list_internal {
+constexpr bool SameName(const char* a, const char* b) {
+  while (*a != 0 && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+constexpr bool NamesAreUnique() {
+  for (int i = 0; i < kNumOps; ++i) {
+    for (int j = i + 1; j < kNumOps; ++j) {
+      if (SameName(kOpDescriptors[i].name, kOpDescriptors[j].name)) return false;
+    }
+  }
+  return true;
+}
+constexpr bool IdsAreIndices() {
+  for (int i = 0; i < kNumOps; ++i) {
+    if (static_cast<int>(kOpDescriptors[i].id) != i) return false;
+  }
+  return true;
+}
+}  // namespace op_list_internal
+
+static_assert(op_list_internal::NamesAreUnique(), "two ops share a name");
+static_assert(op_list_internal::IdsAreIndices(), "the descriptor table is out of order");
+
+// The elementwise families the backends' Unary/Binary kernels take.
+constexpr bool IsUnaryOp(OpId op) {
+  return op == OpId::kRelu || op == OpId::kGelu || op == OpId::kNeg || op == OpId::kExp ||
+         op == OpId::kLog || op == OpId::kSquare;
+}
+constexpr bool IsBinaryOp(OpId op) {
+  return op == OpId::kAdd || op == OpId::kSub || op == OpId::kMul;
+}
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_OPS_OP_LIST_H_

@@ -1,0 +1,188 @@
+#include "engine/optim/optimizer.h"
+
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend/backend.h"
+
+namespace ampd::engine {
+
+absl::Status ValidateOptimizerSpec(const OptimizerSpec& s) {
+  auto bad = [](const char* field, double v, const char* why) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.", field, ": ", why, ", got ", v));
+  };
+  if (!(s.lr > 0) || !std::isfinite(s.lr)) return bad("lr", s.lr, "must be a finite number > 0");
+  if (!(s.weight_decay >= 0)) return bad("weight_decay", s.weight_decay, "must be >= 0");
+  if (!(s.momentum >= 0 && s.momentum < 1)) return bad("momentum", s.momentum, "must be in [0, 1)");
+  if (s.nesterov && s.momentum == 0) {
+    return absl::InvalidArgumentError("optimizer.nesterov: requires momentum > 0");
+  }
+  if (!(s.beta1 >= 0 && s.beta1 < 1)) return bad("beta1", s.beta1, "must be in [0, 1)");
+  if (!(s.beta2 >= 0 && s.beta2 < 1)) return bad("beta2", s.beta2, "must be in [0, 1)");
+  if (!(s.eps > 0)) return bad("eps", s.eps, "must be > 0");
+  return absl::OkStatus();
+}
+
+double ScheduledLearningRate(const ScheduleSpec& schedule, double base_lr, int64_t step,
+                             int64_t total_steps) {
+  if (schedule.kind == ScheduleSpec::Kind::kConstant) return base_lr;
+  if (step < schedule.warmup_steps) {
+    return base_lr * static_cast<double>(step + 1) / static_cast<double>(schedule.warmup_steps);
+  }
+  const int64_t decay_steps = std::max<int64_t>(1, total_steps - schedule.warmup_steps);
+  const double progress =
+      std::min(1.0, static_cast<double>(step - schedule.warmup_steps) / decay_steps);
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return base_lr * (schedule.min_lr_ratio + (1.0 - schedule.min_lr_ratio) * cosine);
+}
+
+namespace {
+
+Backend::SgdHyper SgdHyperFor(const OptimizerSpec& spec, double lr) {
+  Backend::SgdHyper h;
+  h.lr = static_cast<float>(lr);
+  h.momentum = static_cast<float>(spec.momentum);
+  h.weight_decay = static_cast<float>(spec.weight_decay);
+  h.nesterov = spec.nesterov;
+  return h;
+}
+
+Backend::AdamWHyper AdamWHyperFor(const OptimizerSpec& spec, double lr, int64_t step) {
+  Backend::AdamWHyper h;
+  h.lr = static_cast<float>(lr);
+  h.beta1 = static_cast<float>(spec.beta1);
+  h.beta2 = static_cast<float>(spec.beta2);
+  h.eps = static_cast<float>(spec.eps);
+  h.weight_decay = static_cast<float>(spec.weight_decay);
+  h.step = step;  // the fused step takes it from the device counter instead
+  return h;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const OptimizerSpec& spec, std::vector<Parameter>* params, bool master_weights)
+    : spec_(spec), params_(params), master_(master_weights) {
+  for (Parameter& p : *params_) {
+    const Tensor& v = p.value;
+    // Norm parameters Apex O2 keeps in f32 need no separate master copy.
+    const Device dev = v.device();
+    weights_.push_back(
+        master_ && v.dtype() != DType::kF32 ? Tensor::Zeros(v.shape(), DType::kF32, dev) : v);
+    if (weights_.back().impl() != v.impl()) weights_.back().CopyFrom(v);
+    buf1_.push_back(Tensor::Zeros(v.shape(), DType::kF32, dev));
+    buf2_.push_back(spec.kind == OptimizerSpec::Kind::kAdamW
+                        ? Tensor::Zeros(v.shape(), DType::kF32, dev)
+                        : Tensor());
+  }
+}
+
+std::vector<Tensor> Optimizer::CollectGradients() {
+  grads_.clear();
+  for (size_t i = 0; i < params_->size(); ++i) {
+    Tensor g = (*params_)[i].value.grad();
+    if (g.defined() && weights_[i].impl() != (*params_)[i].value.impl()) {
+      g = BackendOf(g).Cast(g, DType::kF32);
+    }
+    grads_.push_back(g);
+  }
+  return grads_;
+}
+
+std::vector<std::string> Optimizer::ParameterNames() const {
+  std::vector<std::string> names;
+  for (const Parameter& p : *params_) names.push_back(p.name);
+  return names;
+}
+
+void Optimizer::Step(double lr) {
+  ++steps_;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    if (i >= grads_.size() || !grads_[i].defined()) continue;
+    Backend& be = BackendOf(weights_[i]);
+    if (spec_.kind == OptimizerSpec::Kind::kSgd) {
+      const Backend::SgdHyper h = SgdHyperFor(spec_, lr);
+      be.SgdStep(weights_[i], grads_[i], buf1_[i], h, steps_ == 1);
+    } else {
+      const Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
+      be.AdamWStep(weights_[i], grads_[i], buf1_[i], buf2_[i], h);
+    }
+    const Tensor& model_copy = (*params_)[i].value;
+    if (model_copy.impl() != weights_[i].impl()) model_copy.CopyFrom(weights_[i]);
+  }
+}
+
+void Optimizer::StepFused(double lr, const Tensor& found_inf) {
+  if (weights_.empty()) return;
+  Backend& be = BackendOf(weights_[0]);
+  if (!device_step_.defined()) {
+    device_step_ = Tensor::Zeros({1}, DType::kF32, weights_[0].device());
+  }
+  // The steps applied before this one. The host's count is exact here: the
+  // previous step's skip flag was read with its metrics.
+  be.Fill(device_step_, static_cast<double>(steps_));
+  ++steps_;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    if (i >= grads_.size() || !grads_[i].defined()) continue;
+    Backend::FusedStepArgs args;
+    args.found_inf = found_inf;
+    const Tensor& model_copy = (*params_)[i].value;
+    if (model_copy.impl() != weights_[i].impl()) args.model_copy = model_copy;
+    if (spec_.kind == OptimizerSpec::Kind::kSgd) {
+      const Backend::SgdHyper h = SgdHyperFor(spec_, lr);
+      be.SgdStepFused(weights_[i], grads_[i], buf1_[i], h, steps_ == 1, args);
+    } else {
+      const Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
+      args.step = device_step_;
+      be.AdamWStepFused(weights_[i], grads_[i], buf1_[i], buf2_[i], h, args);
+    }
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::StateTensors() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  const bool adamw = spec_.kind == OptimizerSpec::Kind::kAdamW;
+  for (size_t i = 0; i < params_->size(); ++i) {
+    const std::string& name = (*params_)[i].name;
+    if (weights_[i].impl() != (*params_)[i].value.impl())
+      out.emplace_back("master/" + name, weights_[i]);
+    if (adamw) {
+      out.emplace_back("exp_avg/" + name, buf1_[i]);
+      out.emplace_back("exp_avg_sq/" + name, buf2_[i]);
+    } else if (spec_.momentum != 0) {
+      out.emplace_back("momentum/" + name, buf1_[i]);
+    }
+  }
+  return out;
+}
+
+absl::Status Optimizer::LoadState(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  int64_t steps_taken) {
+  std::map<std::string, Tensor> by_name(tensors.begin(), tensors.end());
+  for (const auto& [name, target] : StateTensors()) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("optimizer state: missing tensor ", name));
+    }
+    if (it->second.shape() != target.shape() || it->second.dtype() != target.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state: tensor ", name, " is ", std::string(DTypeName(it->second.dtype())),
+          ShapeString(it->second.shape()), ", expected ", std::string(DTypeName(target.dtype())),
+          ShapeString(target.shape())));
+    }
+  }
+  for (const auto& [name, target] : StateTensors()) target.CopyFrom(by_name.at(name));
+  // Low-precision model copies follow their (restored) masters.
+  for (size_t i = 0; i < params_->size(); ++i) {
+    if (weights_[i].impl() != (*params_)[i].value.impl()) (*params_)[i].value.CopyFrom(weights_[i]);
+  }
+  steps_ = steps_taken;
+  return absl::OkStatus();
+}
+
+void Optimizer::ZeroGrad() {
+  for (Parameter& p : *params_) p.value.set_grad(Tensor());
+  grads_.clear();
+}
+
+}  // namespace ampd::engine

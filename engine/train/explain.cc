@@ -1,0 +1,74 @@
+#include "engine/train/explain.h"
+
+#include "engine/autograd/autograd.h"
+#include "engine/ops/ops.h"
+
+namespace ampd::engine {
+
+MemoryEstimate EstimateMemory(const ModelSpec& model_spec, const PrecisionConfig& precision,
+                              const OptimizerSpec& optimizer, int64_t batch_size) {
+  const MlpSpec& mlp = std::get<MlpSpec>(model_spec);
+  MemoryEstimate m;
+  // Per parameter tensor: (elements, is a norm parameter).
+  std::vector<std::pair<int64_t, bool>> tensors;
+  int64_t in = mlp.input_dim, activations = mlp.input_dim;
+  for (int64_t h : mlp.hidden) {
+    tensors.push_back({in * h, false});
+    tensors.push_back({h, false});
+    if (mlp.layer_norm) {
+      tensors.push_back({h, true});
+      tensors.push_back({h, true});
+    }
+    activations += h * (mlp.layer_norm ? 3 : 2);
+    in = h;
+  }
+  tensors.push_back({in * mlp.num_classes, false});
+  tensors.push_back({mlp.num_classes, false});
+  activations += mlp.num_classes;
+  for (const auto& [n, is_norm] : tensors) {
+    const DType dtype = is_norm && precision.keep_norms_fp32 ? DType::kF32 : precision.param_dtype;
+    m.weights_bytes += n * static_cast<int64_t>(DTypeSize(dtype));
+    m.gradients_bytes += n * static_cast<int64_t>(DTypeSize(dtype));
+    if (precision.master_weights && dtype != DType::kF32) {
+      m.master_weights_bytes += n * 4;
+      m.gradients_bytes += n * 4;
+    }
+    if (optimizer.kind == OptimizerSpec::Kind::kAdamW) {
+      m.optimizer_state_bytes += 2 * n * 4;
+    } else if (optimizer.momentum != 0) {
+      m.optimizer_state_bytes += n * 4;
+    }
+  }
+  const DType act = precision.autocast ? precision.autocast_dtype : precision.param_dtype;
+  m.activation_bytes = batch_size * activations * static_cast<int64_t>(DTypeSize(act));
+  return m;
+}
+
+absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
+                                               const PrecisionConfig& precision,
+                                               const OptimizerSpec& optimizer, int64_t batch_size) {
+  if (batch_size < 1) return absl::InvalidArgumentError("batch_size: must be >= 1");
+  absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(model_spec, precision, 0);
+  if (!model.ok()) return model.status();
+  PrecisionPlan plan;
+  plan.precision = precision.name;
+  {
+    // Two examples are enough to walk every op; no gradients are needed.
+    NoGradGuard no_grad;
+    PlanRecorder recorder;
+    AutocastOptions region;
+    region.enabled = precision.autocast;
+    region.dtype = precision.autocast_dtype;
+    region.overrides = precision.overrides;
+    AutocastScope scope(region);
+    Tensor x = Tensor::Zeros({2, (*model)->input_dim()}, DType::kF32);
+    Tensor logits = (*model)->Forward(x, /*training=*/false, 0);
+    SoftmaxCrossEntropy(logits, {0, 0});
+    plan.ops = recorder.entries();
+  }
+  for (const Parameter& p : (*model)->parameters()) plan.parameter_count += p.value.numel();
+  plan.memory = EstimateMemory(model_spec, precision, optimizer, batch_size);
+  return plan;
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,466 @@
+#include "engine/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "engine/ops/autocast.h"
+#include "engine/autograd/autograd.h"
+#include "engine/backend/backend.h"
+#include "engine/ops/ops.h"
+
+namespace ampd::engine {
+namespace {
+
+AutocastOptions RegionFor(const PrecisionConfig& p) {
+  AutocastOptions o;
+  o.enabled = p.autocast;
+  o.dtype = p.autocast_dtype;
+  o.overrides = p.overrides;
+  return o;
+}
+
+// The name of the first parameter whose gradient holds inf/NaN ("" if none).
+std::string FirstNonFinite(const std::vector<Tensor>& grads,
+                           const std::vector<std::string>& names) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    for (double v : grads[i].ToDoubles()) {
+      if (!std::isfinite(v)) return i < names.size() ? names[i] : absl::StrCat("parameter #", i);
+    }
+  }
+  return "";
+}
+
+// Checkpoints are host tensors whatever device trained them.
+Tensor HostCopy(const Tensor& t) {
+  return t.device() == Device::kCpu ? t.Clone() : t.To(Device::kCpu);
+}
+
+absl::Status Bad(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+}  // namespace
+
+absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
+  if (absl::Status s = ValidateModelSpec(c.model); !s.ok()) return s;
+  if (absl::Status s = ValidatePrecision(c.precision); !s.ok()) return s;
+  if (absl::Status s = ValidateOptimizerSpec(c.optimizer); !s.ok()) return s;
+  const TrainingSpec& t = c.training;
+  if (t.steps < 0) return Bad("training.steps", absl::StrCat("must be >= 0, got ", t.steps));
+  if (t.steps == 0 && t.epochs <= 0) {
+    return Bad("training.epochs", absl::StrCat("must be >= 1 when steps is 0, got ", t.epochs));
+  }
+  if (t.batch_size < 1) {
+    return Bad("training.batch_size", absl::StrCat("must be >= 1, got ", t.batch_size));
+  }
+  if (t.grad_accumulation < 1) {
+    return Bad("training.grad_accumulation",
+               absl::StrCat("must be >= 1, got ", t.grad_accumulation));
+  }
+  if (t.eval_interval < 0) {
+    return Bad("training.eval_interval", absl::StrCat("must be >= 0, got ", t.eval_interval));
+  }
+  if (!(t.clip_norm >= 0)) {
+    return Bad("training.clip_norm", absl::StrCat("must be >= 0, got ", t.clip_norm));
+  }
+  if (c.schedule.warmup_steps < 0) {
+    return Bad("schedule.warmup_steps",
+               absl::StrCat("must be >= 0, got ", c.schedule.warmup_steps));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
+  std::vector<OpId> ops = ModelOps(config.model);
+  for (OpId op : {OpId::kCrossEntropy, OpId::kMulScalar, OpId::kAdd}) ops.push_back(op);
+  for (OpId op : ops) {
+    if (!backend.HasKernel(op)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "device: op ", OpName(op), " has no ",
+          backend.device() == Device::kCuda ? "CUDA" : "CPU", " kernel (", backend.name(),
+          " backend)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config,
+                                                         const Dataset* train,
+                                                         const Dataset* test) {
+  if (absl::Status s = ValidateTrainerConfig(config); !s.ok()) return s;
+  absl::StatusOr<Backend*> backend = BackendFor(config.device);
+  if (!backend.ok()) return backend.status();
+  if (absl::Status s = CheckKernels(config, **backend); !s.ok()) return s;
+  const MlpSpec& mlp = std::get<MlpSpec>(config.model);
+  for (const Dataset* d : {train, test}) {
+    if (d == nullptr) continue;
+    if (d->feature_dim != mlp.input_dim) {
+      return Bad("model.mlp.input_dim", absl::StrCat("is ", mlp.input_dim, " but the data has ",
+                                                     d->feature_dim, " features per example"));
+    }
+    if (d->num_classes > mlp.num_classes) {
+      return Bad("model.mlp.num_classes", absl::StrCat("is ", mlp.num_classes, " but the data has ",
+                                                       d->num_classes, " classes"));
+    }
+  }
+  if (train == nullptr || train->num_examples < config.training.batch_size) {
+    return Bad("training.batch_size", absl::StrCat("is larger than the training set (",
+                                                   train ? train->num_examples : 0, " examples)"));
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      BuildModel(config.model, config.precision, config.training.seed);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<Trainer>(new Trainer(config, train, test, *std::move(model)));
+}
+
+Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Dataset* test,
+                 std::unique_ptr<Model> model)
+    : config_(config),
+      train_(train),
+      test_(test),
+      model_(std::move(model)),
+      scaler_(config.precision.loss_scaling),
+      batcher_(train, config.training.batch_size, config.training.seed ^ 0x5eedull) {
+  if (config.device != Device::kCpu) {
+    absl::StatusOr<Backend*> be = BackendFor(config.device);
+    device_backend_ = be.ok() ? *be : nullptr;
+  }
+  if (device_backend_ != nullptr) {
+    for (Parameter& p : model_->parameters()) {
+      Tensor moved = p.value.To(config.device);
+      moved.set_requires_grad(p.value.requires_grad());
+      moved.set_name(p.value.name());
+      p.value = moved;
+    }
+    amp_.scale = Tensor::Zeros({1}, DType::kF32, config.device);
+    amp_.growth_tracker = Tensor::Zeros({1}, DType::kF32, config.device);
+    amp_.found_inf = Tensor::Zeros({1}, DType::kF32, config.device);
+    scale_used_ = Tensor::Zeros({1}, DType::kF32, config.device);
+    sum_sq_ = Tensor::Zeros({1}, DType::kF32, config.device);
+    loss_sum_ = Tensor::Zeros({}, DType::kF64, config.device);  // summed in f64, as on the CPU
+    PushScalerStateToDevice();
+    const int64_t bytes = train->num_examples * train->feature_dim * int64_t{sizeof(float)};
+    if (bytes > 0 && bytes <= config.device_dataset_max_bytes &&
+        train->num_examples <= std::numeric_limits<int32_t>::max()) {
+      device_features_ = ToDevice(train->features, train->num_examples, train->feature_dim);
+      batcher_.set_gather_features(false);
+    }
+  }
+  optimizer_ = std::make_unique<Optimizer>(config.optimizer, &model_->parameters(),
+                                           config.precision.master_weights);
+  const TrainingSpec& t = config.training;
+  total_steps_ =
+      t.steps > 0
+          ? t.steps
+          : std::max<int64_t>(1, t.epochs * batcher_.batches_per_epoch() / t.grad_accumulation);
+}
+
+StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
+  StepMetrics m = Step(callbacks);
+  if (callbacks) callbacks->OnStep(m);
+  return m;
+}
+
+void Trainer::FinishMetrics(std::chrono::steady_clock::time_point start, int64_t epoch,
+                            double loss_sum, bool skipped, double grad_norm, StepMetrics* m) const {
+  const TrainingSpec& t = config_.training;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m->step = step_;
+  m->total_steps = total_steps_;
+  m->epoch = epoch;
+  m->loss = loss_sum / t.grad_accumulation;
+  m->skipped = skipped;
+  m->grad_norm = grad_norm;
+  m->samples_per_s = seconds > 0 ? t.batch_size * t.grad_accumulation / seconds : 0;
+  m->skipped_total = skipped_total_;
+}
+
+void Trainer::PushScalerStateToDevice() {
+  if (device_backend_ == nullptr) return;
+  device_backend_->Fill(amp_.scale, scaler_.scale());  // 1 when loss scaling is off
+  device_backend_->Fill(amp_.growth_tracker, static_cast<double>(scaler_.growth_tracker()));
+}
+
+// The batch's features on the device: gathered there from the resident
+// training set (the same rows, bit for bit), or else uploaded.
+Tensor Trainer::UploadBatch(const Batch& batch) {
+  if (device_features_.defined()) return device_backend_->Embedding(device_features_, batch.rows);
+  return ToDevice(batch.features, batch.size, train_->feature_dim);
+}
+
+// rows x cols floats copied to the device straight from `values` (no
+// intermediate host tensor).
+Tensor Trainer::ToDevice(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  auto view = std::make_shared<TensorImpl>();
+  view->shape = {rows, cols};
+  view->dtype = DType::kF32;
+  view->numel = rows * cols;
+  // Borrowed for the duration of CopyInto only: no ownership.
+  view->data = std::shared_ptr<uint8_t[]>(
+      reinterpret_cast<uint8_t*>(const_cast<float*>(values.data())), [](uint8_t*) {});
+  Tensor x = device_backend_->Allocate(view->shape, DType::kF32, /*zero=*/false);
+  device_backend_->CopyInto(x, Tensor(std::move(view)));
+  return x;
+}
+
+StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
+  const auto start = std::chrono::steady_clock::now();
+  const TrainingSpec& t = config_.training;
+  Backend& be = *device_backend_;
+  be.SetMatmulOptions(config_.precision.allow_tf32);
+  optimizer_->ZeroGrad();
+  be.Fill(loss_sum_, 0.0);
+  for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
+    Tensor x;
+    if (micro == 0 && has_next_) {
+      std::swap(batch_, next_batch_);
+      x = next_x_;
+      next_x_ = Tensor();
+      has_next_ = false;
+    } else {
+      batcher_.Next(&batch_);
+      x = UploadBatch(batch_);
+    }
+    Tensor loss;
+    {
+      AutocastScope region(RegionFor(config_.precision));
+      Tensor logits = model_->Forward(x, /*training=*/true, t.seed + step_ * 7919 + micro);
+      loss = SoftmaxCrossEntropy(logits, batch_.labels);
+    }
+    be.AddInPlace(loss_sum_, loss.Detach(), 1.0);
+    // loss * scale with the scale read on the device, never on the host.
+    Tensor scaled = MulScalar(loss, 1.0 / t.grad_accumulation);
+    if (scaler_.enabled()) scaled = Mul(scaled, amp_.scale);
+    Backward(scaled);
+  }
+
+  std::vector<Tensor> grads = optimizer_->CollectGradients();
+  be.CopyInto(scale_used_, amp_.scale);
+  be.Fill(amp_.found_inf, 0.0);
+  // With loss scaling off the scale is 1: this is then just the inf/NaN check
+  // that keeps a bad step from being applied.
+  be.UnscaleAndCheckOnDevice(grads, amp_);
+  be.SumOfSquaresOnDevice(grads, sum_sq_);
+  if (t.clip_norm > 0) {
+    // Clipping needs the norm on the host before the update: one extra wait.
+    const double norm = std::sqrt(be.ReadScalars({sum_sq_}).at(0));
+    if (std::isfinite(norm) && norm > t.clip_norm) {
+      be.MultiplyAndCheckOnDevice(grads, static_cast<float>(t.clip_norm / (norm + 1e-6)),
+                                  amp_.found_inf);
+    }
+  }
+  StepMetrics m;
+  m.lr = ScheduledLearningRate(config_.schedule, config_.optimizer.lr, optimizer_->steps_taken(),
+                               total_steps_);
+  optimizer_->StepFused(m.lr, amp_.found_inf);
+  const GradScalerOptions& so = scaler_.options();
+  if (scaler_.enabled() && so.dynamic) {
+    ScaleUpdateOptions u;
+    u.growth_factor = so.growth_factor;
+    u.backoff_factor = so.backoff_factor;
+    u.growth_interval = so.growth_interval;
+    u.min_scale = so.min_scale.value_or(0);
+    u.max_scale = so.max_scale.value_or(0);
+    be.UpdateScaleOnDevice(amp_, u);
+  }
+  ++step_;
+  const int64_t epoch = batcher_.position().epoch;
+  if (step_ < total_steps_) {
+    position_before_next_ = batcher_.position();
+    batcher_.Next(&next_batch_);
+    next_x_ = UploadBatch(next_batch_);
+    has_next_ = true;
+  }
+  // The one host wait of the step.
+  const std::vector<double> v = be.ReadScalars(
+      {loss_sum_, amp_.found_inf, scale_used_, amp_.scale, amp_.growth_tracker, sum_sq_});
+  const bool skip = v[1] != 0;
+  if (scaler_.enabled()) scaler_.LoadState({v[3], static_cast<int64_t>(v[4])});
+  m.loss_scale = scaler_.enabled() ? v[2] : 1.0;
+  if (skip) {
+    optimizer_->UndoSkippedStep();
+    ++skipped_total_;
+    // Which parameter: read back only on this (rare) path.
+    SkipEvent event{step_, "non-finite gradient",
+                    FirstNonFinite(grads, optimizer_->ParameterNames()), m.loss_scale,
+                    scaler_.enabled() ? v[3] : 1.0};
+    if (callbacks) callbacks->OnSkip(event);
+  }
+  FinishMetrics(start, epoch, v[0], skip, std::sqrt(v[5]), &m);
+  return m;
+}
+
+StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
+  if (device_backend_ != nullptr) return DeviceStep(callbacks);
+  const auto start = std::chrono::steady_clock::now();
+  const TrainingSpec& t = config_.training;
+  optimizer_->ZeroGrad();
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
+    batcher_.Next(&batch_);
+    Tensor x = Tensor::FromVector(batch_.features, {batch_.size, train_->feature_dim});
+    Tensor loss;
+    {
+      AutocastScope region(RegionFor(config_.precision));
+      Tensor logits = model_->Forward(x, /*training=*/true, t.seed + step_ * 7919 + micro);
+      loss = SoftmaxCrossEntropy(logits, batch_.labels);
+    }
+    loss_sum += loss.Item();
+    Tensor scaled = scaler_.Scale(MulScalar(loss, 1.0 / t.grad_accumulation));
+    Backward(scaled);
+  }
+
+  std::vector<Tensor> grads = optimizer_->CollectGradients();
+  const bool finite = scaler_.Unscale(grads, optimizer_->ParameterNames());
+  Backend& be = BackendOf(grads.front());
+  const double grad_norm = std::sqrt(be.SumOfSquares(grads));
+  bool skip = !finite;
+  if (!scaler_.enabled() && !std::isfinite(grad_norm)) skip = true;  // never apply inf/NaN
+  if (!skip && t.clip_norm > 0 && grad_norm > t.clip_norm) {
+    const float factor = static_cast<float>(t.clip_norm / (grad_norm + 1e-6));
+    be.UnscaleAndCheck(grads, factor);
+  }
+  StepMetrics m;
+  // The schedule advances with applied steps only: a skipped step does not
+  // consume learning rate.
+  m.lr = ScheduledLearningRate(config_.schedule, config_.optimizer.lr, optimizer_->steps_taken(),
+                               total_steps_);
+  m.loss_scale = scaler_.scale();
+  if (!skip) optimizer_->Step(m.lr);
+  ++step_;
+  std::optional<SkipEvent> event = scaler_.Update(step_);
+  if (skip && !event) {
+    // No scaler to name the parameter: find it here (a rare path).
+    event =
+        SkipEvent{step_, "non-finite gradient", FirstNonFinite(grads, optimizer_->ParameterNames()),
+                  m.loss_scale, m.loss_scale};
+  }
+  if (event) {
+    ++skipped_total_;
+    if (callbacks) callbacks->OnSkip(*event);
+  }
+  FinishMetrics(start, batcher_.position().epoch, loss_sum, skip, grad_norm, &m);
+  return m;
+}
+
+EvalMetrics Trainer::Evaluate(const Dataset& data) {
+  NoGradGuard no_grad;
+  AutocastScope region(RegionFor(config_.precision));
+  if (device_backend_ != nullptr) device_backend_->SetMatmulOptions(config_.precision.allow_tf32);
+  const int64_t chunk = 1000;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < data.num_examples; start += chunk) {
+    const int64_t n = std::min(chunk, data.num_examples - start);
+    std::vector<float> features(data.features.begin() + start * data.feature_dim,
+                                data.features.begin() + (start + n) * data.feature_dim);
+    std::vector<int32_t> labels(data.labels.begin() + start, data.labels.begin() + start + n);
+    Tensor logits =
+        model_->Forward(Tensor::FromVector(features, {n, data.feature_dim}).To(config_.device),
+                        /*training=*/false, 0);
+    loss_sum += SoftmaxCrossEntropy(logits, labels).Item() * n;
+    std::vector<float> l = logits.ToFloats();
+    const int64_t c = logits.dim(1);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t best = 0;
+      for (int64_t j = 1; j < c; ++j) {
+        if (l[i * c + j] > l[i * c + best]) best = j;
+      }
+      correct += best == labels[i];
+    }
+  }
+  EvalMetrics m;
+  m.step = step_;
+  m.examples = data.num_examples;
+  m.loss = data.num_examples ? loss_sum / data.num_examples : 0;
+  m.accuracy = data.num_examples ? static_cast<double>(correct) / data.num_examples : 0;
+  return m;
+}
+
+TrainerState Trainer::SaveState() const {
+  TrainerState state;
+  state.step = step_;
+  state.skipped_total = skipped_total_;
+  state.data_position = has_next_ ? position_before_next_ : batcher_.position();
+  state.scaler = scaler_.state();
+  state.optimizer_steps = optimizer_->steps_taken();
+  for (const Parameter& p : model_->parameters()) {
+    state.tensors.emplace_back("param/" + p.name, HostCopy(p.value));
+  }
+  for (auto& [name, t] : optimizer_->StateTensors()) state.tensors.emplace_back(name, HostCopy(t));
+  return state;
+}
+
+absl::Status Trainer::LoadState(const TrainerState& state) {
+  if (state.step < 0 || state.step > total_steps_) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer state: step ", state.step,
+                                                   " is outside this run (0..", total_steps_, ")"));
+  }
+  std::vector<std::pair<std::string, Tensor>> optimizer_tensors;
+  std::map<std::string, Tensor> params;
+  for (const auto& [name, t] : state.tensors) {
+    if (name.rfind("param/", 0) == 0) {
+      params[name.substr(6)] = t;
+    } else {
+      optimizer_tensors.emplace_back(name, t);
+    }
+  }
+  for (const Parameter& p : model_->parameters()) {
+    auto it = params.find(p.name);
+    if (it == params.end()) {
+      return absl::InvalidArgumentError("trainer state: missing parameter " + p.name);
+    }
+    if (it->second.shape() != p.value.shape() || it->second.dtype() != p.value.dtype()) {
+      return absl::InvalidArgumentError("trainer state: parameter " + p.name +
+                                        " has the wrong shape or dtype");
+    }
+  }
+  for (Parameter& p : model_->parameters()) p.value.CopyFrom(params.at(p.name));
+  if (absl::Status s = optimizer_->LoadState(optimizer_tensors, state.optimizer_steps); !s.ok()) {
+    return s;
+  }
+  scaler_.LoadState(state.scaler);
+  PushScalerStateToDevice();
+  batcher_.Seek(state.data_position);
+  has_next_ = false;  // a prefetched batch belongs to the old position
+  next_x_ = Tensor();
+  step_ = state.step;
+  skipped_total_ = state.skipped_total;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
+                                         const CancellationToken* cancel) {
+  TrainResult result;
+  const int64_t per_epoch =
+      std::max<int64_t>(1, batcher_.batches_per_epoch() / config_.training.grad_accumulation);
+  const int64_t eval_every =
+      config_.training.eval_interval > 0 ? config_.training.eval_interval : per_epoch;
+  while (step_ < total_steps_) {
+    if (cancel && cancel->cancelled()) {
+      result.cancelled = true;
+      break;
+    }
+    result.last_step = Step(callbacks);
+    if (device_backend_ != nullptr) {
+      if (absl::Status health = device_backend_->Health(); !health.ok()) return health;
+    }
+    if (test_ != nullptr && (step_ % eval_every == 0 || step_ == total_steps_)) {
+      EvalMetrics e = Evaluate(*test_);
+      result.final_eval = e;
+      if (callbacks) callbacks->OnEval(e);
+    }
+    if (callbacks) callbacks->OnStep(result.last_step);
+  }
+  result.steps_completed = step_;
+  result.skipped_steps = skipped_total_;
+  return result;
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,191 @@
+#ifndef AMPD_ENGINE_TRAIN_TRAINER_H_
+#define AMPD_ENGINE_TRAIN_TRAINER_H_
+
+// The training loop, readable top to bottom in Trainer::RunStep:
+//   zero grads -> for each micro-batch: autocast forward, loss / accum,
+//   scaled backward -> gradients to f32 -> unscale + non-finite check ->
+//   clip by global norm -> optimizer step unless skipped -> scaler update.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/data/batcher.h"
+#include "engine/data/dataset.h"
+#include "engine/amp/grad_scaler.h"
+#include "engine/nn/model.h"
+#include "engine/optim/optimizer.h"
+#include "engine/amp/precision.h"
+
+namespace ampd::engine {
+
+struct TrainingSpec {
+  int64_t steps = 0;  // optimizer steps; when 0, `epochs` decides
+  int64_t epochs = 1;
+  int64_t batch_size = 128;  // per micro-batch
+  int64_t grad_accumulation = 1;
+  int64_t eval_interval = 0;  // steps between evals; 0: once per epoch
+  uint64_t seed = 0;
+  double clip_norm = 0.0;  // 0: no clipping
+};
+
+// On a device, training sets up to this size are copied there once at
+// Trainer::Create and batches are gathered on the device; larger ones are
+// uploaded batch by batch.
+inline constexpr int64_t kDeviceDatasetMaxBytes = int64_t{2} << 30;
+
+struct TrainerConfig {
+  ModelSpec model;
+  PrecisionConfig precision;
+  OptimizerSpec optimizer;
+  ScheduleSpec schedule;
+  TrainingSpec training;
+  // Where the model lives and the step runs; Trainer::Create fails with
+  // FAILED_PRECONDITION when the device is not available.
+  Device device = Device::kCpu;
+  // Training sets up to this many bytes of features stay on the device.
+  int64_t device_dataset_max_bytes = kDeviceDatasetMaxBytes;
+};
+
+// Every invalid field, reported as "training.batch_size: must be >= 1, got 0".
+absl::Status ValidateTrainerConfig(const TrainerConfig& config);
+
+// FAILED_PRECONDITION ("device: op gelu has no CUDA kernel") when `backend`
+// lacks a kernel for an op the job runs: its model's (ModelOps) and the
+// training step's own (the loss, loss scaling, gradient accumulation).
+absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend);
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based
+  int64_t total_steps = 0;
+  int64_t epoch = 0;
+  double loss = 0;  // unscaled, averaged over micro-batches
+  double lr = 0;
+  double loss_scale = 1;
+  bool skipped = false;
+  double grad_norm = 0;
+  double samples_per_s = 0;
+  int64_t skipped_total = 0;
+};
+
+struct EvalMetrics {
+  int64_t step = 0;
+  double loss = 0;
+  double accuracy = 0;
+  int64_t examples = 0;
+};
+
+class TrainerCallbacks {
+ public:
+  virtual ~TrainerCallbacks() = default;
+  virtual void OnStep(const StepMetrics&) {}
+  virtual void OnEval(const EvalMetrics&) {}
+  virtual void OnSkip(const SkipEvent&) {}
+};
+
+class CancellationToken {
+ public:
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+struct TrainResult {
+  int64_t steps_completed = 0;
+  bool cancelled = false;
+  int64_t skipped_steps = 0;
+  StepMetrics last_step;
+  std::optional<EvalMetrics> final_eval;
+};
+
+// Everything needed to continue a run exactly where it stopped: with it, a
+// resumed CPU run is bitwise identical to an uninterrupted one (dropout masks
+// and batch order are functions of seed, step and epoch).
+struct TrainerState {
+  int64_t step = 0;
+  int64_t skipped_total = 0;
+  Batcher::Position data_position;
+  GradScalerState scaler;
+  int64_t optimizer_steps = 0;
+  // "param/NAME" for the model, plus the optimizer's state tensors.
+  std::vector<std::pair<std::string, Tensor>> tensors;
+};
+
+class Trainer {
+ public:
+  // `train` and `test` (may be null) must outlive the trainer.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config,
+                                                         const Dataset* train, const Dataset* test);
+
+  // Runs to the end (or until cancelled, checked before every step).
+  absl::StatusOr<TrainResult> Run(TrainerCallbacks* callbacks = nullptr,
+                                  const CancellationToken* cancel = nullptr);
+  // One optimizer step (with its micro-batches); exposed for tests and benches.
+  // Calls OnSkip (if skipped) then OnStep. Within Run(), an evaluation due at
+  // a step is reported before that step's OnStep, so the step record is the
+  // last event of its step (metric streams resume after it without gaps).
+  StepMetrics RunStep(TrainerCallbacks* callbacks = nullptr);
+  EvalMetrics Evaluate(const Dataset& data);
+
+  // A snapshot (copies) of the run's state, and its restoration into a
+  // trainer built from the same config. Load checks every name and shape.
+  TrainerState SaveState() const;
+  absl::Status LoadState(const TrainerState& state);
+
+  int64_t total_steps() const { return total_steps_; }
+  int64_t steps_done() const { return step_; }
+  Model& model() { return *model_; }
+  GradScaler& scaler() { return scaler_; }
+  Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  Trainer(const TrainerConfig& config, const Dataset* train, const Dataset* test,
+          std::unique_ptr<Model> model);
+
+  StepMetrics Step(TrainerCallbacks* callbacks);
+  // The same step on a device backend: unscale, skip and scale update stay on
+  // the device, and the host reads one batch of scalars at the end.
+  StepMetrics DeviceStep(TrainerCallbacks* callbacks);
+  void PushScalerStateToDevice();
+  // The fields both step paths fill the same way, at the end of a step.
+  void FinishMetrics(std::chrono::steady_clock::time_point start, int64_t epoch, double loss_sum,
+                     bool skipped, double grad_norm, StepMetrics* m) const;
+  Tensor UploadBatch(const Batch& batch);
+  Tensor ToDevice(const std::vector<float>& values, int64_t rows, int64_t cols);
+
+  TrainerConfig config_;
+  const Dataset* train_;
+  const Dataset* test_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  GradScaler scaler_;
+  Batcher batcher_;
+  Batch batch_;
+  Backend* device_backend_ = nullptr;  // null on the CPU
+  DeviceAmpState amp_;                 // device path: scale, growth tracker, found_inf
+  Tensor scale_used_, sum_sq_, loss_sum_;
+  // Device path: the next step's first batch, uploaded before this step's
+  // closing read so the copy overlaps the device's work. Checkpoints record
+  // the position from before it was taken.
+  bool has_next_ = false;
+  Batch next_batch_;
+  Tensor next_x_;
+  Batcher::Position position_before_next_;
+  // Device path: the training set's features, copied to the device once when
+  // they fit config.device_dataset_max_bytes; a batch is then a row gather on the
+  // device and only its row indices cross the bus.
+  Tensor device_features_;
+  int64_t total_steps_ = 0;
+  int64_t step_ = 0;
+  int64_t skipped_total_ = 0;
+};
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_TRAIN_TRAINER_H_

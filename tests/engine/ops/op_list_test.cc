@@ -1,0 +1,75 @@
+// The op descriptors: one name per op, the autocast table built from them,
+// and the backends saying which ops they have.
+
+#include "engine/ops/op_list.h"
+
+#include <set>
+#include <string>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/ops/autocast.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine {
+namespace {
+
+TEST(OpListTest, EveryOpHasOneNameThatFindsIt) {
+  std::set<std::string> names;
+  for (const OpDescriptor& d : kOpDescriptors) {
+    EXPECT_TRUE(names.insert(d.name).second) << d.name;
+    ASSERT_TRUE(FindOp(d.name).has_value()) << d.name;
+    EXPECT_EQ(*FindOp(d.name), d.id);
+    EXPECT_STREQ(OpName(d.id), d.name);
+  }
+  EXPECT_EQ(static_cast<int>(names.size()), kNumOps);
+  // Square is "pow" (torch.pow's autocast entry), and nothing else.
+  EXPECT_STREQ(OpName(OpId::kSquare), "pow");
+  EXPECT_FALSE(FindOp("pow2").has_value());
+  EXPECT_FALSE(FindOp("square").has_value());
+  EXPECT_FALSE(FindOp("conv2d").has_value());  // not an op (yet)
+  EXPECT_FALSE(FindOp("").has_value());
+}
+
+TEST(OpListTest, TheAutocastTableIsTheDescriptorsPolicies) {
+  // torch.autocast's lists (CUDA/CPU op lists in the AMP docs).
+  EXPECT_EQ(DefaultCastPolicy(OpId::kMatmul), CastPolicy::kLowerPrecision);
+  EXPECT_EQ(DefaultCastPolicy(OpId::kLinear), CastPolicy::kLowerPrecision);
+  for (OpId op : {OpId::kSoftmax, OpId::kLogSoftmax, OpId::kLayerNorm, OpId::kExp, OpId::kLog,
+                  OpId::kSquare, OpId::kCrossEntropy, OpId::kSum, OpId::kMean}) {
+    EXPECT_EQ(DefaultCastPolicy(op), CastPolicy::kFp32) << OpName(op);
+  }
+  for (OpId op : {OpId::kAdd, OpId::kSub, OpId::kMul}) {
+    EXPECT_EQ(DefaultCastPolicy(op), CastPolicy::kPromote) << OpName(op);
+  }
+  for (OpId op : {OpId::kRelu, OpId::kGelu, OpId::kDropout, OpId::kEmbedding, OpId::kCast}) {
+    EXPECT_EQ(DefaultCastPolicy(op), CastPolicy::kPassThrough) << OpName(op);
+  }
+  for (const OpDescriptor& d : kOpDescriptors) EXPECT_EQ(DefaultCastPolicy(d.id), d.policy);
+}
+
+TEST(OpListTest, TheFamiliesAreDisjointAndNamed) {
+  int unary = 0, binary = 0;
+  for (const OpDescriptor& d : kOpDescriptors) {
+    EXPECT_FALSE(IsUnaryOp(d.id) && IsBinaryOp(d.id)) << d.name;
+    unary += IsUnaryOp(d.id);
+    binary += IsBinaryOp(d.id);
+  }
+  EXPECT_EQ(unary, 6);   // relu gelu neg exp log pow
+  EXPECT_EQ(binary, 3);  // add sub mul
+}
+
+TEST(OpListTest, TheCpuBackendIsRegisteredAndHasEveryOp) {
+  absl::StatusOr<Backend*> cpu = BackendFor(Device::kCpu);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(*cpu, &CpuBackend());
+  for (const OpDescriptor& d : kOpDescriptors) EXPECT_TRUE((*cpu)->HasKernel(d.id)) << d.name;
+}
+
+TEST(OpListTest, ANonUnaryOpGivenToTheUnaryKernelIsAnErrorNotAnotherFunction) {
+  const Tensor x = Tensor::FromVector({1, 2, 3}, {3}, DType::kF32);
+  EXPECT_DEATH(CpuBackend().Unary(OpId::kMatmul, x), "op matmul is not a unary op");
+  EXPECT_DEATH(CpuBackend().Binary(OpId::kRelu, x, x, DType::kF32), "op relu is not a binary op");
+}
+
+}  // namespace
+}  // namespace ampd::engine
