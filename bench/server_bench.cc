@@ -51,6 +51,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -58,6 +61,29 @@
 #include "absl/strings/str_split.h"
 #include "ampd/v1/training_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/server/ampd_process.h"
+
+ABSL_FLAG(bool, json, false, "JSON lines instead of tables");
+ABSL_FLAG(std::string, ampd, "", "The ampd binary (default: the runfile server/ampd)");
+ABSL_FLAG(std::vector<std::string>, ampd_flag, {},
+          "Extra ampd flags, comma-separated (--ampd_flag=--F1=V1,--F2=V2)");
+ABSL_FLAG(int64_t, getjob_calls, 5000, "Timed sequential GetJob calls");
+ABSL_FLAG(int64_t, create_calls, 2000, "Timed CreateJob calls, all threads together");
+ABSL_FLAG(int64_t, create_threads, 4, "CreateJob client threads (one channel each)");
+ABSL_FLAG(std::vector<std::string>, subscribers, std::vector<std::string>({"10", "100", "1000"}),
+          "Subscriber counts of the fan-out (0, the baseline, always runs)");
+ABSL_FLAG(int64_t, rounds, 2, "Runs of every subscriber count");
+ABSL_FLAG(int64_t, steps, 1500, "Steps of the watched job");
+ABSL_FLAG(int64_t, batch, 128, "The watched job's batch size");
+ABSL_FLAG(int64_t, features, 256, "The watched job's synthetic input width");
+ABSL_FLAG(std::vector<std::string>, hidden, std::vector<std::string>({"512", "512"}),
+          "The watched job's hidden widths");
+ABSL_FLAG(int64_t, streams_per_channel, 100, "Streams per client channel (TCP connection)");
+ABSL_FLAG(int64_t, omp_threads, 0, "OMP_NUM_THREADS for ampd; 0: inherited");
+ABSL_FLAG(double, busy_cores, 0.25, "A fan-out run with more foreign CPU load is run again");
+ABSL_FLAG(int64_t, busy_retries, 3, "At most this many times");
+ABSL_FLAG(bool, no_unary, false, "Skip the unary section");
+ABSL_FLAG(bool, no_streams, false, "Skip the stream fan-out section");
 
 namespace ampd::bench {
 namespace {
@@ -86,130 +112,65 @@ struct Options {
   bool streams = true;
 };
 
-void Usage() {
-  std::fprintf(
-      stderr,
-      "usage: server_bench [--json] [--ampd=PATH] [--getjob_calls=N] [--create_calls=N]\n"
-      "                    [--create_threads=N] [--subscribers=N1,N2,...] [--rounds=N]\n"
-      "                    [--steps=N] [--batch=N] [--features=N] [--hidden=H1,H2,...]\n"
-      "                    [--streams_per_channel=N] [--omp_threads=N] [--busy_cores=X]\n"
-      "                    [--busy_retries=N] [--ampd_flag=--FLAG=VALUE ...] [--no_unary]\n"
-      "                    [--no_streams]\n");
-}
-
-bool ParseInt(const std::string& flag, const std::string& value, int64_t min, int64_t* out) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(value, &v) || v < min) {
-    std::fprintf(stderr, "%s: expected an integer >= %lld, got '%s'\n", flag.c_str(),
-                 static_cast<long long>(min), value.c_str());
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
-bool ParseList(const std::string& flag, const std::string& value, int64_t min,
+// A comma-separated list of integers >= min ("" is an error).
+bool ParseList(const char* flag, const std::vector<std::string>& parts, int64_t min,
                std::vector<int64_t>* out) {
   out->clear();
-  for (const auto& part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+  for (const std::string& part : parts) {
     int64_t v = 0;
-    if (!ParseInt(flag, std::string(part), min, &v)) return false;
+    if (!absl::SimpleAtoi(part, &v) || v < min) {
+      std::fprintf(stderr, "--%s: expected integers >= %lld, got '%s'\n", flag,
+                   static_cast<long long>(min), part.c_str());
+      return false;
+    }
     out->push_back(v);
   }
   if (out->empty()) {
-    std::fprintf(stderr, "%s: empty list\n", flag.c_str());
+    std::fprintf(stderr, "--%s: empty list\n", flag);
     return false;
   }
   return true;
 }
 
-bool ParseFlags(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--json") {
-      o->json = true;
-      continue;
-    }
-    if (arg == "--no_unary") {
-      o->unary = false;
-      continue;
-    }
-    if (arg == "--no_streams") {
-      o->streams = false;
-      continue;
-    }
-    if (arg == "--help" || arg == "-h") {
-      Usage();
-      std::exit(0);
-    }
-    std::string name = arg, value;
-    const size_t eq = arg.find('=');
-    if (eq != std::string::npos) name = arg.substr(0, eq);
-    static const char* const kValued[] = {"--ampd",
-                                          "--getjob_calls",
-                                          "--create_calls",
-                                          "--create_threads",
-                                          "--subscribers",
-                                          "--rounds",
-                                          "--steps",
-                                          "--batch",
-                                          "--features",
-                                          "--hidden",
-                                          "--streams_per_channel",
-                                          "--omp_threads",
-                                          "--busy_cores",
-                                          "--busy_retries",
-                                          "--ampd_flag"};
-    if (std::find(std::begin(kValued), std::end(kValued), name) == std::end(kValued)) {
-      std::fprintf(stderr, "unknown flag %s\n", name.c_str());
-      Usage();
+bool ReadFlags(Options* o) {
+  o->json = absl::GetFlag(FLAGS_json);
+  o->ampd = absl::GetFlag(FLAGS_ampd);
+  o->ampd_flags = absl::GetFlag(FLAGS_ampd_flag);
+  o->unary = !absl::GetFlag(FLAGS_no_unary);
+  o->streams = !absl::GetFlag(FLAGS_no_streams);
+  o->busy_cores = absl::GetFlag(FLAGS_busy_cores);
+  struct IntFlag {
+    const char* name;
+    int64_t value, min;
+    int64_t* out;
+  };
+  const IntFlag ints[] = {
+      {"getjob_calls", absl::GetFlag(FLAGS_getjob_calls), 1, &o->getjob_calls},
+      {"create_calls", absl::GetFlag(FLAGS_create_calls), 1, &o->create_calls},
+      {"create_threads", absl::GetFlag(FLAGS_create_threads), 1, &o->create_threads},
+      {"rounds", absl::GetFlag(FLAGS_rounds), 1, &o->rounds},
+      {"steps", absl::GetFlag(FLAGS_steps), 1, &o->steps},
+      {"batch", absl::GetFlag(FLAGS_batch), 1, &o->batch},
+      {"features", absl::GetFlag(FLAGS_features), 1, &o->features},
+      {"streams_per_channel", absl::GetFlag(FLAGS_streams_per_channel), 1,
+       &o->streams_per_channel},
+      {"omp_threads", absl::GetFlag(FLAGS_omp_threads), 0, &o->omp_threads},
+      {"busy_retries", absl::GetFlag(FLAGS_busy_retries), 0, &o->busy_retries},
+  };
+  for (const IntFlag& f : ints) {
+    if (f.value < f.min) {
+      std::fprintf(stderr, "--%s: expected an integer >= %lld, got %lld\n", f.name,
+                   static_cast<long long>(f.min), static_cast<long long>(f.value));
       return false;
     }
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::fprintf(stderr, "%s: missing value\n", arg.c_str());
-      return false;
-    }
-    bool ok = true;
-    if (name == "--ampd") {
-      o->ampd = value;
-    } else if (name == "--ampd_flag") {
-      o->ampd_flags.push_back(value);
-    } else if (name == "--getjob_calls") {
-      ok = ParseInt(name, value, 1, &o->getjob_calls);
-    } else if (name == "--create_calls") {
-      ok = ParseInt(name, value, 1, &o->create_calls);
-    } else if (name == "--create_threads") {
-      ok = ParseInt(name, value, 1, &o->create_threads);
-    } else if (name == "--subscribers") {
-      ok = ParseList(name, value, 1, &o->subscribers);
-    } else if (name == "--rounds") {
-      ok = ParseInt(name, value, 1, &o->rounds);
-    } else if (name == "--steps") {
-      ok = ParseInt(name, value, 1, &o->steps);
-    } else if (name == "--batch") {
-      ok = ParseInt(name, value, 1, &o->batch);
-    } else if (name == "--features") {
-      ok = ParseInt(name, value, 1, &o->features);
-    } else if (name == "--hidden") {
-      ok = ParseList(name, value, 1, &o->hidden);
-    } else if (name == "--streams_per_channel") {
-      ok = ParseInt(name, value, 1, &o->streams_per_channel);
-    } else if (name == "--omp_threads") {
-      ok = ParseInt(name, value, 0, &o->omp_threads);
-    } else if (name == "--busy_retries") {
-      ok = ParseInt(name, value, 0, &o->busy_retries);
-    } else if (name == "--busy_cores") {
-      ok = absl::SimpleAtod(value, &o->busy_cores) && o->busy_cores > 0;
-      if (!ok)
-        std::fprintf(stderr, "--busy_cores: expected a number > 0, got '%s'\n", value.c_str());
-    }
-    if (!ok) return false;
+    *f.out = f.value;
   }
-  return true;
+  if (!(o->busy_cores > 0)) {
+    std::fprintf(stderr, "--busy_cores: expected a number > 0, got %g\n", o->busy_cores);
+    return false;
+  }
+  return ParseList("subscribers", absl::GetFlag(FLAGS_subscribers), 1, &o->subscribers) &&
+         ParseList("hidden", absl::GetFlag(FLAGS_hidden), 1, &o->hidden);
 }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -243,120 +204,6 @@ bool IsTerminal(v1::JobState s) {
 std::string Describe(const grpc::Status& s) {
   return absl::StrCat("code ", static_cast<int>(s.error_code()), ": ", s.error_message());
 }
-
-// ---------------------------------------------------------------------------
-// The ampd process
-
-std::string FindAmpd(const Options& o, const char* argv0) {
-  if (!o.ampd.empty()) return o.ampd;
-  std::vector<std::string> candidates;
-  if (const char* r = std::getenv("RUNFILES_DIR"))
-    candidates.push_back(std::string(r) + "/ampd/server/ampd");
-  candidates.push_back(std::string(argv0) + ".runfiles/ampd/server/ampd");
-  candidates.push_back("server/ampd");  // `bazel run` starts in the runfiles tree
-  for (const std::string& c : candidates) {
-    if (access(c.c_str(), X_OK) == 0) return c;
-  }
-  return "";
-}
-
-class AmpdProcess {
- public:
-  ~AmpdProcess() { Stop(); }
-
-  // `omp_threads` > 0: OMP_NUM_THREADS for the server (its training threads).
-  bool Start(const std::string& binary, const std::string& dir,
-             const std::vector<std::string>& flags, int64_t omp_threads, std::string* error) {
-    log_path_ = dir + "/ampd.log";
-    const std::string port_file = dir + "/ampd.port";
-    std::vector<std::string> args = {binary, "--listen=127.0.0.1:0", "--data_dir=" + dir,
-                                     "--port_file=" + port_file};
-    args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // The environment, built before fork (the child only calls execve).
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (omp_threads > 0 && std::strncmp(*e, "OMP_NUM_THREADS=", 16) == 0) continue;
-      env_strings.push_back(*e);
-    }
-    if (omp_threads > 0) env_strings.push_back(absl::StrCat("OMP_NUM_THREADS=", omp_threads));
-    std::vector<char*> envp;
-    for (std::string& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    pid_ = fork();
-    if (pid_ < 0) {
-      *error = absl::StrCat("fork: ", std::strerror(errno));
-      return false;
-    }
-    if (pid_ == 0) {
-      const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 2);
-        close(fd);
-      }
-      execve(argv[0], argv.data(), envp.data());
-      _exit(127);
-    }
-    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
-    while (Clock::now() < deadline) {
-      std::ifstream in(port_file);
-      int port = 0;
-      if (in >> port && port > 0) {
-        port_ = port;
-        return true;
-      }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        *error = "ampd exited at startup:\n" + LogTail();
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    *error = "ampd did not write its port file within 60 s:\n" + LogTail();
-    return false;
-  }
-
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-
-  // SIGTERM (graceful shutdown), SIGKILL after 30 s. Returns the exit code or -1.
-  int Stop() {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    int status = 0;
-    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(30);
-    while (waitpid(pid_, &status, WNOHANG) != pid_) {
-      if (Clock::now() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        pid_ = -1;
-        return -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-
-  std::string LogTail(size_t bytes = 4000) const {
-    std::ifstream in(log_path_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string s = ss.str();
-    return s.size() > bytes ? s.substr(s.size() - bytes) : s;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::string log_path_;
-};
 
 // A channel with its own connection: the default global subchannel pool would
 // put every channel to the same address on one TCP connection.
@@ -545,7 +392,7 @@ class Gate {
 
 struct Context {
   const Options* options;
-  AmpdProcess* server;
+  testing::AmpdProcess* server;
   std::string dir;
   std::shared_ptr<grpc::Channel> channel;  // for control calls
   std::unique_ptr<v1::TrainingService::Stub> stub;
@@ -1240,11 +1087,13 @@ std::string LoadAverage() {
 }
 
 int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("The ampd server benchmark (bench/README.md)");
+  absl::ParseCommandLine(argc, argv);
   Options o;
-  if (!ParseFlags(argc, argv, &o)) return 2;
-  const std::string binary = FindAmpd(o, argv[0]);
-  if (binary.empty()) {
-    std::fprintf(stderr, "cannot find the ampd binary; pass --ampd=PATH\n");
+  if (!ReadFlags(&o)) return 2;
+  const std::string binary = o.ampd.empty() ? testing::Runfile("server/ampd") : o.ampd;
+  if (access(binary.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "cannot run the ampd binary %s; pass --ampd=PATH\n", binary.c_str());
     return 2;
   }
   const char* tmp = std::getenv("TMPDIR");
@@ -1256,8 +1105,6 @@ int Main(int argc, char** argv) {
   const std::string dir = templ;
   int rc = 0;
   {
-    AmpdProcess server;
-    std::string error;
     // Heartbeats only go to streams of queued jobs; an hour keeps them out of
     // the event counts. The queue must hold every CreateJob of the benchmark.
     const int64_t max_queued = o.create_calls + 100 * o.create_threads + 100;
@@ -1276,11 +1123,19 @@ int Main(int argc, char** argv) {
       flags.push_back(absl::StrCat("--max_streams_per_principal=", max_streams + 100));
     }
     flags.insert(flags.end(), o.ampd_flags.begin(), o.ampd_flags.end());
-    if (!server.Start(binary, dir, flags, o.omp_threads, &error)) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+    testing::AmpdOptions start;
+    start.binary = binary;
+    start.data_dir = dir;
+    start.flags = flags;
+    start.start_timeout = std::chrono::seconds(60);
+    if (o.omp_threads > 0) start.env["OMP_NUM_THREADS"] = absl::StrCat(o.omp_threads);
+    std::unique_ptr<testing::AmpdProcess> started = testing::AmpdProcess::Start(start);
+    if (!started->ok()) {
+      std::fprintf(stderr, "%s\n", started->error().c_str());
       std::filesystem::remove_all(dir);
       return 1;
     }
+    testing::AmpdProcess& server = *started;
     Context c;
     c.options = &o;
     c.server = &server;

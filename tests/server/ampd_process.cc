@@ -1,10 +1,13 @@
 #include "tests/server/ampd_process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -19,21 +22,27 @@ std::string TmpDir() {
   return t ? t : "/tmp";
 }
 
-std::string Runfile(const std::string& path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  if (srcdir && ws) return std::string(srcdir) + "/" + ws + "/" + path;
-  return path;
-}
-
-}  // namespace
-
-namespace {
 std::string& BinaryRunfile() {
   static std::string* path = new std::string("server/ampd");
   return *path;
 }
+
 }  // namespace
+
+std::string Runfile(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  if (srcdir && ws) return std::string(srcdir) + "/" + ws + "/" + path;
+  std::vector<std::string> candidates;
+  if (const char* r = std::getenv("RUNFILES_DIR")) candidates.push_back(std::string(r) + "/ampd/" + path);
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) candidates.push_back(std::string(self, n) + ".runfiles/ampd/" + path);
+  for (const std::string& c : candidates) {
+    if (access(c.c_str(), F_OK) == 0) return c;
+  }
+  return path;  // `bazel run` starts in the runfiles tree
+}
 
 void UseAmpdBinary(const std::string& runfile_path) { BinaryRunfile() = runfile_path; }
 
@@ -41,27 +50,60 @@ AmpdProcess::AmpdProcess(std::vector<std::string> extra_flags)
     : AmpdProcess(std::move(extra_flags), "") {}
 
 AmpdProcess::AmpdProcess(std::vector<std::string> extra_flags, const std::string& data_dir) {
+  AmpdOptions o;
+  o.flags = std::move(extra_flags);
+  o.data_dir = data_dir;
+  Launch(o);
+}
+
+std::unique_ptr<AmpdProcess> AmpdProcess::Start(const AmpdOptions& options) {
+  std::unique_ptr<AmpdProcess> p(new AmpdProcess(Tag{}));
+  p->Launch(options);
+  return p;
+}
+
+void AmpdProcess::Launch(const AmpdOptions& o) {
   static std::atomic<int> counter{0};
   const std::string base =
       TmpDir() + "/ampd" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-  data_dir_ = data_dir.empty() ? base + "_data" : data_dir;
+  data_dir_ = o.data_dir.empty() ? base + "_data" : o.data_dir;
   log_path_ = base + ".log";
   const std::string port_file = base + ".port";
-  std::vector<std::string> args = {Runfile(BinaryRunfile()), "--listen=127.0.0.1:0",
-                                   "--data_dir=" + data_dir_, "--port_file=" + port_file,
-                                   "--heartbeat_interval_ms=100"};
-  args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+  const std::string binary = o.binary.empty() ? Runfile(BinaryRunfile()) : o.binary;
+  std::vector<std::string> args = {binary, "--listen=127.0.0.1:0", "--data_dir=" + data_dir_,
+                                   "--port_file=" + port_file, "--heartbeat_interval_ms=100"};
+  args.insert(args.end(), o.flags.begin(), o.flags.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The environment is built before fork: the child only calls execve.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    if (o.env.count(name) == 0) env_strings.push_back(entry);
+  }
+  for (const auto& [name, value] : o.env) env_strings.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
   pid_ = fork();
   if (pid_ == 0) {
-    FILE* log = std::fopen(log_path_.c_str(), "w");
-    if (log) dup2(fileno(log), 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 2);
+      close(fd);
+    }
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  if (pid_ < 0) {
+    error_ = std::string("fork: ") + std::strerror(errno);
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + o.start_timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream in(port_file);
     int port = 0;
@@ -72,10 +114,12 @@ AmpdProcess::AmpdProcess(std::vector<std::string> extra_flags, const std::string
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      error_ = binary + " exited at start-up:\n" + LogTail();
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  error_ = binary + " did not write its port file in time:\n" + LogTail();
 }
 
 AmpdProcess::~AmpdProcess() {
@@ -90,7 +134,14 @@ int AmpdProcess::Stop() {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
   int status = 0;
-  waitpid(pid_, &status, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      Kill();
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   pid_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -107,6 +158,11 @@ std::string AmpdProcess::log() const {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string AmpdProcess::LogTail(size_t bytes) const {
+  const std::string s = log();
+  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
 }
 
 std::string TinyJobJson(int steps, const std::string& precision, int seed,
