@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
-#include "engine/cuda/cuda_backend.h"
+#include "engine/core/error_subject.h"
 #include "engine/train/explain.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/tensorboard.h"
@@ -44,6 +44,15 @@ struct JobManager::JobRecord {
 };
 
 namespace {
+
+// A server limit (RESOURCE_EXHAUSTED, a google.rpc.QuotaFailure for clients)
+// or a state precondition, with its subject as the engine's errors carry it.
+absl::Status Quota(const std::string& limit, const std::string& description) {
+  return engine::SubjectError(absl::StatusCode::kResourceExhausted, limit, description);
+}
+absl::Status Precondition(const std::string& subject, const std::string& description) {
+  return engine::SubjectError(absl::StatusCode::kFailedPrecondition, subject, description);
+}
 
 // Wall-clock time with sub-second precision. protobuf 3.21's
 // TimeUtil::GetCurrentTime() has whole-second resolution (nanos always 0),
@@ -159,8 +168,8 @@ absl::Status JobManager::CheckConfined(const v1::DataSpec& data, const std::stri
     if (ec || r.compare(0, base.size(), base) != 0) {
       LogWarning("refused a data path outside the data root",
                  {{"field", field}, {"path", value}, {"resolves_to", r}});
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": \"", value, "\" resolves outside the server's data root"));
+      return engine::FieldError(
+          field, absl::StrCat("\"", value, "\" resolves outside the server's data root"));
     }
   }
   return absl::OkStatus();
@@ -366,17 +375,18 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   if (mlp.input_dim > 0 && mlp.num_classes > 0) {
     const int64_t params = engine::ParameterCount(resolved->config.model);
     if (params > options_.max_model_parameters) {
-      return absl::ResourceExhaustedError(absl::StrCat("max_model_parameters: the model has ",
-                                                       params, " parameters; this server allows ",
-                                                       options_.max_model_parameters));
+      return Quota("max_model_parameters",
+                   absl::StrCat("the model has ", params, " parameters; this server allows ",
+                                options_.max_model_parameters));
     }
     const engine::TrainerConfig& c = resolved->config;
     const int64_t bytes =
         engine::EstimateMemory(c.model, c.precision, c.optimizer, c.training.batch_size)
             .total_bytes();
     if (bytes > options_.max_job_memory_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("max_job_memory_bytes: the job needs about ", bytes,
+      return Quota(
+          "max_job_memory_bytes",
+          absl::StrCat("the job needs about ", bytes,
                        " bytes (weights, optimizer state "
                        "and activations, as ExplainPrecision estimates); this server allows ",
                        options_.max_job_memory_bytes));
@@ -390,8 +400,8 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
       auto existing = jobs_.find(it->second);
       if (existing != jobs_.end()) {
         if (existing->second->job.spec().SerializeAsString() != spec.SerializeAsString()) {
-          return absl::InvalidArgumentError(
-              "request_id: already used for a different job spec (job " + it->second + ")");
+          return engine::FieldError("request_id", "already used for a different job spec (job " +
+                                                      it->second + ")");
         }
         return existing->second->job;
       }
@@ -403,13 +413,13 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
     if (it != jobs_.end() && it->second->job.owner() == owner) ++queued_by_owner;
   }
   if (queued_by_owner >= options_.max_queued_jobs_per_principal) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("max_queued_jobs_per_principal: ", owner.empty() ? "you" : owner,
-                     " already have ", queued_by_owner, " queued jobs (the limit)"));
+    return Quota("max_queued_jobs_per_principal",
+                 absl::StrCat(owner.empty() ? "you" : owner, " already have ", queued_by_owner,
+                              " queued jobs (the limit)"));
   }
   if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
-    return absl::ResourceExhaustedError(absl::StrCat("max_queued_jobs: the queue already holds ",
-                                                     queue_.size(), " jobs (the limit)"));
+    return Quota("max_queued_jobs",
+                 absl::StrCat("the queue already holds ", queue_.size(), " jobs (the limit)"));
   }
   auto record = std::make_shared<JobRecord>();
   const std::string id = NewJobId();
@@ -449,7 +459,7 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
 absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState>& states,
                                                   int page_size, const std::string& page_token,
                                                   const std::optional<std::string>& owner) const {
-  if (page_size < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
+  if (page_size < 0) return engine::FieldError("page_size", "must be >= 0");
   if (page_size == 0) page_size = 50;
   page_size = std::min(page_size, 1000);
   const std::string signature = FilterSignature(states);
@@ -459,11 +469,11 @@ absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState
     std::vector<std::string> parts;
     if (absl::WebSafeBase64Unescape(page_token, &raw)) parts = absl::StrSplit(raw, '|');
     if (parts.size() != 3 || parts[0] != "v1" || !absl::SimpleAtoi(parts[1], &before)) {
-      return absl::InvalidArgumentError("page_token: not a token this server issued");
+      return engine::FieldError("page_token", "not a token this server issued");
     }
     if (parts[2] != signature) {
-      return absl::InvalidArgumentError(
-          "page_token: was issued for a different filter; start again without a token");
+      return engine::FieldError("page_token",
+                                "was issued for a different filter; start again without a token");
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -499,8 +509,8 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
     if (!job) return absl::NotFoundError("job");
     const v1::JobState state = job->job.state();
     if (IsTerminal(state)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "state: job ", job->job.id(), " has already ended (", v1::JobState_Name(state), ")"));
+      return Precondition("state", absl::StrCat("job ", job->job.id(), " has already ended (",
+                                                v1::JobState_Name(state), ")"));
     }
     if (state == v1::QUEUED) {
       for (auto it = queue_.begin(); it != queue_.end(); ++it) {
@@ -528,9 +538,9 @@ absl::Status JobManager::Delete(const std::string& id) {
     auto job = Find(id);
     if (!job) return absl::NotFoundError("job");
     if (!IsTerminal(job->job.state())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("state: job ", job->job.id(), " is ", v1::JobState_Name(job->job.state()),
-                       "; only ended jobs can be deleted (cancel it first)"));
+      return Precondition(
+          "state", absl::StrCat("job ", job->job.id(), " is ", v1::JobState_Name(job->job.state()),
+                                "; only ended jobs can be deleted (cancel it first)"));
     }
     listeners = job->listeners;
     if (!job->job.request_id().empty()) {
@@ -881,8 +891,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       }
     };
     auto result = trainer.Run(&events, &job->cancel);
-    if (job->resolved.device == engine::Device::kCuda) {
-      const cuda::AllocatorStats mem = cuda::CudaMemoryStats();
+    absl::StatusOr<engine::Backend*> backend = engine::BackendFor(job->resolved.device);
+    if (job->resolved.device != engine::Device::kCpu && backend.ok()) {
+      const engine::DeviceMemoryStats mem = (*backend)->MemoryStats();
       LogInfo("device memory after the job (process-wide allocator)",
               {{"job", id},
                {"peak_in_use_bytes", std::to_string(mem.peak_in_use_bytes)},

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
 #include "engine/cpu/capabilities.h"
-#include "engine/cuda/cuda_backend.h"
 #include "engine/train/explain.h"
 #include "engine/amp/precision.h"
 #include "engine/runner/job_spec.h"
@@ -85,14 +84,14 @@ void AddPrecisionModes(bool bf16_available, v1::DeviceInfo* d) {
   }
 }
 
-v1::DeviceInfo CudaDeviceInfo(const cuda::CudaDeviceInfo& gpu) {
+v1::DeviceInfo CudaDeviceInfo(const engine::DeviceProperties& gpu) {
   v1::DeviceInfo d;
   d.set_kind(v1::DEVICE_CUDA);
   d.set_name(absl::StrCat("cuda:", gpu.index, " ", gpu.name));
   d.set_compute_capability(absl::StrCat(gpu.major, ".", gpu.minor));
   d.set_memory_bytes(gpu.memory_bytes);
   d.set_bf16_native(gpu.bf16);
-  d.set_f16_native(gpu.major >= 7);
+  d.set_f16_native(gpu.f16);
   d.set_fp8_native(gpu.fp8);
   AddPrecisionModes(gpu.bf16, &d);
   d.set_notes(absl::StrCat(
@@ -128,13 +127,13 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::GetCapabilities(grpc::CallbackSe
   Principal who;
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   *response->add_devices() = CpuDeviceInfo();
-  std::string why_no_cuda;
-  std::vector<cuda::CudaDeviceInfo> gpus = cuda::ListCudaDevices(&why_no_cuda);
   absl::StatusOr<engine::Backend*> backend = engine::BackendFor(engine::Device::kCuda);
   if (!backend.ok()) {
     response->add_unavailable(std::string(backend.status().message()));
   } else {
-    for (const cuda::CudaDeviceInfo& gpu : gpus) *response->add_devices() = CudaDeviceInfo(gpu);
+    for (const engine::DeviceProperties& gpu : (*backend)->Devices()) {
+      *response->add_devices() = CudaDeviceInfo(gpu);
+    }
   }
   response->set_server_version("ampd 0.1.0");
   return Done(ctx, grpc::Status::OK);

@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cuda/cuda_backend.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/log.h"

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
+#include "engine/core/error_subject.h"
 #include "server/log.h"
 #include "server/rpc_status.h"
 
@@ -28,28 +29,28 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Sta
   return FinishUnary(ctx, status);
 }
 
-// Maps the manager's errors to statuses with details.
-grpc::Status JobError(const absl::Status& s, const std::string& name) {
+// Maps the manager's and the engine's errors to statuses with details, from
+// the subjects they carry (engine/core/error_subject.h); messages are never
+// parsed. Spec field paths get `spec_prefix` ("spec." for CreateJob).
+grpc::Status JobError(const absl::Status& s, const std::string& name,
+                      const std::string& spec_prefix = "") {
+  if (s.code() == absl::StatusCode::kNotFound) return NotFound("job", name);
+  const std::vector<engine::ErrorSubject> subjects = engine::GetErrorSubjects(s);
+  if (subjects.empty()) return ToGrpc(s);
+  auto path = [&](const std::string& subject) {
+    return subject == "request_id" ? subject : spec_prefix + subject;
+  };
   switch (s.code()) {
-    case absl::StatusCode::kNotFound:
-      return NotFound("job", name);
-    case absl::StatusCode::kResourceExhausted: {
-      std::string m(s.message());
-      size_t colon = m.find(": ");
-      return ResourceExhausted(m.substr(0, colon),
-                               colon == std::string::npos ? m : m.substr(colon + 2));
-    }
-    case absl::StatusCode::kFailedPrecondition: {
-      std::string m(s.message());
-      size_t colon = m.find(": ");
-      return FailedPrecondition(m.substr(0, colon),
-                                colon == std::string::npos ? m : m.substr(colon + 2));
-    }
+    case absl::StatusCode::kResourceExhausted:
+      return ResourceExhausted(subjects[0].subject, subjects[0].description);
+    case absl::StatusCode::kFailedPrecondition:
+      return FailedPrecondition(path(subjects[0].subject), subjects[0].description);
     case absl::StatusCode::kInvalidArgument: {
-      std::string m(s.message());
-      size_t colon = m.find(": ");
-      if (colon != std::string::npos) return InvalidField(m.substr(0, colon), m.substr(colon + 2));
-      return ToGrpc(s);
+      std::vector<engine::FieldViolation> violations;
+      for (const engine::ErrorSubject& e : subjects) {
+        violations.push_back({path(e.subject), e.description});
+      }
+      return InvalidArgument(violations);
     }
     default:
       return ToGrpc(s);
@@ -88,23 +89,9 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerCon
   if (!violations.empty()) return Done(ctx, InvalidArgument(violations, "spec."));
   absl::StatusOr<v1::Job> job =
       jobs_->Create(request->spec(), request->request_id(), who.name, who.admin);
-  if (!job.ok()) {
-    if (job.status().code() == absl::StatusCode::kInvalidArgument) {
-      // All remaining violations (profiles), as field paths under spec.
-      std::string m(job.status().message());
-      size_t colon = m.find(": ");
-      const std::string field = m.substr(0, colon);
-      return Done(ctx, InvalidField(field == "request_id" ? field : "spec." + field,
-                                    colon == std::string::npos ? m : m.substr(colon + 2)));
-    }
-    if (job.status().code() == absl::StatusCode::kFailedPrecondition) {
-      // "device: why" from the engine: the field becomes the violation's subject.
-      std::string m(job.status().message());
-      if (m.rfind("device: ", 0) == 0) m = m.substr(8);
-      return Done(ctx, FailedPrecondition("spec.device", m));
-    }
-    return Done(ctx, JobError(job.status(), ""));
-  }
+  // The remaining violations (profiles), limits, and the device's
+  // preconditions ("spec.device": no GPU, or an op without a kernel there).
+  if (!job.ok()) return Done(ctx, JobError(job.status(), "", "spec."));
   *response = *job;
   LogInfo(
       "job created",

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/error_subject.h"
 #include "engine/backend/backend.h"
 #include "engine/ops/ops.h"
 
@@ -11,7 +12,7 @@ namespace ampd::engine {
 
 absl::Status ValidateGradScalerOptions(const GradScalerOptions& o) {
   auto bad = [](const char* field, const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat("loss_scaling.", field, ": ", why));
+    return FieldError(absl::StrCat("loss_scaling.", field), why);
   };
   if (!(o.init_scale > 0) || !std::isfinite(o.init_scale)) {
     return bad("init_scale", absl::StrCat("must be a finite number > 0, got ", o.init_scale));

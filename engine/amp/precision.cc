@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/core/error_subject.h"
 
 namespace ampd::engine {
 namespace {
@@ -68,9 +69,10 @@ absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
   };
   auto it = aliases->find(name);
   if (it == aliases->end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "precision: unknown mode \"", std::string(name_in), "\"; expected one of ",
-        absl::StrJoin(BuiltinPrecisionNames(), ", "), " (or the aliases 32, 16, bf16)"));
+    return FieldError("precision",
+                      absl::StrCat("unknown mode \"", std::string(name_in), "\"; expected one of ",
+                                   absl::StrJoin(BuiltinPrecisionNames(), ", "),
+                                   " (or the aliases 32, 16, bf16)"));
   }
   for (const auto& m : Builtins()) {
     if (m.name == it->second) return m;
@@ -80,29 +82,29 @@ absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
 
 absl::Status ValidatePrecision(const PrecisionConfig& c) {
   if (c.autocast && !IsLowPrecision(c.autocast_dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("precision.autocast_dtype: must be f16 or bf16 when autocast is on, got ",
-                     std::string(DTypeName(c.autocast_dtype))));
+    return FieldError("precision.autocast_dtype",
+                      absl::StrCat("must be f16 or bf16 when autocast is on, got ",
+                                   std::string(DTypeName(c.autocast_dtype))));
   }
   if (c.param_dtype == DType::kF64) {
-    return absl::InvalidArgumentError("precision.param_dtype: f64 training is not supported");
+    return FieldError("precision.param_dtype", "f64 training is not supported");
   }
   if (c.master_weights && !IsLowPrecision(c.param_dtype)) {
-    return absl::InvalidArgumentError(
-        "precision.master_weights: only meaningful when param_dtype is f16 or bf16");
+    return FieldError("precision.master_weights",
+                      "only meaningful when param_dtype is f16 or bf16");
   }
   if (c.keep_norms_fp32 && !IsLowPrecision(c.param_dtype)) {
-    return absl::InvalidArgumentError(
-        "precision.keep_norms_fp32: only meaningful when param_dtype is f16 or bf16");
+    return FieldError("precision.keep_norms_fp32",
+                      "only meaningful when param_dtype is f16 or bf16");
   }
   if (c.autocast && IsLowPrecision(c.param_dtype)) {
-    return absl::InvalidArgumentError(
-        "precision.autocast: autocast expects f32 parameters; with f16/bf16 parameters use a "
-        "*-true mode or O2");
+    return FieldError("precision.autocast",
+                      "autocast expects f32 parameters; with f16/bf16 parameters use a "
+                      "*-true mode or O2");
   }
   if (c.loss_scaling.enabled) {
     absl::Status s = ValidateGradScalerOptions(c.loss_scaling);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("precision.", s.message()));
+    if (!s.ok()) return PrefixSubject(s, "precision.");
   }
   return absl::OkStatus();
 }

@@ -54,6 +54,26 @@ struct ScaleUpdateOptions {
   double max_scale = 0;  // 0: no bound
 };
 
+// One physical device behind a backend, as GetCapabilities describes it.
+struct DeviceProperties {
+  int index = 0;
+  std::string name;
+  int major = 0, minor = 0;  // compute capability (CUDA)
+  int64_t memory_bytes = 0;
+  int multiprocessors = 0;
+  bool bf16 = false;  // native bf16 matmul units
+  bool f16 = false;
+  bool fp8 = false;
+};
+
+// A backend's device memory counters (zeros for the host).
+struct DeviceMemoryStats {
+  int64_t in_use_bytes = 0;
+  int64_t peak_in_use_bytes = 0;
+  int64_t cached_bytes = 0;
+  int64_t device_allocations = 0;
+};
+
 class Backend : public DeviceMemory {
  public:
   virtual ~Backend() = default;
@@ -74,6 +94,11 @@ class Backend : public DeviceMemory {
   virtual absl::Status Health() { return absl::OkStatus(); }
   // Why this backend cannot run jobs now (no device): checked by BackendFor.
   virtual absl::Status Ready() { return absl::OkStatus(); }
+  // The devices it drives (empty for the CPU, which engine/cpu/capabilities
+  // describes), and its memory counters: what the server reports, so that it
+  // never calls a device library itself.
+  virtual std::vector<DeviceProperties> Devices() { return {}; }
+  virtual DeviceMemoryStats MemoryStats() { return {}; }
 
   // op(a) @ op(b) for 2-D a, b of the same dtype; fp32 accumulation.
   virtual Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/error_subject.h"
 #include "engine/backend/backend.h"
 
 namespace ampd::engine {
@@ -34,11 +35,11 @@ void RegisterBackend(Device device, Backend* backend) {
 
 absl::StatusOr<Backend*> BackendFor(Device device) {
   Backend* be = Registered()[static_cast<int>(device)];
-  if (be == nullptr) return absl::FailedPreconditionError(absl::StrCat("device: ", Missing(device)));
+  if (be == nullptr) return SubjectError(absl::StatusCode::kFailedPrecondition, "device", Missing(device));
   if (absl::Status ready = be->Ready(); !ready.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device: ", device == Device::kCpu ? "the CPU" : "CUDA", " is not usable here: ",
-        ready.message()));
+    return SubjectError(absl::StatusCode::kFailedPrecondition, "device",
+                        absl::StrCat(device == Device::kCpu ? "the CPU" : "CUDA",
+                                     " is not usable here: ", ready.message()));
   }
   return be;
 }

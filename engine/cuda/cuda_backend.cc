@@ -114,6 +114,12 @@ class CudaBackend final : public Backend {
   absl::Status Health() override { return Ctx().error; }
 
   AllocatorStats stats() const { return allocator_.stats(); }
+
+  std::vector<engine::DeviceProperties> Devices() override { return ListCudaDevices(nullptr); }
+  engine::DeviceMemoryStats MemoryStats() override {
+    const AllocatorStats a = stats();
+    return {a.in_use_bytes, a.peak_in_use_bytes, a.cached_bytes, a.device_allocations};
+  }
   Stream stream() { return Ctx().stream; }
 
   // ---- memory
@@ -712,6 +718,7 @@ std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none) {
     d.memory_bytes = p.total_memory;
     d.multiprocessors = p.multiprocessors;
     d.bf16 = p.major >= 8;
+    d.f16 = p.major >= 7;
     d.fp8 = p.major > 8 || (p.major == 8 && p.minor >= 9);
     out.push_back(d);
   }

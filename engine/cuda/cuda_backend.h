@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/cuda/caching_allocator.h"
 
 namespace ampd::cuda {
@@ -23,15 +24,8 @@ namespace ampd::cuda {
 // Linking this target registers the backend for engine::Device::kCuda (see
 // engine/backend/backend.h); there is nothing to call.
 
-struct CudaDeviceInfo {
-  int index = 0;
-  std::string name;
-  int major = 0, minor = 0;
-  int64_t memory_bytes = 0;
-  int multiprocessors = 0;
-  bool bf16 = false;  // native bf16 tensor cores (compute capability >= 8.0)
-  bool fp8 = false;   // FP8 tensor cores (>= 8.9: Ada, Hopper and newer)
-};
+// One GPU: name, compute capability, memory, SMs and its bf16/f16/FP8 units.
+using CudaDeviceInfo = engine::DeviceProperties;
 
 // Empty with *why_none set when no device is usable.
 std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/error_subject.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/core/rng.h"
@@ -87,7 +88,7 @@ class Mlp final : public Model {
 absl::Status ValidateModelSpec(const ModelSpec& spec) {
   const MlpSpec& m = std::get<MlpSpec>(spec);
   auto bad = [](const std::string& field, const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat("model.mlp.", field, ": ", why));
+    return FieldError(absl::StrCat("model.mlp.", field), why);
   };
   if (m.input_dim <= 0) return bad("input_dim", absl::StrCat("must be > 0, got ", m.input_dim));
   if (m.num_classes < 2) {

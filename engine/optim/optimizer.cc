@@ -4,19 +4,20 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/error_subject.h"
 #include "engine/backend/backend.h"
 
 namespace ampd::engine {
 
 absl::Status ValidateOptimizerSpec(const OptimizerSpec& s) {
   auto bad = [](const char* field, double v, const char* why) {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer.", field, ": ", why, ", got ", v));
+    return FieldError(absl::StrCat("optimizer.", field), absl::StrCat(why, ", got ", v));
   };
   if (!(s.lr > 0) || !std::isfinite(s.lr)) return bad("lr", s.lr, "must be a finite number > 0");
   if (!(s.weight_decay >= 0)) return bad("weight_decay", s.weight_decay, "must be >= 0");
   if (!(s.momentum >= 0 && s.momentum < 1)) return bad("momentum", s.momentum, "must be in [0, 1)");
   if (s.nesterov && s.momentum == 0) {
-    return absl::InvalidArgumentError("optimizer.nesterov: requires momentum > 0");
+    return FieldError("optimizer.nesterov", "requires momentum > 0");
   }
   if (!(s.beta1 >= 0 && s.beta1 < 1)) return bad("beta1", s.beta1, "must be in [0, 1)");
   if (!(s.beta2 >= 0 && s.beta2 < 1)) return bad("beta2", s.beta2, "must be in [0, 1)");

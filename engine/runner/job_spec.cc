@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
+#include "engine/core/error_subject.h"
 
 namespace ampd::engine {
 namespace {
@@ -60,9 +61,9 @@ bool SafeRelativePath(const std::string& p) {
 
 absl::Status ViolationsToStatus(const std::vector<FieldViolation>& violations) {
   if (violations.empty()) return absl::OkStatus();
-  std::vector<std::string> parts;
-  for (const auto& v : violations) parts.push_back(absl::StrCat(v.field, ": ", v.description));
-  return absl::InvalidArgumentError(absl::StrJoin(parts, "; "));
+  std::vector<ErrorSubject> subjects;
+  for (const auto& v : violations) subjects.push_back({v.field, v.description});
+  return SubjectsError(absl::StatusCode::kInvalidArgument, subjects);
 }
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json,

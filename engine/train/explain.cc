@@ -2,6 +2,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/ops/ops.h"
+#include "engine/core/error_subject.h"
 
 namespace ampd::engine {
 
@@ -47,7 +48,7 @@ MemoryEstimate EstimateMemory(const ModelSpec& model_spec, const PrecisionConfig
 absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
                                                const PrecisionConfig& precision,
                                                const OptimizerSpec& optimizer, int64_t batch_size) {
-  if (batch_size < 1) return absl::InvalidArgumentError("batch_size: must be >= 1");
+  if (batch_size < 1) return FieldError("batch_size", "must be >= 1");
   absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(model_spec, precision, 0);
   if (!model.ok()) return model.status();
   PrecisionPlan plan;

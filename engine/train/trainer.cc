@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/error_subject.h"
 #include "engine/ops/autocast.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
@@ -41,7 +42,7 @@ Tensor HostCopy(const Tensor& t) {
 }
 
 absl::Status Bad(const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  return FieldError(field, why);
 }
 
 }  // namespace
@@ -80,8 +81,8 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
   for (OpId op : {OpId::kCrossEntropy, OpId::kMulScalar, OpId::kAdd}) ops.push_back(op);
   for (OpId op : ops) {
     if (!backend.HasKernel(op)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "device: op ", OpName(op), " has no ",
+      return SubjectError(absl::StatusCode::kFailedPrecondition, "device", absl::StrCat(
+          "op ", OpName(op), " has no ",
           backend.device() == Device::kCuda ? "CUDA" : "CPU", " kernel (", backend.name(),
           " backend)"));
     }

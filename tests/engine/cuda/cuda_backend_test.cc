@@ -23,7 +23,6 @@
 #include "engine/backend/backend.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/gemm.h"
-#include "engine/cuda/kernels.h"
 #include "engine/data/dataset.h"
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/precision.h"
@@ -111,18 +110,6 @@ TEST_F(CudaBackendTest, CastsAreBitExact) {
 
 TEST_F(CudaBackendTest, HasAKernelForEveryOpTheEngineHas) {
   for (const OpDescriptor& d : kOpDescriptors) EXPECT_TRUE(gpu_->HasKernel(d.id)) << d.name;
-}
-
-TEST_F(CudaBackendTest, AnOpOutsideAKernelFamilyIsRefusedBeforeAnyLaunch) {
-  // What the old `default:` did: compute x * x for any op it did not know.
-  Tensor x = gpu_->Allocate({4}, DType::kF32, true);
-  Tensor y = gpu_->Allocate({4}, DType::kF32, true);
-  EXPECT_EQ(cuda::LaunchUnary(OpId::kSoftmax, x.raw(), 0, y.raw(), 0, 4, nullptr),
-            "LaunchUnary: op softmax has no CUDA kernel here");
-  EXPECT_EQ(cuda::LaunchUnaryBackward(OpId::kAdd, x.raw(), 0, x.raw(), 0, y.raw(), 4, nullptr),
-            "LaunchUnaryBackward: op add has no CUDA kernel here");
-  EXPECT_EQ(cuda::LaunchBinary(OpId::kRelu, x.raw(), 0, x.raw(), 0, 4, y.raw(), 0, 4, nullptr),
-            "LaunchBinary: op relu has no CUDA kernel here");
 }
 
 TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -218,6 +219,25 @@ TEST(CudaEmuDeathTest, ABarrierNotEveryThreadReachesAborts) {
 }
 
 // The fake cuBLASLt through the real GemmRunner (gemm.cu).
+TEST(CudaEmuTest, ALauncherRefusesAnOpOutsideItsFamilyBeforeAnyLaunch) {
+  // What the old `default:` did: compute x * x for any op it did not know.
+  using ampd::engine::OpId;
+  float* x = nullptr;
+  float* y = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&x), 4 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&y), 4 * sizeof(float)), cudaSuccess);
+  EXPECT_EQ(ampd::cuda::LaunchUnary(OpId::kSoftmax, x, 0, y, 0, 4, nullptr),
+            "LaunchUnary: op softmax has no CUDA kernel here");
+  EXPECT_EQ(ampd::cuda::LaunchUnaryBackward(OpId::kAdd, x, 0, x, 0, y, 4, nullptr),
+            "LaunchUnaryBackward: op add has no CUDA kernel here");
+  EXPECT_EQ(ampd::cuda::LaunchBinary(OpId::kRelu, x, 0, x, 0, 4, y, 0, 4, nullptr),
+            "LaunchBinary: op relu has no CUDA kernel here");
+  // And the families still run.
+  EXPECT_EQ(ampd::cuda::LaunchUnary(OpId::kRelu, x, 0, y, 0, 4, nullptr), "");
+  cudaFree(x);
+  cudaFree(y);
+}
+
 TEST(CudaEmuTest, CublasLtRefusesWhatTheRealOneRefuses) {
   cudaStream_t s = NewStream();
   const int64_t m = 16, n = 10, k = 8;
