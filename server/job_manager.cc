@@ -184,7 +184,9 @@ std::string JobManager::IdFromName(const std::string& name) {
   return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
 }
 
-JobManager::JobManager(JobManagerOptions options) : options_(std::move(options)) {
+JobManager::JobManager(JobManagerOptions options)
+    : options_(std::move(options)),
+      queue_(jobs::QueueLimits{options_.max_queued_jobs, options_.max_queued_jobs_per_principal}) {
   if (options_.store != nullptr) {
     Recover();
     persister_ = std::thread([this] { PersisterLoop(); });
@@ -288,7 +290,7 @@ void JobManager::Recover() {
     if (state == v1::RUNNING) {
       Transition(*record, v1::QUEUED, "ampd stopped while the job was running; re-queued");
     }
-    queue_[{-static_cast<int64_t>(record->job.spec().priority()), record->sequence}] = id;
+    queue_.Push(id, record->job.owner(), record->job.spec().priority(), record->sequence);
   }
   LogInfo("recovered jobs from the store", {{"jobs", std::to_string(jobs_.size())},
                                             {"requeued", std::to_string(requeued)},
@@ -407,20 +409,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
       }
     }
   }
-  int queued_by_owner = 0;
-  for (const auto& [key, queued_id] : queue_) {
-    auto it = jobs_.find(queued_id);
-    if (it != jobs_.end() && it->second->job.owner() == owner) ++queued_by_owner;
-  }
-  if (queued_by_owner >= options_.max_queued_jobs_per_principal) {
-    return Quota("max_queued_jobs_per_principal",
-                 absl::StrCat(owner.empty() ? "you" : owner, " already have ", queued_by_owner,
-                              " queued jobs (the limit)"));
-  }
-  if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
-    return Quota("max_queued_jobs",
-                 absl::StrCat("the queue already holds ", queue_.size(), " jobs (the limit)"));
-  }
+  if (absl::Status admit = queue_.CheckAdmission(owner); !admit.ok()) return admit;
   auto record = std::make_shared<JobRecord>();
   const std::string id = NewJobId();
   record->sequence = next_sequence_++;
@@ -435,7 +424,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   *job.mutable_create_time() = Now();
   jobs_[id] = record;
   if (!request_id.empty()) request_ids_[RequestKey(owner, request_id)] = id;
-  queue_[{-static_cast<int64_t>(spec.priority()), record->sequence}] = id;
+  queue_.Push(id, owner, spec.priority(), record->sequence);
   Transition(*record, v1::QUEUED, "");
   v1::Job created = job;
   lock.unlock();
@@ -513,12 +502,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
                                                 v1::JobState_Name(state), ")"));
     }
     if (state == v1::QUEUED) {
-      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-        if (it->second == job->job.id()) {
-          queue_.erase(it);
-          break;
-        }
-      }
+      queue_.Remove(job->job.id());
       Transition(*job, v1::CANCELLED, "cancelled by request");
       *job->job.mutable_end_time() = Now();
     } else if (state == v1::RUNNING) {
@@ -610,12 +594,7 @@ absl::Status JobManager::Read(const std::string& id, size_t cursor, size_t max,
 
 int JobManager::QueuePosition(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  int position = 0;
-  for (const auto& [key, queued_id] : queue_) {
-    if (queued_id == IdFromName(id)) return position;
-    ++position;
-  }
-  return -1;
+  return queue_.Position(IdFromName(id));
 }
 
 void JobManager::Listen(const std::string& id, std::weak_ptr<EventListener> listener) {
@@ -632,7 +611,7 @@ void JobManager::SendHeartbeats() {
   std::vector<std::weak_ptr<EventListener>> listeners;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, id] : queue_) {
+    for (const std::string& id : queue_.Ids()) {
       auto it = jobs_.find(id);
       if (it == jobs_.end()) continue;
       listeners.insert(listeners.end(), it->second->listeners.begin(), it->second->listeners.end());
@@ -719,8 +698,7 @@ void JobManager::WorkerLoop() {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [this] { return shutting_down_ || !queue_.empty(); });
       if (shutting_down_) return;
-      const std::string id = queue_.begin()->second;
-      queue_.erase(queue_.begin());
+      const std::string id = *queue_.Pop();
       job = jobs_.at(id);
       Transition(*job, v1::RUNNING, "");
       *job->job.mutable_start_time() = Now();
@@ -947,13 +925,13 @@ void JobManager::Shutdown() {
     shutting_down_ = true;
     if (options_.store == nullptr) {
       // Nothing would survive the process: queued jobs end here.
-      for (const auto& [key, id] : queue_) {
+      for (const std::string& id : queue_.Ids()) {
         auto job = jobs_.at(id);
         Transition(*job, v1::CANCELLED, "ampd shut down before the job started");
         *job->job.mutable_end_time() = Now();
       }
     }
-    queue_.clear();
+    queue_.Clear();
     for (auto& [id, job] : jobs_) {
       if (job->job.state() == v1::RUNNING || job->job.state() == v1::CANCELLING) {
         job->cancel.Cancel();

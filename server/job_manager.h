@@ -23,6 +23,7 @@
 #include "engine/runner/job_spec.h"
 #include "engine/train/trainer.h"
 #include "server/job_store.h"
+#include "server/jobs/job_queue.h"
 
 namespace ampd::server {
 
@@ -136,8 +137,7 @@ class JobManager {
   std::condition_variable work_cv_;
   std::map<std::string, std::shared_ptr<JobRecord>> jobs_;
   std::map<std::string, std::string> request_ids_;  // request_id -> job id
-  // Queue order: (-priority, sequence) -> job id.
-  std::map<std::pair<int64_t, int64_t>, std::string> queue_;
+  jobs::JobQueue queue_;
   int64_t next_sequence_ = 1;
   bool shutting_down_ = false;
   std::vector<std::thread> workers_;
