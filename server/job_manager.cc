@@ -373,8 +373,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
     if (absl::Status s = engine::CheckKernels(resolved->config, **backend); !s.ok()) return s;
   }
   if (absl::Status s = CheckConfined(spec.data(), owner); !s.ok()) return s;
-  const engine::MlpSpec& mlp = std::get<engine::MlpSpec>(resolved->config.model);
-  if (mlp.input_dim > 0 && mlp.num_classes > 0) {
+  if (engine::DataDimsKnown(resolved->config.model)) {
     const int64_t params = engine::ParameterCount(resolved->config.model);
     if (params > options_.max_model_parameters) {
       return Quota("max_model_parameters",
@@ -764,9 +763,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       if (!s.ok()) return fail(std::string(s.status().message()));
       if ((*s)->num_examples > 0) test = *s;
     }
-    engine::MlpSpec& mlp = std::get<engine::MlpSpec>(config.model);
-    if (mlp.input_dim == 0) mlp.input_dim = train->feature_dim;
-    if (mlp.num_classes == 0) mlp.num_classes = std::max(2, train->num_classes);
+    engine::FillDataDims(&config.model, train->feature_dim, train->num_classes);
 
     auto created = engine::Trainer::Create(config, train.get(), test.get());
     if (!created.ok()) return fail(std::string(created.status().message()));

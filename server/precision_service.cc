@@ -160,8 +160,7 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
   if (!violations.empty()) return Done(ctx, InvalidArgument(violations));
   absl::StatusOr<engine::ResolvedJob> job = engine::ResolveJobSpec(spec, context);
   if (!job.ok()) return Done(ctx, ToGrpc(job.status()));
-  const engine::MlpSpec& mlp = std::get<engine::MlpSpec>(job->config.model);
-  if (mlp.input_dim == 0 || mlp.num_classes == 0) {
+  if (!engine::DataDimsKnown(job->config.model)) {
     return Done(ctx, InvalidField("model.mlp.input_dim",
                                   "required (with num_classes) when the data is a file"));
   }

@@ -1,10 +1,14 @@
 #ifndef AMPD_ENGINE_NN_MODEL_H_
 #define AMPD_ENGINE_NN_MODEL_H_
 
-// Declarative models. A ModelSpec names an architecture and its sizes; Build()
-// turns it into parameters plus a forward function. The MLP is the first;
-// the spec is a variant so a GPT-style transformer (embedding, attention,
-// layer norm, GELU MLP) slots in beside it without changing callers.
+// Declarative models. A ModelSpec names an architecture and its sizes. Each
+// architecture lives in its own files (mlp.h) and says, from its spec alone,
+// what it is (DescribeModel: every parameter's shape, the activations it
+// keeps, the ops it runs); parameter counts, memory estimates, the explain
+// plan and the device's kernel check all read that one description.
+// BuildModel turns the spec into parameters plus a forward function. Callers
+// use the functions here, never std::get on the variant, so a new
+// architecture slots in beside the MLP without changing them.
 
 #include <cstdint>
 #include <memory>
@@ -15,22 +19,37 @@
 #include "absl/status/statusor.h"
 #include "engine/amp/precision.h"
 #include "engine/core/tensor.h"
+#include "engine/nn/mlp.h"
 #include "engine/ops/op_list.h"
 
 namespace ampd::engine {
 
-enum class Activation { kRelu, kGelu };
+using ModelSpec = std::variant<MlpSpec>;
 
-struct MlpSpec {
-  int64_t input_dim = 784;
-  std::vector<int64_t> hidden = {256, 256};
-  int64_t num_classes = 10;
-  Activation activation = Activation::kRelu;
-  bool layer_norm = false;  // after each hidden linear, before the activation
-  double dropout = 0.0;     // after each hidden activation
+// One parameter tensor, as the model will create it.
+struct ParameterShape {
+  std::string name;   // "fc1.weight"
+  std::string layer;  // "fc1"
+  std::vector<int64_t> shape;
+  bool is_norm = false;
+  // PyTorch's default initialisation of its layer: nn.Linear's
+  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), or a norm's ones (weight) and zeros.
+  enum class Init { kUniformFanIn, kOnes, kZeros } init = Init::kUniformFanIn;
+  int64_t fan_in = 0;
+  int64_t numel() const;
 };
 
-using ModelSpec = std::variant<MlpSpec>;
+struct ModelShape {
+  std::vector<ParameterShape> parameters;  // in the model's order
+  // Elements saved for the backward, per example (memory estimates).
+  int64_t activation_elements_per_example = 0;
+  // The ops its forward and backward run (each with its gradient), so a
+  // device can be checked for kernels before a job is accepted.
+  std::vector<OpId> ops;
+  int64_t parameter_count() const;
+};
+
+ModelShape DescribeModel(const ModelSpec& spec);
 
 // Names the offending field ("model.mlp.hidden[1]: must be > 0, got -3").
 absl::Status ValidateModelSpec(const ModelSpec& spec);
@@ -62,10 +81,14 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
                                                   const PrecisionConfig& precision, uint64_t seed);
 
 int64_t ParameterCount(const ModelSpec& spec);
-
-// The ops a model's forward and backward run (each with its gradient), so a
-// device can be checked for kernels before a job is accepted.
 std::vector<OpId> ModelOps(const ModelSpec& spec);
+
+// The input and output widths, which a spec may leave to the data (0).
+bool DataDimsKnown(const ModelSpec& spec);
+// Fills the widths the spec left open from the data.
+void FillDataDims(ModelSpec* spec, int64_t feature_dim, int64_t num_classes);
+// INVALID_ARGUMENT naming the field when the data does not fit the model.
+absl::Status CheckDataDims(const ModelSpec& spec, int64_t feature_dim, int64_t num_classes);
 
 }  // namespace ampd::engine
 

@@ -439,9 +439,7 @@ absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext&
     data.test = *std::move(test);
   }
   if (config != nullptr) {
-    MlpSpec& mlp = std::get<MlpSpec>(config->model);
-    if (mlp.input_dim == 0) mlp.input_dim = data.train.feature_dim;
-    if (mlp.num_classes == 0) mlp.num_classes = std::max(2, data.train.num_classes);
+    FillDataDims(&config->model, data.train.feature_dim, data.train.num_classes);
   }
   return data;
 }

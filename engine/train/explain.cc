@@ -8,26 +8,11 @@ namespace ampd::engine {
 
 MemoryEstimate EstimateMemory(const ModelSpec& model_spec, const PrecisionConfig& precision,
                               const OptimizerSpec& optimizer, int64_t batch_size) {
-  const MlpSpec& mlp = std::get<MlpSpec>(model_spec);
+  const ModelShape shape = DescribeModel(model_spec);
   MemoryEstimate m;
-  // Per parameter tensor: (elements, is a norm parameter).
-  std::vector<std::pair<int64_t, bool>> tensors;
-  int64_t in = mlp.input_dim, activations = mlp.input_dim;
-  for (int64_t h : mlp.hidden) {
-    tensors.push_back({in * h, false});
-    tensors.push_back({h, false});
-    if (mlp.layer_norm) {
-      tensors.push_back({h, true});
-      tensors.push_back({h, true});
-    }
-    activations += h * (mlp.layer_norm ? 3 : 2);
-    in = h;
-  }
-  tensors.push_back({in * mlp.num_classes, false});
-  tensors.push_back({mlp.num_classes, false});
-  activations += mlp.num_classes;
-  for (const auto& [n, is_norm] : tensors) {
-    const DType dtype = is_norm && precision.keep_norms_fp32 ? DType::kF32 : precision.param_dtype;
+  for (const ParameterShape& p : shape.parameters) {
+    const int64_t n = p.numel();
+    const DType dtype = p.is_norm && precision.keep_norms_fp32 ? DType::kF32 : precision.param_dtype;
     m.weights_bytes += n * static_cast<int64_t>(DTypeSize(dtype));
     m.gradients_bytes += n * static_cast<int64_t>(DTypeSize(dtype));
     if (precision.master_weights && dtype != DType::kF32) {
@@ -41,7 +26,8 @@ MemoryEstimate EstimateMemory(const ModelSpec& model_spec, const PrecisionConfig
     }
   }
   const DType act = precision.autocast ? precision.autocast_dtype : precision.param_dtype;
-  m.activation_bytes = batch_size * activations * static_cast<int64_t>(DTypeSize(act));
+  m.activation_bytes =
+      batch_size * shape.activation_elements_per_example * static_cast<int64_t>(DTypeSize(act));
   return m;
 }
 

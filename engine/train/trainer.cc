@@ -97,16 +97,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   absl::StatusOr<Backend*> backend = BackendFor(config.device);
   if (!backend.ok()) return backend.status();
   if (absl::Status s = CheckKernels(config, **backend); !s.ok()) return s;
-  const MlpSpec& mlp = std::get<MlpSpec>(config.model);
   for (const Dataset* d : {train, test}) {
     if (d == nullptr) continue;
-    if (d->feature_dim != mlp.input_dim) {
-      return Bad("model.mlp.input_dim", absl::StrCat("is ", mlp.input_dim, " but the data has ",
-                                                     d->feature_dim, " features per example"));
-    }
-    if (d->num_classes > mlp.num_classes) {
-      return Bad("model.mlp.num_classes", absl::StrCat("is ", mlp.num_classes, " but the data has ",
-                                                       d->num_classes, " classes"));
+    if (absl::Status s = CheckDataDims(config.model, d->feature_dim, d->num_classes); !s.ok()) {
+      return s;
     }
   }
   if (train == nullptr || train->num_examples < config.training.batch_size) {
