@@ -82,7 +82,7 @@ double BenchGemm(engine::Backend& gpu, int64_t size) {
   Tensor a = engine::Tensor::Full({m, k}, DType::kBF16, 0.01, engine::Device::kCuda);
   Tensor b = engine::Tensor::Full({k, n}, DType::kBF16, 0.02, engine::Device::kCuda);
   Tensor c = gpu.Allocate({m, n}, DType::kBF16, false);
-  cuda::GemmArgs args;
+  engine::cuda::GemmArgs args;
   args.m = m;
   args.n = n;
   args.k = k;
@@ -91,18 +91,18 @@ double BenchGemm(engine::Backend& gpu, int64_t size) {
   args.b = b.raw();
   args.c = c.raw();
   args.ab_dtype = args.c_dtype = static_cast<int>(DType::kBF16);
-  void* stream = cuda::CudaStreamForThisThread();
+  void* stream = engine::cuda::CudaStreamForThisThread();
   const double flops = 2.0 * m * n * k;
   auto time_direct = [&](int reps) {
     const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) cuda::GemmRunner::ForThisThread().Run(args, stream);
-    cuda::SynchronizeThisThread();
+    for (int i = 0; i < reps; ++i) engine::cuda::GemmRunner::ForThisThread().Run(args, stream);
+    engine::cuda::SynchronizeThisThread();
     return Seconds(t0, Clock::now()) / reps;
   };
   auto time_engine = [&](int reps) {
     const auto t0 = Clock::now();
     for (int i = 0; i < reps; ++i) gpu.Matmul(a, b, false, true, DType::kBF16);
-    cuda::SynchronizeThisThread();
+    engine::cuda::SynchronizeThisThread();
     return Seconds(t0, Clock::now()) / reps;
   };
   time_direct(3);
@@ -149,7 +149,7 @@ int RunBenchmarks(const Options& o) {
     return 0;
   }
   std::string why;
-  for (const cuda::CudaDeviceInfo& d : cuda::ListCudaDevices(&why)) {
+  for (const engine::cuda::CudaDeviceInfo& d : engine::cuda::ListCudaDevices(&why)) {
     std::printf("device %d: %s, compute capability %d.%d, %.1f GiB, %d SMs\n", d.index,
                 d.name.c_str(), d.major, d.minor, d.memory_bytes / double(1 << 30),
                 d.multiprocessors);
@@ -218,7 +218,7 @@ int RunBenchmarks(const Options& o) {
     std::printf("hidden %lld: bf16-mixed / 32-true = %.2fx (target >= 3x)\n", (long long)h,
                 bf16 / fp32_rate);
   }
-  const cuda::AllocatorStats st = cuda::CudaMemoryStats();
+  const engine::cuda::AllocatorStats st = engine::cuda::CudaMemoryStats();
   std::printf(
       "\ndevice allocator: peak in use %.1f MiB, cached %.1f MiB, %lld cudaMalloc calls, "
       "%lld cache hits\n",

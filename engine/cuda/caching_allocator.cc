@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 CachingAllocator::CachingAllocator(RawOps raw) : raw_(std::move(raw)) {}
 
@@ -86,4 +86,4 @@ void CachingAllocator::ResetPeak() {
   stats_.peak_in_use_bytes = stats_.in_use_bytes;
 }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 struct AllocatorStats {
   int64_t in_use_bytes = 0;        // handed out now (rounded sizes)
@@ -68,6 +68,6 @@ class CachingAllocator {
   AllocatorStats stats_;
 };
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda
 
 #endif  // AMPD_ENGINE_CUDA_CACHING_ALLOCATOR_H_

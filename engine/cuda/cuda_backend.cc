@@ -15,7 +15,7 @@
 #include "engine/cuda/runtime.h"
 #include "engine/core/half.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 namespace {
 
 using engine::Backend;
@@ -731,4 +731,4 @@ void* CudaStreamForThisThread() { return Instance()->stream(); }
 
 std::string SynchronizeThisThread() { return StreamSynchronize(Instance()->stream()); }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

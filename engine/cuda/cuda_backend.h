@@ -19,7 +19,7 @@
 #include "engine/backend/backend.h"
 #include "engine/cuda/caching_allocator.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 // Linking this target registers the backend for engine::Device::kCuda (see
 // engine/backend/backend.h); there is nothing to call.
@@ -39,6 +39,6 @@ void* CudaStreamForThisThread();
 // Waits for the calling thread's device work ("" or the CUDA error).
 std::string SynchronizeThisThread();
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda
 
 #endif  // AMPD_ENGINE_CUDA_CUDA_BACKEND_H_

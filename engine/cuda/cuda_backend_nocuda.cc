@@ -1,7 +1,7 @@
 // Builds without CUDA (--config=cpu, or no toolkit): no backend registers.
 #include "engine/cuda/cuda_backend.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none) {
   if (why_none) {
@@ -16,4 +16,4 @@ void* CudaStreamForThisThread() { return nullptr; }
 
 std::string SynchronizeThisThread() { return "ampd was built without CUDA"; }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

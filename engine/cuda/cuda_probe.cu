@@ -5,7 +5,7 @@
 
 #include "engine/cuda/cuda_probe.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 namespace {
 
 __global__ void SaxpyKernel(int n, float a, const float* x, float* y) {
@@ -66,4 +66,4 @@ std::string SaxpyOnDevice(float a, const std::vector<float>& x, std::vector<floa
   return error;
 }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

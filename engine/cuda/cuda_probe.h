@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 struct ProbeResult {
   int device_count = 0;
@@ -23,6 +23,6 @@ ProbeResult ProbeDevices();
 // the CUDA error with the call that raised it.
 std::string SaxpyOnDevice(float a, const std::vector<float>& x, std::vector<float>& y);
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda
 
 #endif  // AMPD_ENGINE_CUDA_CUDA_PROBE_H_

@@ -1,7 +1,7 @@
 // Fallback for builds without CUDA (--config=cpu, or no toolkit installed).
 #include "engine/cuda/cuda_probe.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 ProbeResult ProbeDevices() {
   ProbeResult result;
@@ -13,4 +13,4 @@ std::string SaxpyOnDevice(float, const std::vector<float>&, std::vector<float>&)
   return "ampd was built without CUDA";
 }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

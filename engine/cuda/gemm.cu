@@ -12,7 +12,7 @@
 
 #include "engine/cuda/gemm.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
@@ -210,4 +210,4 @@ std::string GemmRunner::Run(const GemmArgs& g, void* stream) {
                                 static_cast<cudaStream_t>(stream)));
 }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

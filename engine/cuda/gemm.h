@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 enum class Epilogue {
   kNone,
@@ -58,6 +58,6 @@ class GemmRunner {
   State* state_;
 };
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda
 
 #endif  // AMPD_ENGINE_CUDA_GEMM_H_

@@ -2,7 +2,7 @@
 // link it) but only reports why it cannot run.
 #include "engine/cuda/gemm.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 struct GemmRunner::State {};
 
@@ -22,4 +22,4 @@ std::string GemmRunner::FindPlan(const GemmArgs&, void**) { return "ampd was bui
 
 int GemmRunner::cached_plans() const { return 0; }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

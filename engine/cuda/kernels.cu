@@ -16,7 +16,7 @@
 #include "engine/cuda/kernels.h"
 #include "engine/ops/op_list.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 namespace {
 
 using engine::IsBinaryOp;
@@ -821,4 +821,4 @@ std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, flo
   return Check("AdamWStepKernel");
 }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

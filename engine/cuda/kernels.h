@@ -14,7 +14,7 @@
 
 #include "engine/ops/op_list.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 using engine::OpId;
 
@@ -117,6 +117,6 @@ std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, flo
                             float* exp_avg_sq, int64_t n, const AdamWArgs& a, const float* step_ptr,
                             const float* found_inf, void* model_copy, int mdt, Stream s);
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda
 
 #endif  // AMPD_ENGINE_CUDA_KERNELS_H_

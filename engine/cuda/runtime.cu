@@ -4,7 +4,7 @@
 
 #include "engine/cuda/runtime.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 namespace {
 
 std::string Err(const std::string& call, cudaError_t err) {
@@ -96,4 +96,4 @@ std::string MemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return Err("cudaMemGetInfo", cudaMemGetInfo(free_bytes, total_bytes));
 }
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

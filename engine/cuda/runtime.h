@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 
 using Stream = void*;  // cudaStream_t
 
@@ -41,6 +41,6 @@ std::string MemcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
 std::string MemsetAsync(void* p, int value, size_t bytes, Stream s);
 std::string MemGetInfo(size_t* free_bytes, size_t* total_bytes);
 
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda
 
 #endif  // AMPD_ENGINE_CUDA_RUNTIME_H_

@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 namespace {
 
 struct FakeDevice {
@@ -130,4 +130,4 @@ TEST(CachingAllocator, DestructionReturnsCachedBlocksAndForeignPointersAreIgnore
 }
 
 }  // namespace
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

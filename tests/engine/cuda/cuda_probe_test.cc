@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 
-namespace ampd::cuda {
+namespace ampd::engine::cuda {
 namespace {
 
 TEST(CudaProbeTest, NoDeviceIsAnAnswerWithAReason) {
@@ -31,4 +31,4 @@ TEST(CudaProbeTest, SaxpyMatchesCpuReference) {
 }
 
 }  // namespace
-}  // namespace ampd::cuda
+}  // namespace ampd::engine::cuda

@@ -226,14 +226,14 @@ TEST(CudaEmuTest, ALauncherRefusesAnOpOutsideItsFamilyBeforeAnyLaunch) {
   float* y = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&x), 4 * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&y), 4 * sizeof(float)), cudaSuccess);
-  EXPECT_EQ(ampd::cuda::LaunchUnary(OpId::kSoftmax, x, 0, y, 0, 4, nullptr),
+  EXPECT_EQ(ampd::engine::cuda::LaunchUnary(OpId::kSoftmax, x, 0, y, 0, 4, nullptr),
             "LaunchUnary: op softmax has no CUDA kernel here");
-  EXPECT_EQ(ampd::cuda::LaunchUnaryBackward(OpId::kAdd, x, 0, x, 0, y, 4, nullptr),
+  EXPECT_EQ(ampd::engine::cuda::LaunchUnaryBackward(OpId::kAdd, x, 0, x, 0, y, 4, nullptr),
             "LaunchUnaryBackward: op add has no CUDA kernel here");
-  EXPECT_EQ(ampd::cuda::LaunchBinary(OpId::kRelu, x, 0, x, 0, 4, y, 0, 4, nullptr),
+  EXPECT_EQ(ampd::engine::cuda::LaunchBinary(OpId::kRelu, x, 0, x, 0, 4, y, 0, 4, nullptr),
             "LaunchBinary: op relu has no CUDA kernel here");
   // And the families still run.
-  EXPECT_EQ(ampd::cuda::LaunchUnary(OpId::kRelu, x, 0, y, 0, 4, nullptr), "");
+  EXPECT_EQ(ampd::engine::cuda::LaunchUnary(OpId::kRelu, x, 0, y, 0, 4, nullptr), "");
   cudaFree(x);
   cudaFree(y);
 }
@@ -246,14 +246,14 @@ TEST(CudaEmuTest, CublasLtRefusesWhatTheRealOneRefuses) {
   float* c = DeviceAlloc<float>(m * n);
   float* aux = DeviceAlloc<float>(m * n);
   float* bias = DeviceAlloc<float>(n);
-  ampd::cuda::GemmArgs g;
+  ampd::engine::cuda::GemmArgs g;
   g.m = m;
   g.n = n;
   g.k = k;
   g.a = a;
   g.b = b;
   g.c = c;
-  auto& runner = ampd::cuda::GemmRunner::ForThisThread();
+  auto& runner = ampd::engine::cuda::GemmRunner::ForThisThread();
   EXPECT_EQ(runner.Run(g, s), "");
   // Not 256-byte aligned: the heuristic's algorithm cannot take it.
   g.a = a + 1;
@@ -261,7 +261,7 @@ TEST(CudaEmuTest, CublasLtRefusesWhatTheRealOneRefuses) {
             std::string::npos);
   g.a = a;
   // The GELU aux leading dimension (n = 10) must be a multiple of 8.
-  g.epilogue = ampd::cuda::Epilogue::kGeluAuxBias;
+  g.epilogue = ampd::engine::cuda::Epilogue::kGeluAuxBias;
   g.aux = aux;
   g.bias = bias;
   EXPECT_NE(runner.Run(g, s).find("cublasLtMatmulAlgoGetHeuristic"), std::string::npos);
