@@ -1,0 +1,81 @@
+#ifndef AMPD_ENGINE_CPU_CPU_BACKEND_IMPL_H_
+#define AMPD_ENGINE_CPU_CPU_BACKEND_IMPL_H_
+
+// The CPU backend's class. Its kernels are defined one family per file:
+// matmul.cc (oneDNN), elementwise.cc, reductions.cc, softmax.cc (and the
+// cross-entropy built on it), layer_norm.cc, embedding.cc, optimizers.cc
+// (unscale, SGD, AdamW). Internal to engine/cpu.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+
+namespace ampd::engine::cpu {
+
+class CpuBackendImpl final : public Backend {
+ public:
+  Device device() const override { return Device::kCpu; }
+  std::string name() const override { return "cpu"; }
+  // The reference backend: every op lands here first, with its gradient check.
+  bool HasKernel(OpId) const override { return true; }
+  Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out) override;
+  Tensor Cast(const Tensor& x, DType dtype) override;
+  Tensor Unary(OpId op, const Tensor& x) override;
+  template <typename C>
+  Tensor UnaryImpl(OpId op, const Tensor& x);
+  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) override;
+  template <typename C>
+  Tensor UnaryBackwardImpl(OpId op, const Tensor& x, const Tensor& dy);
+  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out) override;
+  template <typename C>
+  Tensor BinaryImpl(OpId op, const Tensor& a, const Tensor& b, DType out);
+  Tensor BinaryFloat(OpId op, const Tensor& a, const Tensor& b, DType out);
+  Tensor Scale(const Tensor& x, double factor, DType out) override;
+  Tensor SumAll(const Tensor& x, DType out) override;
+  Tensor SumRows(const Tensor& x, DType out) override;
+  Tensor Softmax(const Tensor& x, bool log, DType out) override;
+  template <typename C>
+  Tensor SoftmaxImpl(const Tensor& x, bool log, DType out);
+  Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out) override;
+  template <typename C>
+  Tensor SoftmaxBackwardImpl(const Tensor& y, const Tensor& dy, bool log, DType out);
+  LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                            DType out) override;
+  template <typename C>
+  LayerNormResult LayerNormImpl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                double eps, DType out);
+  LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const LayerNormResult& fwd,
+                                   const Tensor& dy) override;
+  template <typename C>
+  LayerNormGrads LayerNormBackwardImpl(const Tensor& x, const Tensor& gamma,
+                                       const LayerNormResult& fwd, const Tensor& dy);
+  Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
+                             Tensor* row_logsumexp) override;
+  Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
+                                     const Tensor& row_logsumexp, float dloss) override;
+  template <typename C>
+  Tensor SceBackwardImpl(const Tensor& logits, const std::vector<int32_t>& labels,
+                         const Tensor& row_logsumexp, double dloss);
+  Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) override;
+  Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
+                           int64_t num_rows) override;
+  Tensor Dropout(const Tensor& x, double p, uint64_t seed) override;
+  template <typename C>
+  Tensor DropoutImpl(const Tensor& x, double p, uint64_t seed);
+  void AddInPlace(const Tensor& x, const Tensor& y, double alpha) override;
+  NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads, float inv_scale) override;
+  double SumOfSquares(const std::vector<Tensor>& tensors) override;
+  // Both updates write the parameter in place, a block at a time: each block
+  // is read before it is written, so the math (f32, one rounding to the param
+  // dtype) is that of computing a new tensor and copying it over.
+  void SgdStep(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+               const SgdHyper& h, bool first) override;
+  void AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                 const Tensor& exp_avg_sq, const AdamWHyper& h) override;
+};
+
+}  // namespace ampd::engine::cpu
+
+#endif  // AMPD_ENGINE_CPU_CPU_BACKEND_IMPL_H_

@@ -1,0 +1,218 @@
+// The CPU backend: Elementwise kernels: casts, the unary and binary families, scaling, dropout.
+
+#include "engine/cpu/cpu_backend_impl.h"
+#include "engine/cpu/kernel_util.h"
+
+namespace ampd::engine::cpu {
+
+Tensor CpuBackendImpl::Cast(const Tensor& x, DType dtype) {
+  Tensor y = Tensor::Uninitialized(x.shape(), dtype);
+  if (x.dtype() == dtype || UsesDouble(x) || dtype == DType::kF64) {
+    y.CopyFrom(x);
+    return y;
+  }
+  // f32 / f16 / bf16: widen to f32 and round once, as CopyFrom does.
+  ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
+    float buf[kBlock];
+    StoreBlock(LoadBlock(x, begin, len, buf), y, begin, len);
+  });
+  return y;
+}
+
+Tensor CpuBackendImpl::Unary(OpId op, const Tensor& x) {
+  if (!IsUnaryOp(op)) NotInFamily(op, "unary");
+  return UsesDouble(x) ? UnaryImpl<double>(op, x) : UnaryImpl<float>(op, x);
+}
+
+template <typename C>
+Tensor CpuBackendImpl::UnaryImpl(OpId op, const Tensor& x) {
+  if constexpr (std::is_same_v<C, float>) {
+    Tensor y = Tensor::Uninitialized(x.shape(), x.dtype());
+    WithUnaryOp(op, [&](auto kOp) {
+      ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
+        float in_buf[kBlock], out_buf[kBlock];
+        const float* __restrict xs = LoadBlock(x, begin, len, in_buf);
+        float* __restrict ys = DestBlock(y, begin, out_buf);
+        AMPD_SIMD
+        for (int64_t i = 0; i < len; ++i) ys[i] = ApplyUnary<float>(kOp, xs[i]);
+        StoreBlock(ys, y, begin, len);
+      });
+    });
+    return y;
+  } else {
+    Values<C> xv(x);
+    Output<C> y(x.shape(), x.dtype());
+    for (int64_t i = 0; i < x.numel(); ++i) y[i] = ApplyUnary<C>(op, xv[i]);
+    return y.Finish();
+  }
+}
+
+Tensor CpuBackendImpl::UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) {
+  if (!IsUnaryOp(op)) NotInFamily(op, "unary");
+  return UsesDouble(x) ? UnaryBackwardImpl<double>(op, x, dy)
+                       : UnaryBackwardImpl<float>(op, x, dy);
+}
+
+template <typename C>
+Tensor CpuBackendImpl::UnaryBackwardImpl(OpId op, const Tensor& x, const Tensor& dy) {
+  if constexpr (std::is_same_v<C, float>) {
+    Tensor dx = Tensor::Uninitialized(x.shape(), dy.dtype());
+    WithUnaryOp(op, [&](auto kOp) {
+      ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
+        float x_buf[kBlock], g_buf[kBlock], out_buf[kBlock];
+        const float* __restrict xs = LoadBlock(x, begin, len, x_buf);
+        const float* __restrict gs = LoadBlock(dy, begin, len, g_buf);
+        float* __restrict out = DestBlock(dx, begin, out_buf);
+        AMPD_SIMD
+        for (int64_t i = 0; i < len; ++i) out[i] = UnaryDerivative<float>(kOp, xs[i]) * gs[i];
+        StoreBlock(out, dx, begin, len);
+      });
+    });
+    return dx;
+  } else {
+    Values<C> xv(x), gv(dy);
+    Output<C> dx(x.shape(), dy.dtype());
+    for (int64_t i = 0; i < x.numel(); ++i) dx[i] = UnaryDerivative<C>(op, xv[i]) * gv[i];
+    return dx.Finish();
+  }
+}
+
+Tensor CpuBackendImpl::Binary(OpId op, const Tensor& a, const Tensor& b, DType out) {
+  if (!IsBinaryOp(op)) NotInFamily(op, "binary");
+  return (UsesDouble(a) || UsesDouble(b) || out == DType::kF64)
+             ? BinaryImpl<double>(op, a, b, out)
+             : BinaryImpl<float>(op, a, b, out);
+}
+
+template <typename C>
+Tensor CpuBackendImpl::BinaryImpl(OpId op, const Tensor& a, const Tensor& b, DType out) {
+  if constexpr (std::is_same_v<C, float>) {
+    return BinaryFloat(op, a, b, out);
+  }
+  Values<C> av(a), bv(b);
+  Output<C> y(a.shape(), out);
+  const int64_t n = a.numel();
+  if (b.numel() == n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = ApplyBinary<C>(op, av[i], bv[i]);
+  } else if (b.numel() == 1) {
+    for (int64_t i = 0; i < n; ++i) y[i] = ApplyBinary<C>(op, av[i], bv[0]);
+  } else {
+    const int64_t cols = b.numel();
+    for (int64_t i = 0; i < n; ++i) y[i] = ApplyBinary<C>(op, av[i], bv[i % cols]);
+  }
+  return y.Finish();
+}
+
+Tensor CpuBackendImpl::BinaryFloat(OpId op, const Tensor& a, const Tensor& b, DType out) {
+  Tensor y = Tensor::Uninitialized(a.shape(), out);
+  const int64_t n = a.numel();
+  const int64_t cols = b.numel();
+  // A broadcast operand is small: widen it once.
+  std::vector<float> b_small;
+  if (cols != n) b_small = b.ToFloats();
+  WithBinaryOp(op, [&](auto kOp) {
+    ForBlocks(n, [&](int64_t begin, int64_t len) {
+      float a_buf[kBlock], b_buf[kBlock], out_buf[kBlock];
+      const float* __restrict as = LoadBlock(a, begin, len, a_buf);
+      float* __restrict ys = DestBlock(y, begin, out_buf);
+      if (cols == n) {
+        const float* __restrict bs = LoadBlock(b, begin, len, b_buf);
+        AMPD_SIMD
+        for (int64_t i = 0; i < len; ++i) ys[i] = ApplyBinary<float>(kOp, as[i], bs[i]);
+      } else if (cols == 1) {
+        const float b0 = b_small[0];
+        AMPD_SIMD
+        for (int64_t i = 0; i < len; ++i) ys[i] = ApplyBinary<float>(kOp, as[i], b0);
+      } else {
+        // Row broadcast: runs of consecutive columns.
+        for (int64_t i = 0; i < len;) {
+          const int64_t c0 = (begin + i) % cols;
+          const int64_t run = std::min(len - i, cols - c0);
+          const float* __restrict bs = b_small.data() + c0;
+          const float* __restrict ar = as + i;
+          float* __restrict yr = ys + i;
+          AMPD_SIMD
+          for (int64_t j = 0; j < run; ++j) yr[j] = ApplyBinary<float>(kOp, ar[j], bs[j]);
+          i += run;
+        }
+      }
+      StoreBlock(ys, y, begin, len);
+    });
+  });
+  return y;
+}
+
+Tensor CpuBackendImpl::Scale(const Tensor& x, double factor, DType out) {
+  if (UsesDouble(x) || out == DType::kF64) {
+    Values<double> xv(x);
+    Output<double> y(x.shape(), out);
+    for (int64_t i = 0; i < x.numel(); ++i) y[i] = xv[i] * factor;
+    return y.Finish();
+  }
+  Tensor y = Tensor::Uninitialized(x.shape(), out);
+  const float f = static_cast<float>(factor);
+  ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
+    float in_buf[kBlock], out_buf[kBlock];
+    const float* __restrict xs = LoadBlock(x, begin, len, in_buf);
+    float* __restrict ys = DestBlock(y, begin, out_buf);
+    AMPD_SIMD
+    for (int64_t i = 0; i < len; ++i) ys[i] = xs[i] * f;
+    StoreBlock(ys, y, begin, len);
+  });
+  return y;
+}
+
+void CpuBackendImpl::AddInPlace(const Tensor& x, const Tensor& y, double alpha) {
+  if (UsesDouble(x) || UsesDouble(y)) {
+    Values<double> xv(x), yv(y);
+    std::vector<double> r(x.numel());
+    for (int64_t i = 0; i < x.numel(); ++i) r[i] = xv[i] + alpha * yv[i];
+    x.CopyFrom(Tensor::FromDoubles(r, x.shape(), DType::kF64));
+    return;
+  }
+  // As the f64 path: x + alpha * y in double, then to float, then to x's dtype.
+  ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
+    float x_buf[kBlock], y_buf[kBlock];
+    const float* xs = LoadBlock(x, begin, len, x_buf);
+    const float* __restrict ys = LoadBlock(y, begin, len, y_buf);
+    float* out = DestBlock(x, begin, x_buf);  // same index in place: no overlap issue
+    AMPD_SIMD
+    for (int64_t i = 0; i < len; ++i) {
+      out[i] =
+          static_cast<float>(static_cast<double>(xs[i]) + alpha * static_cast<double>(ys[i]));
+    }
+    StoreBlock(out, x, begin, len);
+  });
+}
+
+Tensor CpuBackendImpl::Dropout(const Tensor& x, double p, uint64_t seed) {
+  if (UsesDouble(x)) return DropoutImpl<double>(x, p, seed);
+  return DropoutImpl<float>(x, p, seed);
+}
+
+template <typename C>
+Tensor CpuBackendImpl::DropoutImpl(const Tensor& x, double p, uint64_t seed) {
+  if constexpr (std::is_same_v<C, float>) {
+    Tensor y = Tensor::Uninitialized(x.shape(), x.dtype());
+    const float keep_scale = p < 1 ? static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
+    ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
+      float in_buf[kBlock], out_buf[kBlock];
+      const float* __restrict xs = LoadBlock(x, begin, len, in_buf);
+      float* __restrict ys = DestBlock(y, begin, out_buf);
+      for (int64_t i = 0; i < len; ++i) {
+        ys[i] = DropoutKeep(seed, begin + i, p) ? xs[i] * keep_scale : 0.0f;
+      }
+      StoreBlock(ys, y, begin, len);
+    });
+    return y;
+  }
+  Values<C> xv(x);
+  Output<C> y(x.shape(), x.dtype());
+  const C keep_scale = p < 1 ? C(1.0 / (1.0 - p)) : C(0);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    y[i] = DropoutKeep(seed, i, p) ? xv[i] * keep_scale : C(0);
+  }
+  return y.Finish();
+}
+
+}  // namespace ampd::engine::cpu

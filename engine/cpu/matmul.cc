@@ -1,0 +1,103 @@
+// The CPU backend: GEMMs through oneDNN matmul primitives.
+
+#include <map>
+#include <tuple>
+
+#include "engine/cpu/cpu_backend_impl.h"
+#include "engine/cpu/kernel_util.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace ampd::engine::cpu {
+namespace {
+
+// oneDNN matmul primitives, cached per shape and layout: creating a primitive
+// JIT-compiles a kernel, which would otherwise dominate small steps. Each
+// thread keeps its own cache (primitive, memory objects and stream made once),
+// so a call takes no lock and only swaps the buffer pointers; a second thread
+// asking for a known shape gets the kernel from oneDNN's primitive cache.
+class DnnlMatmul {
+ public:
+  static DnnlMatmul& Get() {
+    static thread_local DnnlMatmul instance;
+    return instance;
+  }
+
+  // a, b, c are raw buffers of type dt (c of dt_out).
+  void Run(dnnl::memory::data_type dt, dnnl::memory::data_type dt_out, const void* a, const void* b,
+           void* c, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b) {
+    using tag = dnnl::memory::format_tag;
+    auto key =
+        std::make_tuple(static_cast<int>(dt), static_cast<int>(dt_out), m, n, k, trans_a, trans_b);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      const dnnl::engine& eng = Engine();
+      const dnnl::memory::desc ad({m, k}, dt, trans_a ? tag::ba : tag::ab);
+      const dnnl::memory::desc bd({k, n}, dt, trans_b ? tag::ba : tag::ab);
+      const dnnl::memory::desc cd({m, n}, dt_out, tag::ab);
+      Entry e;
+      e.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), eng));
+      e.a = dnnl::memory(ad, eng, DNNL_MEMORY_NONE);
+      e.b = dnnl::memory(bd, eng, DNNL_MEMORY_NONE);
+      e.c = dnnl::memory(cd, eng, DNNL_MEMORY_NONE);
+      it = cache_.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.a.set_data_handle(const_cast<void*>(a));
+    e.b.set_data_handle(const_cast<void*>(b));
+    e.c.set_data_handle(c);
+    e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+    stream_.wait();
+  }
+
+ private:
+  struct Entry {
+    dnnl::matmul prim;
+    dnnl::memory a, b, c;
+  };
+  static const dnnl::engine& Engine() {
+    static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+    return *engine;
+  }
+  DnnlMatmul() : stream_(Engine()) {}
+  dnnl::stream stream_;
+  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool>, Entry> cache_;
+};
+
+}  // namespace
+
+Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out) {
+  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
+  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
+  using dt = dnnl::memory::data_type;
+  if (a.dtype() == DType::kF64) {
+    Values<double> av(a), bv(b);
+    Output<double> c({m, n}, out);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          s += av[trans_a ? p * m + i : i * k + p] * bv[trans_b ? j * k + p : p * n + j];
+        }
+        c[i * n + j] = s;
+      }
+    }
+    return c.Finish();
+  }
+  if (a.dtype() == DType::kBF16 && (out == DType::kBF16 || out == DType::kF32)) {
+    Tensor c = Tensor::Uninitialized({m, n}, out);
+    DnnlMatmul::Get().Run(dt::bf16, out == DType::kBF16 ? dt::bf16 : dt::f32, a.raw(), b.raw(),
+                          c.raw(), m, n, k, trans_a, trans_b);
+    return c;
+  }
+  // f32, and f16: oneDNN 2.6 has no f16 matmul on this CPU, so f16 operands
+  // (already f16-exact) are widened to f32, multiplied with f32
+  // accumulation, and the result rounded to f16 once.
+  Tensor af = a.dtype() == DType::kF32 ? a : Cast(a, DType::kF32);
+  Tensor bf = b.dtype() == DType::kF32 ? b : Cast(b, DType::kF32);
+  Tensor c = Tensor::Uninitialized({m, n}, DType::kF32);
+  DnnlMatmul::Get().Run(dt::f32, dt::f32, af.raw(), bf.raw(), c.raw(), m, n, k, trans_a, trans_b);
+  return out == DType::kF32 ? c : Cast(c, out);
+}
+
+}  // namespace ampd::engine::cpu
