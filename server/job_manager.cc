@@ -19,6 +19,7 @@
 #include "engine/io/tensorboard.h"
 #include "engine/nn/model.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/jobs/run_outputs.h"
 #include "server/log.h"
 #include "server/uploads.h"
 
@@ -785,34 +786,24 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       resume.reset();
     }
     const std::string id = job->job.id();
-    absl::StatusOr<std::unique_ptr<engine::io::EventFileWriter>> tensorboard =
-        engine::io::EventFileWriter::Open(options_.data_root + "/tensorboard/" + id);
-    if (!tensorboard.ok()) {
-      return fail(absl::StrCat("cannot write TensorBoard logs: ", tensorboard.status().message()));
-    }
-    absl::Status io_error;  // the first checkpoint/log write failure fails the job
-    auto last_checkpoint = std::chrono::steady_clock::now();
-    int64_t last_checkpoint_step = trainer.steps_done();
-    auto checkpoint = [&]() {
-      if (!io_error.ok() || trainer.steps_done() == last_checkpoint_step) return;
-      if (options_.store != nullptr) {
-        // The stored history must reach the checkpoint's step before the
-        // checkpoint exists, or a crash in between would leave a checkpoint a
-        // restart cannot line up with the history (it would start over).
-        // The step's record was appended before this callback ran.
+    jobs::RunOutputOptions output_options;
+    output_options.data_root = options_.data_root;
+    output_options.checkpoint_every_steps = options_.checkpoint_every_steps;
+    output_options.checkpoint_every_seconds = options_.checkpoint_every_seconds;
+    output_options.keep_checkpoints = options_.keep_checkpoints;
+    if (options_.store != nullptr) {
+      // The stored history must reach the checkpoint's step before the
+      // checkpoint exists, or a crash in between would leave a checkpoint a
+      // restart cannot line up with the history (it would start over).
+      // The step's record was appended before this callback ran.
+      output_options.before_checkpoint = [this] {
         std::lock_guard<std::mutex> persist(persist_mu_);
         FlushLocked();
-      }
-      absl::Status s = engine::io::WriteCheckpoint(CheckpointDir(id), trainer.SaveState(),
-                                                   options_.keep_checkpoints);
-      if (!s.ok()) {
-        io_error = s;
-        job->cancel.Cancel();
-        return;
-      }
-      last_checkpoint = std::chrono::steady_clock::now();
-      last_checkpoint_step = trainer.steps_done();
-    };
+      };
+    }
+    absl::StatusOr<std::unique_ptr<jobs::RunOutputs>> outputs =
+        jobs::RunOutputs::Open(id, &trainer, &job->cancel, std::move(output_options));
+    if (!outputs.ok()) return fail(std::string(outputs.status().message()));
     TrainerEvents events([&](v1::MetricsEvent e) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -835,36 +826,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       }
       Notify(*job);
     });
-    events.after_step = [&](const engine::StepMetrics& m) {
-      engine::io::EventFileWriter& tb = **tensorboard;
-      const double now = engine::io::WallTimeSeconds();
-      absl::Status s = tb.AddScalar("train/loss", m.step, m.loss, now);
-      if (s.ok()) s = tb.AddScalar("train/lr", m.step, m.lr, now);
-      if (s.ok()) s = tb.AddScalar("train/loss_scale", m.step, m.loss_scale, now);
-      if (s.ok()) s = tb.AddScalar("train/grad_norm", m.step, m.grad_norm, now);
-      if (s.ok()) s = tb.AddScalar("train/skipped_steps", m.step, m.skipped_total, now);
-      if (s.ok()) s = tb.AddScalar("train/samples_per_s", m.step, m.samples_per_s, now);
-      if (!s.ok() && io_error.ok()) {
-        io_error = s;
-        job->cancel.Cancel();
-      }
-      const bool by_steps =
-          options_.checkpoint_every_steps > 0 && m.step % options_.checkpoint_every_steps == 0;
-      const bool by_time = options_.checkpoint_every_seconds > 0 &&
-                           std::chrono::steady_clock::now() - last_checkpoint >
-                               std::chrono::seconds(options_.checkpoint_every_seconds);
-      if ((by_steps || by_time) && m.step < m.total_steps) checkpoint();
-    };
-    events.after_eval = [&](const engine::EvalMetrics& e) {
-      engine::io::EventFileWriter& tb = **tensorboard;
-      const double now = engine::io::WallTimeSeconds();
-      absl::Status s = tb.AddScalar("eval/accuracy", e.step, e.accuracy, now);
-      if (s.ok()) s = tb.AddScalar("eval/loss", e.step, e.loss, now);
-      if (!s.ok() && io_error.ok()) {
-        io_error = s;
-        job->cancel.Cancel();
-      }
-    };
+    events.after_step = [&](const engine::StepMetrics& m) { (*outputs)->AfterStep(m); };
+    events.after_eval = [&](const engine::EvalMetrics& e) { (*outputs)->AfterEval(e); };
     auto result = trainer.Run(&events, &job->cancel);
     absl::StatusOr<engine::Backend*> backend = engine::BackendFor(job->resolved.device);
     if (job->resolved.device != engine::Device::kCpu && backend.ok()) {
@@ -877,15 +840,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
                {"cuda_mallocs", std::to_string(mem.device_allocations)}});
     }
     if (!result.ok()) return fail(std::string(result.status().message()));
-    if (io_error.ok() && result->cancelled) checkpoint();  // on cancel and on shutdown
-    if (io_error.ok()) {
-      absl::Status s = (*tensorboard)->Close();
-      if (s.ok() && !result->cancelled) {
-        s = engine::io::WriteModelWeights(options_.data_root + "/jobs/" + id + "/model.safetensors",
-                                          trainer.SaveState());
-      }
-      if (!s.ok()) io_error = s;
-    }
+    const absl::Status io_error = (*outputs)->Finish(result->cancelled);
     if (!io_error.ok()) {
       LogError("job storage failed", {{"job", id}, {"error", std::string(io_error.message())}});
       return fail(absl::StrCat("storage error (is the data dir full or unwritable?): ",

@@ -1,0 +1,96 @@
+#include "server/jobs/run_outputs.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/io/checkpoint.h"
+
+namespace ampd::server::jobs {
+
+absl::StatusOr<std::unique_ptr<RunOutputs>> RunOutputs::Open(const std::string& job_id,
+                                                             engine::Trainer* trainer,
+                                                             engine::CancellationToken* cancel,
+                                                             RunOutputOptions options) {
+  absl::StatusOr<std::unique_ptr<engine::io::EventFileWriter>> tensorboard =
+      engine::io::EventFileWriter::Open(options.data_root + "/tensorboard/" + job_id);
+  if (!tensorboard.ok()) {
+    return absl::Status(tensorboard.status().code(),
+                        absl::StrCat("cannot write TensorBoard logs: ",
+                                     tensorboard.status().message()));
+  }
+  return std::unique_ptr<RunOutputs>(new RunOutputs(job_id, trainer, cancel, std::move(options),
+                                                    *std::move(tensorboard)));
+}
+
+RunOutputs::RunOutputs(std::string job_id, engine::Trainer* trainer,
+                       engine::CancellationToken* cancel, RunOutputOptions options,
+                       std::unique_ptr<engine::io::EventFileWriter> tensorboard)
+    : job_id_(std::move(job_id)),
+      trainer_(trainer),
+      cancel_(cancel),
+      options_(std::move(options)),
+      tensorboard_(std::move(tensorboard)),
+      last_checkpoint_(options_.now()),
+      last_checkpoint_step_(trainer->steps_done()) {}
+
+std::string RunOutputs::checkpoint_dir() const {
+  return options_.data_root + "/checkpoints/" + job_id_;
+}
+
+void RunOutputs::Fail(const absl::Status& s) {
+  if (s.ok() || !error_.ok()) return;
+  error_ = s;
+  cancel_->Cancel();
+}
+
+void RunOutputs::AfterStep(const engine::StepMetrics& m) {
+  const double now = engine::io::WallTimeSeconds();
+  engine::io::EventFileWriter& tb = *tensorboard_;
+  absl::Status s = tb.AddScalar("train/loss", m.step, m.loss, now);
+  if (s.ok()) s = tb.AddScalar("train/lr", m.step, m.lr, now);
+  if (s.ok()) s = tb.AddScalar("train/loss_scale", m.step, m.loss_scale, now);
+  if (s.ok()) s = tb.AddScalar("train/grad_norm", m.step, m.grad_norm, now);
+  if (s.ok()) s = tb.AddScalar("train/skipped_steps", m.step, m.skipped_total, now);
+  if (s.ok()) s = tb.AddScalar("train/samples_per_s", m.step, m.samples_per_s, now);
+  Fail(s);
+  const bool by_steps =
+      options_.checkpoint_every_steps > 0 && m.step % options_.checkpoint_every_steps == 0;
+  const bool by_time =
+      options_.checkpoint_every_seconds > 0 &&
+      options_.now() - last_checkpoint_ > std::chrono::seconds(options_.checkpoint_every_seconds);
+  if ((by_steps || by_time) && m.step < m.total_steps) Checkpoint();
+}
+
+void RunOutputs::AfterEval(const engine::EvalMetrics& e) {
+  const double now = engine::io::WallTimeSeconds();
+  absl::Status s = tensorboard_->AddScalar("eval/accuracy", e.step, e.accuracy, now);
+  if (s.ok()) s = tensorboard_->AddScalar("eval/loss", e.step, e.loss, now);
+  Fail(s);
+}
+
+void RunOutputs::Checkpoint() {
+  if (!error_.ok() || trainer_->steps_done() == last_checkpoint_step_) return;
+  if (options_.before_checkpoint) options_.before_checkpoint();
+  absl::Status s = engine::io::WriteCheckpoint(checkpoint_dir(), trainer_->SaveState(),
+                                               options_.keep_checkpoints);
+  if (!s.ok()) return Fail(s);
+  last_checkpoint_ = options_.now();
+  last_checkpoint_step_ = trainer_->steps_done();
+  ++checkpoints_written_;
+}
+
+absl::Status RunOutputs::Finish(bool cancelled) {
+  if (error_.ok() && cancelled) Checkpoint();  // on cancel and on shutdown
+  if (error_.ok()) {
+    absl::Status s = tensorboard_->Close();
+    if (s.ok() && !cancelled) {
+      s = engine::io::WriteModelWeights(options_.data_root + "/jobs/" + job_id_ +
+                                            "/model.safetensors",
+                                        trainer_->SaveState());
+    }
+    if (!s.ok()) error_ = s;
+  }
+  return error_;
+}
+
+}  // namespace ampd::server::jobs
