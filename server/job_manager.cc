@@ -34,7 +34,6 @@ struct JobManager::JobRecord {
   int64_t sequence = 0;
   std::vector<v1::MetricsEvent> events;
   engine::CancellationToken cancel;
-  std::vector<std::weak_ptr<EventListener>> listeners;
   std::chrono::steady_clock::time_point started;
   // Persistence: events[0, persisted_events) are in the store; `dirty` when
   // the job record or its events changed since the last flush.
@@ -192,7 +191,6 @@ JobManager::JobManager(JobManagerOptions options)
     Recover();
     persister_ = std::thread([this] { PersisterLoop(); });
   }
-  notifier_ = std::thread([this] { NotifierLoop(); });
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -526,7 +524,7 @@ absl::Status JobManager::Delete(const std::string& id) {
           "state", absl::StrCat("job ", job->job.id(), " is ", v1::JobState_Name(job->job.state()),
                                 "; only ended jobs can be deleted (cancel it first)"));
     }
-    listeners = job->listeners;
+    listeners = fanout_.Forget(job->job.id());
     if (!job->job.request_id().empty()) {
       request_ids_.erase(RequestKey(job->job.owner(), job->job.request_id()));
     }
@@ -598,28 +596,20 @@ int JobManager::QueuePosition(const std::string& id) const {
 }
 
 void JobManager::Listen(const std::string& id, std::weak_ptr<EventListener> listener) {
+  // Under the manager's lock, so that a job deleted meanwhile gets none.
   std::lock_guard<std::mutex> lock(mu_);
   auto job = Find(id);
   if (!job) return;
-  auto& ls = job->listeners;
-  ls.erase(std::remove_if(ls.begin(), ls.end(), [](const auto& w) { return w.expired(); }),
-           ls.end());
-  ls.push_back(std::move(listener));
+  fanout_.Listen(job->job.id(), std::move(listener));
 }
 
 void JobManager::SendHeartbeats() {
-  std::vector<std::weak_ptr<EventListener>> listeners;
+  std::vector<std::string> queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& id : queue_.Ids()) {
-      auto it = jobs_.find(id);
-      if (it == jobs_.end()) continue;
-      listeners.insert(listeners.end(), it->second->listeners.begin(), it->second->listeners.end());
-    }
+    queued = queue_.Ids();
   }
-  for (auto& w : listeners) {
-    if (auto l = w.lock()) l->OnHeartbeat();
-  }
+  fanout_.Heartbeat(queued);
 }
 
 void JobManager::Transition(JobRecord& job, v1::JobState state, const std::string& reason) {
@@ -646,37 +636,7 @@ void JobManager::Append(JobRecord& job, v1::MetricsEvent event) {
 void JobManager::Notify(JobRecord& job) {
   // The training thread only marks the job; the notifier thread wakes its
   // streams. Fanning out here would make every step pay for every subscriber.
-  {
-    std::lock_guard<std::mutex> lock(notify_mu_);
-    pending_notify_.insert(job.job.id());
-  }
-  notify_cv_.notify_one();
-}
-
-void JobManager::NotifierLoop() {
-  std::unique_lock<std::mutex> lock(notify_mu_);
-  while (true) {
-    notify_cv_.wait(lock, [this] { return notifier_stop_ || !pending_notify_.empty(); });
-    if (pending_notify_.empty() && notifier_stop_) return;
-    std::set<std::string> ids;
-    ids.swap(pending_notify_);
-    lock.unlock();
-    std::vector<std::weak_ptr<EventListener>> listeners;
-    {
-      std::lock_guard<std::mutex> jobs_lock(mu_);
-      for (const std::string& id : ids) {
-        auto it = jobs_.find(id);
-        if (it != jobs_.end()) {
-          listeners.insert(listeners.end(), it->second->listeners.begin(),
-                           it->second->listeners.end());
-        }
-      }
-    }
-    for (auto& w : listeners) {
-      if (auto l = w.lock()) l->OnJobEvents();
-    }
-    lock.lock();
-  }
+  fanout_.Notify(job.job.id());
 }
 
 absl::StatusOr<std::shared_ptr<const engine::Dataset>> JobManager::CachedDataset(
@@ -901,12 +861,7 @@ void JobManager::Shutdown() {
   // Every stream re-checks its job: ended ones finish, the rest are told the
   // server is going away.
   for (auto& job : touched) Notify(*job);
-  {
-    std::lock_guard<std::mutex> lock(notify_mu_);
-    notifier_stop_ = true;  // after delivering what is pending
-  }
-  notify_cv_.notify_all();
-  if (notifier_.joinable()) notifier_.join();
+  fanout_.Stop();  // after delivering what is pending
   if (persister_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(persist_mu_);

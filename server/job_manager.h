@@ -23,6 +23,7 @@
 #include "engine/runner/job_spec.h"
 #include "engine/train/trainer.h"
 #include "server/job_store.h"
+#include "server/jobs/event_fanout.h"
 #include "server/jobs/job_queue.h"
 
 namespace ampd::server {
@@ -52,15 +53,7 @@ struct JobManagerOptions {
       profiles;
 };
 
-// Told when a job it watches has new events (or a heartbeat is due). Called
-// from training and timer threads with no JobManager lock held, so it may
-// read from the manager; it must not block.
-class EventListener {
- public:
-  virtual ~EventListener() = default;
-  virtual void OnJobEvents() = 0;
-  virtual void OnHeartbeat() = 0;
-};
+using jobs::EventListener;
 
 class JobManager {
  public:
@@ -122,7 +115,6 @@ class JobManager {
   // Loads jobs from the store; jobs that were running are re-queued.
   void Recover();
   void PersisterLoop();
-  void NotifierLoop();
   // Writes every job changed since the last flush. Caller holds persist_mu_.
   void FlushLocked();
   absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(
@@ -145,12 +137,8 @@ class JobManager {
   std::condition_variable persist_cv_;
   bool persister_stop_ = false;
   std::thread persister_;
-  // Streams to wake, by job id (see Notify).
-  std::mutex notify_mu_;
-  std::condition_variable notify_cv_;
-  std::set<std::string> pending_notify_;
-  bool notifier_stop_ = false;
-  std::thread notifier_;
+  // The streams of each job (see Notify).
+  jobs::EventFanout fanout_;
   std::mutex data_mu_;
   std::map<std::string, std::shared_ptr<const engine::Dataset>> data_cache_;
 };
