@@ -189,7 +189,11 @@ JobManager::JobManager(JobManagerOptions options)
       queue_(jobs::QueueLimits{options_.max_queued_jobs, options_.max_queued_jobs_per_principal}) {
   if (options_.store != nullptr) {
     Recover();
-    persister_ = std::thread([this] { PersisterLoop(); });
+    persister_ = std::make_unique<jobs::Persister>(
+        options_.store,
+        jobs::PersisterHooks{[this] { return CollectChanges(); },
+                             [this](const jobs::PendingWrite& w) { WriteFailed(w); }},
+        std::chrono::milliseconds(options_.persist_interval_ms));
   }
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
@@ -296,47 +300,26 @@ void JobManager::Recover() {
                                             {"queued", std::to_string(queue_.size())}});
 }
 
-void JobManager::PersisterLoop() {
-  std::unique_lock<std::mutex> stop_lock(persist_mu_);
-  while (!persister_stop_) {
-    persist_cv_.wait_for(stop_lock, std::chrono::milliseconds(options_.persist_interval_ms));
-    FlushLocked();
+std::vector<jobs::PendingWrite> JobManager::CollectChanges() {
+  std::vector<jobs::PendingWrite> pending;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, job] : jobs_) {
+    if (!job->dirty) continue;
+    jobs::PendingWrite p{id, job->job, job->sequence, job->persisted_events, {}};
+    p.events.assign(job->events.begin() + job->persisted_events, job->events.end());
+    pending.push_back(std::move(p));
+    job->dirty = false;
+    job->persisted_events = job->events.size();
   }
+  return pending;
 }
 
-void JobManager::FlushLocked() {
-  struct Pending {
-    std::string id;
-    v1::Job job;
-    int64_t sequence;
-    size_t first_index;
-    std::vector<v1::MetricsEvent> events;
-  };
-  std::vector<Pending> pending;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, job] : jobs_) {
-      if (!job->dirty) continue;
-      Pending p{id, job->job, job->sequence, job->persisted_events, {}};
-      p.events.assign(job->events.begin() + job->persisted_events, job->events.end());
-      pending.push_back(std::move(p));
-      job->dirty = false;
-      job->persisted_events = job->events.size();
-    }
-  }
-  for (Pending& p : pending) {
-    absl::Status s = options_.store->AppendEvents(p.id, p.first_index, p.events);
-    if (s.ok()) s = options_.store->PutJob(p.job, p.sequence);
-    if (!s.ok()) {
-      LogError("cannot save job to the store; will retry",
-               {{"job", p.id}, {"error", std::string(s.message())}});
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = jobs_.find(p.id);
-      if (it != jobs_.end()) {
-        it->second->dirty = true;
-        it->second->persisted_events = std::min(it->second->persisted_events, p.first_index);
-      }
-    }
+void JobManager::WriteFailed(const jobs::PendingWrite& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(w.id);
+  if (it != jobs_.end()) {
+    it->second->dirty = true;
+    it->second->persisted_events = std::min(it->second->persisted_events, w.first_index);
   }
 }
 
@@ -429,8 +412,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   if (options_.store != nullptr) {
     // An acknowledged job is durable: it is in the store before the client
     // hears about it.
-    std::lock_guard<std::mutex> persist(persist_mu_);
-    FlushLocked();
+    persister_->Flush();
   }
   work_cv_.notify_one();
   return created;
@@ -541,8 +523,7 @@ absl::Status JobManager::Delete(const std::string& id) {
     }
   }
   if (options_.store != nullptr) {
-    std::lock_guard<std::mutex> persist(persist_mu_);
-    absl::Status s = options_.store->DeleteJob(JobManager::IdFromName(id));
+    absl::Status s = persister_->DeleteJob(JobManager::IdFromName(id));
     if (!s.ok())
       LogError("cannot delete job from the store", {{"error", std::string(s.message())}});
   }
@@ -756,10 +737,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       // checkpoint exists, or a crash in between would leave a checkpoint a
       // restart cannot line up with the history (it would start over).
       // The step's record was appended before this callback ran.
-      output_options.before_checkpoint = [this] {
-        std::lock_guard<std::mutex> persist(persist_mu_);
-        FlushLocked();
-      };
+      output_options.before_checkpoint = [this] { persister_->Flush(); };
     }
     absl::StatusOr<std::unique_ptr<jobs::RunOutputs>> outputs =
         jobs::RunOutputs::Open(id, &trainer, &job->cancel, std::move(output_options));
@@ -862,16 +840,7 @@ void JobManager::Shutdown() {
   // server is going away.
   for (auto& job : touched) Notify(*job);
   fanout_.Stop();  // after delivering what is pending
-  if (persister_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(persist_mu_);
-      persister_stop_ = true;
-    }
-    persist_cv_.notify_all();
-    persister_.join();
-    std::lock_guard<std::mutex> lock(persist_mu_);
-    FlushLocked();
-  }
+  if (persister_) persister_->Stop();  // and a last flush
 }
 
 }  // namespace ampd::server

@@ -25,6 +25,7 @@
 #include "server/job_store.h"
 #include "server/jobs/event_fanout.h"
 #include "server/jobs/job_queue.h"
+#include "server/jobs/persister.h"
 
 namespace ampd::server {
 
@@ -114,9 +115,10 @@ class JobManager {
   void Notify(JobRecord& job);
   // Loads jobs from the store; jobs that were running are re-queued.
   void Recover();
-  void PersisterLoop();
-  // Writes every job changed since the last flush. Caller holds persist_mu_.
-  void FlushLocked();
+  // The persister's hooks: what changed since the last flush (marked as
+  // written), and a write that failed (marked unwritten again).
+  std::vector<jobs::PendingWrite> CollectChanges();
+  void WriteFailed(const jobs::PendingWrite& w);
   absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(
       const std::string& key, std::function<absl::StatusOr<engine::Dataset>()> load);
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
@@ -133,10 +135,7 @@ class JobManager {
   int64_t next_sequence_ = 1;
   bool shutting_down_ = false;
   std::vector<std::thread> workers_;
-  std::mutex persist_mu_;  // serialises store writes (flush vs delete)
-  std::condition_variable persist_cv_;
-  bool persister_stop_ = false;
-  std::thread persister_;
+  std::unique_ptr<jobs::Persister> persister_;  // with a store only
   // The streams of each job (see Notify).
   jobs::EventFanout fanout_;
   std::mutex data_mu_;
