@@ -19,7 +19,7 @@
 #include "engine/io/tensorboard.h"
 #include "engine/nn/model.h"
 #include "google/protobuf/util/time_util.h"
-#include "server/jobs/run_outputs.h"
+#include "server/jobs/job_runner.h"
 #include "server/log.h"
 #include "server/uploads.h"
 
@@ -79,67 +79,6 @@ std::string FilterSignature(const std::vector<v1::JobState>& states) {
   std::sort(s.begin(), s.end());
   return absl::StrJoin(s, ",");
 }
-
-class TrainerEvents : public engine::TrainerCallbacks {
- public:
-  explicit TrainerEvents(std::function<void(v1::MetricsEvent)> append)
-      : append_(std::move(append)) {}
-  // Called after each step's and eval's event is recorded.
-  std::function<void(const engine::StepMetrics&)> after_step;
-  std::function<void(const engine::EvalMetrics&)> after_eval;
-  void OnStep(const engine::StepMetrics& m) override {
-    Record(m);
-    if (after_step) after_step(m);
-  }
-  void OnEval(const engine::EvalMetrics& m) override {
-    RecordEval(m);
-    if (after_eval) after_eval(m);
-  }
-
- private:
-  void Record(const engine::StepMetrics& m) {
-    v1::MetricsEvent e;
-    e.set_step(m.step);
-    auto* r = e.mutable_step_record();
-    r->set_step(m.step);
-    r->set_total_steps(m.total_steps);
-    r->set_epoch(m.epoch);
-    r->set_loss(m.loss);
-    r->set_lr(m.lr);
-    r->set_loss_scale(m.loss_scale);
-    r->set_skipped(m.skipped);
-    r->set_grad_norm(m.grad_norm);
-    r->set_samples_per_s(m.samples_per_s);
-    r->set_skipped_total(m.skipped_total);
-    append_(std::move(e));
-  }
-  void RecordEval(const engine::EvalMetrics& m) {
-    v1::MetricsEvent e;
-    e.set_step(m.step);
-    auto* r = e.mutable_eval();
-    r->set_step(m.step);
-    r->set_loss(m.loss);
-    r->set_accuracy(m.accuracy);
-    r->set_examples(m.examples);
-    append_(std::move(e));
-  }
-
- public:
-  void OnSkip(const engine::SkipEvent& s) override {
-    v1::MetricsEvent e;
-    e.set_step(s.step);
-    auto* r = e.mutable_skip();
-    r->set_step(s.step);
-    r->set_reason(s.reason);
-    r->set_parameter(s.first_parameter);
-    r->set_scale_before(s.scale_before);
-    r->set_scale_after(s.scale_after);
-    append_(std::move(e));
-  }
-
- private:
-  std::function<void(v1::MetricsEvent)> append_;
-};
 
 }  // namespace
 
@@ -620,18 +559,6 @@ void JobManager::Notify(JobRecord& job) {
   fanout_.Notify(job.job.id());
 }
 
-absl::StatusOr<std::shared_ptr<const engine::Dataset>> JobManager::CachedDataset(
-    const std::string& key, std::function<absl::StatusOr<engine::Dataset>()> load) {
-  std::lock_guard<std::mutex> lock(data_mu_);
-  auto it = data_cache_.find(key);
-  if (it != data_cache_.end()) return it->second;
-  absl::StatusOr<engine::Dataset> data = load();
-  if (!data.ok()) return data.status();
-  auto shared = std::make_shared<const engine::Dataset>(*std::move(data));
-  data_cache_[key] = shared;
-  return shared;
-}
-
 void JobManager::WorkerLoop() {
   while (true) {
     std::shared_ptr<JobRecord> job;
@@ -652,159 +579,83 @@ void JobManager::WorkerLoop() {
 }
 
 void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
-  engine::TrainerConfig config = job->resolved.config;
-  const v1::JobSpec spec = job->job.spec();
-  engine::JobSpecContext context;
-  context.data_root = options_.data_root;
-  context.fashion_mnist_dir = options_.fashion_mnist_dir;
+  jobs::RunRequest request;
+  jobs::RunHooks hooks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    request.job_id = job->job.id();
+    request.spec = job->job.spec();
+    request.resolved = job->resolved;
+    request.resume = std::move(job->resume);
+    job->resume.reset();
+  }
   const std::string owner = job->job.owner();
-  context.resolve_data_path = [this, owner](const std::string& p) {
+  request.context.data_root = options_.data_root;
+  request.context.fashion_mnist_dir = options_.fashion_mnist_dir;
+  request.context.resolve_data_path = [this, owner](const std::string& p) {
     return ResolveDataPath(options_.data_root, owner, p);
   };
-  auto fail = [&](const std::string& reason) {
+  request.outputs.data_root = options_.data_root;
+  request.outputs.checkpoint_every_steps = options_.checkpoint_every_steps;
+  request.outputs.checkpoint_every_seconds = options_.checkpoint_every_seconds;
+  request.outputs.keep_checkpoints = options_.keep_checkpoints;
+  if (persister_) {
+    // The stored history must reach the checkpoint's step before the
+    // checkpoint exists, or a crash in between would leave a checkpoint a
+    // restart cannot line up with the history (it would start over).
+    // The step's record was appended before this callback ran.
+    request.outputs.before_checkpoint = [this] { persister_->Flush(); };
+  }
+  hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec.data(), owner); };
+  hooks.started = [this, &job](int64_t total_steps) {
     std::lock_guard<std::mutex> lock(mu_);
-    Transition(*job, v1::FAILED, reason);
-    *job->job.mutable_end_time() = Now();
+    job->job.mutable_progress()->set_total_steps(total_steps);
   };
-  try {
-    // Checked again now: a symlink may have been swapped in since CreateJob.
-    if (absl::Status s = CheckConfined(spec.data(), job->job.owner()); !s.ok()) {
-      return fail(std::string(s.message()));
+  hooks.event = [this, &job](v1::MetricsEvent e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      v1::Job& j = job->job;
+      if (e.has_step_record()) {
+        *j.mutable_latest_step() = e.step_record();
+        v1::Progress* p = j.mutable_progress();
+        p->set_step(e.step_record().step());
+        p->set_total_steps(e.step_record().total_steps());
+        p->set_skipped_steps(e.step_record().skipped_total());
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - job->started).count();
+        const int64_t left = p->total_steps() - p->step();
+        p->set_eta_seconds(p->step() > 0 ? elapsed / p->step() * left : 0);
+      } else if (e.has_eval()) {
+        *j.mutable_latest_eval() = e.eval();
+      }
+      Append(*job, std::move(e));
     }
-    // Data: built-in and synthetic sets are cached across jobs (they cannot
-    // change); files are read afresh.
-    std::shared_ptr<const engine::Dataset> train, test;
-    std::string key;
-    if (!spec.data().has_file()) key = spec.data().SerializeAsString();
-    absl::StatusOr<engine::JobData> loaded;
-    auto load_all = [&]() -> absl::StatusOr<engine::JobData> {
-      return engine::LoadJobData(spec.data(), context, nullptr);
-    };
-    if (key.empty()) {
-      loaded = load_all();
-      if (!loaded.ok()) return fail(std::string(loaded.status().message()));
-      train = std::make_shared<const engine::Dataset>(std::move(loaded->train));
-      if (loaded->test) test = std::make_shared<const engine::Dataset>(std::move(*loaded->test));
-    } else {
-      std::optional<engine::Dataset> test_part;
-      auto t = CachedDataset("train:" + key, [&]() -> absl::StatusOr<engine::Dataset> {
-        auto all = load_all();
-        if (!all.ok()) return all.status();
-        test_part = std::move(all->test);
-        return std::move(all->train);
-      });
-      if (!t.ok()) return fail(std::string(t.status().message()));
-      train = *t;
-      auto s = CachedDataset("test:" + key, [&]() -> absl::StatusOr<engine::Dataset> {
-        if (test_part) return std::move(*test_part);
-        auto all = load_all();
-        if (!all.ok()) return all.status();
-        if (!all->test) return engine::Dataset();
-        return std::move(*all->test);
-      });
-      if (!s.ok()) return fail(std::string(s.status().message()));
-      if ((*s)->num_examples > 0) test = *s;
-    }
-    engine::FillDataDims(&config.model, train->feature_dim, train->num_classes);
+    Notify(*job);
+  };
+  const jobs::RunResult result = jobs::RunJob(request, hooks, &data_cache_, &job->cancel);
 
-    auto created = engine::Trainer::Create(config, train.get(), test.get());
-    if (!created.ok()) return fail(std::string(created.status().message()));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job->job.mutable_progress()->set_total_steps((*created)->total_steps());
-    }
-    engine::Trainer& trainer = **created;
-    std::optional<engine::TrainerState> resume;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      resume = std::move(job->resume);
-      job->resume.reset();
-    }
-    if (resume) {
-      if (absl::Status s = trainer.LoadState(*resume); !s.ok()) {
-        return fail(absl::StrCat("cannot resume from checkpoint: ", s.message()));
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (result.outcome) {
+    case jobs::RunResult::Outcome::kFailed:
+      Transition(*job, v1::FAILED, result.reason);
+      break;
+    case jobs::RunResult::Outcome::kCancelled:
+      if (shutting_down_ && options_.store != nullptr && job->job.state() == v1::RUNNING) {
+        // Not the user's cancel: the job stays in the store and resumes when
+        // ampd starts again.
+        Transition(*job, v1::QUEUED,
+                   "ampd shut down while the job was running; it resumes on restart");
+        return;
       }
-      resume.reset();
-    }
-    const std::string id = job->job.id();
-    jobs::RunOutputOptions output_options;
-    output_options.data_root = options_.data_root;
-    output_options.checkpoint_every_steps = options_.checkpoint_every_steps;
-    output_options.checkpoint_every_seconds = options_.checkpoint_every_seconds;
-    output_options.keep_checkpoints = options_.keep_checkpoints;
-    if (options_.store != nullptr) {
-      // The stored history must reach the checkpoint's step before the
-      // checkpoint exists, or a crash in between would leave a checkpoint a
-      // restart cannot line up with the history (it would start over).
-      // The step's record was appended before this callback ran.
-      output_options.before_checkpoint = [this] { persister_->Flush(); };
-    }
-    absl::StatusOr<std::unique_ptr<jobs::RunOutputs>> outputs =
-        jobs::RunOutputs::Open(id, &trainer, &job->cancel, std::move(output_options));
-    if (!outputs.ok()) return fail(std::string(outputs.status().message()));
-    TrainerEvents events([&](v1::MetricsEvent e) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        v1::Job& j = job->job;
-        if (e.has_step_record()) {
-          *j.mutable_latest_step() = e.step_record();
-          v1::Progress* p = j.mutable_progress();
-          p->set_step(e.step_record().step());
-          p->set_total_steps(e.step_record().total_steps());
-          p->set_skipped_steps(e.step_record().skipped_total());
-          const double elapsed =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - job->started)
-                  .count();
-          const int64_t left = p->total_steps() - p->step();
-          p->set_eta_seconds(p->step() > 0 ? elapsed / p->step() * left : 0);
-        } else if (e.has_eval()) {
-          *j.mutable_latest_eval() = e.eval();
-        }
-        Append(*job, std::move(e));
-      }
-      Notify(*job);
-    });
-    events.after_step = [&](const engine::StepMetrics& m) { (*outputs)->AfterStep(m); };
-    events.after_eval = [&](const engine::EvalMetrics& e) { (*outputs)->AfterEval(e); };
-    auto result = trainer.Run(&events, &job->cancel);
-    absl::StatusOr<engine::Backend*> backend = engine::BackendFor(job->resolved.device);
-    if (job->resolved.device != engine::Device::kCpu && backend.ok()) {
-      const engine::DeviceMemoryStats mem = (*backend)->MemoryStats();
-      LogInfo("device memory after the job (process-wide allocator)",
-              {{"job", id},
-               {"peak_in_use_bytes", std::to_string(mem.peak_in_use_bytes)},
-               {"in_use_bytes", std::to_string(mem.in_use_bytes)},
-               {"cached_bytes", std::to_string(mem.cached_bytes)},
-               {"cuda_mallocs", std::to_string(mem.device_allocations)}});
-    }
-    if (!result.ok()) return fail(std::string(result.status().message()));
-    const absl::Status io_error = (*outputs)->Finish(result->cancelled);
-    if (!io_error.ok()) {
-      LogError("job storage failed", {{"job", id}, {"error", std::string(io_error.message())}});
-      return fail(absl::StrCat("storage error (is the data dir full or unwritable?): ",
-                               io_error.message()));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (result->cancelled && shutting_down_ && options_.store != nullptr &&
-        job->job.state() == v1::RUNNING) {
-      // Not the user's cancel: the job stays in the store and resumes when
-      // ampd starts again.
-      Transition(*job, v1::QUEUED,
-                 "ampd shut down while the job was running; it resumes on restart");
-      return;
-    } else if (result->cancelled) {
       Transition(
           *job, v1::CANCELLED,
           shutting_down_ ? "ampd shut down while the job was running" : "cancelled by request");
-    } else {
+      break;
+    case jobs::RunResult::Outcome::kSucceeded:
       Transition(*job, v1::SUCCEEDED, "");
-    }
-    *job->job.mutable_end_time() = Now();
-  } catch (const std::exception& e) {
-    // oneDNN reports unsupported configurations by throwing; a job failing
-    // must never take the server down.
-    fail(absl::StrCat("internal error: ", e.what()));
+      break;
   }
+  *job->job.mutable_end_time() = Now();
 }
 
 void JobManager::Shutdown() {

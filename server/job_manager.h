@@ -25,6 +25,7 @@
 #include "server/job_store.h"
 #include "server/jobs/event_fanout.h"
 #include "server/jobs/job_queue.h"
+#include "server/jobs/job_runner.h"
 #include "server/jobs/persister.h"
 
 namespace ampd::server {
@@ -119,8 +120,6 @@ class JobManager {
   // written), and a write that failed (marked unwritten again).
   std::vector<jobs::PendingWrite> CollectChanges();
   void WriteFailed(const jobs::PendingWrite& w);
-  absl::StatusOr<std::shared_ptr<const engine::Dataset>> CachedDataset(
-      const std::string& key, std::function<absl::StatusOr<engine::Dataset>()> load);
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
   std::string CheckpointDir(const std::string& id) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.
@@ -138,8 +137,7 @@ class JobManager {
   std::unique_ptr<jobs::Persister> persister_;  // with a store only
   // The streams of each job (see Notify).
   jobs::EventFanout fanout_;
-  std::mutex data_mu_;
-  std::map<std::string, std::shared_ptr<const engine::Dataset>> data_cache_;
+  jobs::DataCache data_cache_;
 };
 
 }  // namespace ampd::server

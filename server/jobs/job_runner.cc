@@ -1,0 +1,167 @@
+#include "server/jobs/job_runner.h"
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend/backend.h"
+#include "engine/nn/model.h"
+#include "server/log.h"
+
+namespace ampd::server::jobs {
+namespace {
+
+namespace v1 = ::ampd::v1;
+
+// The trainer's callbacks as metric events; after_step/after_eval run once
+// the event is out (the outputs: scalars, checkpoints).
+class TrainerEvents : public engine::TrainerCallbacks {
+ public:
+  explicit TrainerEvents(std::function<void(v1::MetricsEvent)> append)
+      : append_(std::move(append)) {}
+  // Called after each step's and eval's event is recorded.
+  std::function<void(const engine::StepMetrics&)> after_step;
+  std::function<void(const engine::EvalMetrics&)> after_eval;
+  void OnStep(const engine::StepMetrics& m) override {
+    Record(m);
+    if (after_step) after_step(m);
+  }
+  void OnEval(const engine::EvalMetrics& m) override {
+    RecordEval(m);
+    if (after_eval) after_eval(m);
+  }
+
+ private:
+  void Record(const engine::StepMetrics& m) {
+    v1::MetricsEvent e;
+    e.set_step(m.step);
+    auto* r = e.mutable_step_record();
+    r->set_step(m.step);
+    r->set_total_steps(m.total_steps);
+    r->set_epoch(m.epoch);
+    r->set_loss(m.loss);
+    r->set_lr(m.lr);
+    r->set_loss_scale(m.loss_scale);
+    r->set_skipped(m.skipped);
+    r->set_grad_norm(m.grad_norm);
+    r->set_samples_per_s(m.samples_per_s);
+    r->set_skipped_total(m.skipped_total);
+    append_(std::move(e));
+  }
+  void RecordEval(const engine::EvalMetrics& m) {
+    v1::MetricsEvent e;
+    e.set_step(m.step);
+    auto* r = e.mutable_eval();
+    r->set_step(m.step);
+    r->set_loss(m.loss);
+    r->set_accuracy(m.accuracy);
+    r->set_examples(m.examples);
+    append_(std::move(e));
+  }
+
+ public:
+  void OnSkip(const engine::SkipEvent& s) override {
+    v1::MetricsEvent e;
+    e.set_step(s.step);
+    auto* r = e.mutable_skip();
+    r->set_step(s.step);
+    r->set_reason(s.reason);
+    r->set_parameter(s.first_parameter);
+    r->set_scale_before(s.scale_before);
+    r->set_scale_after(s.scale_after);
+    append_(std::move(e));
+  }
+
+ private:
+  std::function<void(v1::MetricsEvent)> append_;
+};
+
+RunResult Failed(std::string reason) { return {RunResult::Outcome::kFailed, std::move(reason)}; }
+
+}  // namespace
+
+absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
+                                                const engine::JobSpecContext& context) {
+  const bool cacheable = !data.has_file();
+  const std::string key = data.SerializeAsString();
+  if (cacheable) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sets_.find(key);
+    if (it != sets_.end()) return it->second;
+  }
+  // Loaded outside the lock: a large set must not hold up other jobs' hits.
+  absl::StatusOr<engine::JobData> loaded = engine::LoadJobData(data, context, nullptr);
+  if (!loaded.ok()) return loaded.status();
+  Sets sets;
+  sets.train = std::make_shared<const engine::Dataset>(std::move(loaded->train));
+  if (loaded->test && loaded->test->num_examples > 0) {
+    sets.test = std::make_shared<const engine::Dataset>(std::move(*loaded->test));
+  }
+  if (cacheable) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sets_.emplace(key, sets).first->second;  // the first one loaded wins
+  }
+  return sets;
+}
+
+size_t DataCache::cached() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sets_.size();
+}
+
+RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* data,
+                 engine::CancellationToken* cancel) {
+  try {
+    if (hooks.check_data) {
+      if (absl::Status s = hooks.check_data(); !s.ok()) return Failed(std::string(s.message()));
+    }
+    absl::StatusOr<DataCache::Sets> sets = data->Load(request.spec.data(), request.context);
+    if (!sets.ok()) return Failed(std::string(sets.status().message()));
+    engine::TrainerConfig config = request.resolved.config;
+    engine::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes);
+    auto created = engine::Trainer::Create(config, sets->train.get(), sets->test.get());
+    if (!created.ok()) return Failed(std::string(created.status().message()));
+    engine::Trainer& trainer = **created;
+    if (hooks.started) hooks.started(trainer.total_steps());
+    if (request.resume) {
+      if (absl::Status s = trainer.LoadState(*request.resume); !s.ok()) {
+        return Failed(absl::StrCat("cannot resume from checkpoint: ", s.message()));
+      }
+    }
+    absl::StatusOr<std::unique_ptr<RunOutputs>> outputs =
+        RunOutputs::Open(request.job_id, &trainer, cancel, request.outputs);
+    if (!outputs.ok()) return Failed(std::string(outputs.status().message()));
+    TrainerEvents events([&](v1::MetricsEvent e) {
+      if (hooks.event) hooks.event(std::move(e));
+    });
+    events.after_step = [&](const engine::StepMetrics& m) { (*outputs)->AfterStep(m); };
+    events.after_eval = [&](const engine::EvalMetrics& e) { (*outputs)->AfterEval(e); };
+    auto result = trainer.Run(&events, cancel);
+    absl::StatusOr<engine::Backend*> backend = engine::BackendFor(request.resolved.device);
+    if (request.resolved.device != engine::Device::kCpu && backend.ok()) {
+      const engine::DeviceMemoryStats mem = (*backend)->MemoryStats();
+      LogInfo("device memory after the job (process-wide allocator)",
+              {{"job", request.job_id},
+               {"peak_in_use_bytes", std::to_string(mem.peak_in_use_bytes)},
+               {"in_use_bytes", std::to_string(mem.in_use_bytes)},
+               {"cached_bytes", std::to_string(mem.cached_bytes)},
+               {"cuda_mallocs", std::to_string(mem.device_allocations)}});
+    }
+    if (!result.ok()) return Failed(std::string(result.status().message()));
+    const absl::Status io_error = (*outputs)->Finish(result->cancelled);
+    if (!io_error.ok()) {
+      LogError("job storage failed",
+               {{"job", request.job_id}, {"error", std::string(io_error.message())}});
+      return Failed(absl::StrCat("storage error (is the data dir full or unwritable?): ",
+                                 io_error.message()));
+    }
+    return {result->cancelled ? RunResult::Outcome::kCancelled : RunResult::Outcome::kSucceeded,
+            ""};
+  } catch (const std::exception& e) {
+    // oneDNN reports unsupported configurations by throwing; a job failing
+    // must never take the server down.
+    return Failed(absl::StrCat("internal error: ", e.what()));
+  }
+}
+
+}  // namespace ampd::server::jobs

@@ -1,0 +1,73 @@
+#ifndef AMPD_SERVER_JOBS_JOB_RUNNER_H_
+#define AMPD_SERVER_JOBS_JOB_RUNNER_H_
+
+// Runs one job to its end on the calling thread (a worker's): loads its data,
+// builds the trainer (resuming from a checkpoint's state when given), trains
+// it with its outputs (run_outputs.h), and reports every metric event in
+// order. The job manager keeps the record, the state machine and the
+// streams; this is what happens between RUNNING and the end.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ampd/v1/training_service.pb.h"
+#include "engine/data/dataset.h"
+#include "engine/runner/job_spec.h"
+#include "engine/train/trainer.h"
+#include "server/jobs/run_outputs.h"
+
+namespace ampd::server::jobs {
+
+// A job's data sets. Built-in and synthetic ones are cached across jobs (they
+// cannot change); files are read afresh every run. Thread-safe.
+class DataCache {
+ public:
+  struct Sets {
+    std::shared_ptr<const engine::Dataset> train;
+    std::shared_ptr<const engine::Dataset> test;  // null without a test set
+  };
+  absl::StatusOr<Sets> Load(const ampd::v1::DataSpec& data, const engine::JobSpecContext& context);
+  size_t cached() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, Sets> sets_;  // by the spec's serialized bytes
+};
+
+struct RunRequest {
+  std::string job_id;
+  ampd::v1::JobSpec spec;
+  engine::ResolvedJob resolved;
+  std::optional<engine::TrainerState> resume;
+  engine::JobSpecContext context;  // data root, built-in data, path resolution
+  RunOutputOptions outputs;
+};
+
+struct RunHooks {
+  // Re-checks the data paths just before loading (a symlink may have been
+  // swapped in since the job was accepted); null: no check.
+  std::function<absl::Status()> check_data;
+  // The trainer is built: the run's total steps.
+  std::function<void(int64_t total_steps)> started;
+  // Every step record, evaluation and skipped step, in order.
+  std::function<void(ampd::v1::MetricsEvent)> event;
+};
+
+struct RunResult {
+  enum class Outcome { kSucceeded, kCancelled, kFailed };
+  Outcome outcome = Outcome::kFailed;
+  std::string reason;  // why it failed
+};
+
+RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* data,
+                 engine::CancellationToken* cancel);
+
+}  // namespace ampd::server::jobs
+
+#endif  // AMPD_SERVER_JOBS_JOB_RUNNER_H_
