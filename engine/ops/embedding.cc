@@ -1,0 +1,24 @@
+#include "engine/ops/embedding.h"
+
+#include "engine/autograd/autograd.h"
+#include "engine/backend/backend.h"
+#include "engine/ops/autocast.h"
+#include "engine/ops/cast.h"
+#include "engine/ops/grad_util.h"
+
+namespace ampd::engine {
+
+using ops_internal::AsDType;
+using ops_internal::ReduceTo;
+
+Tensor Embedding(Tensor table, const std::vector<int32_t>& ids) {
+  OpDispatch d(OpId::kEmbedding, {&table});
+  Tensor y = BackendOf(table).Embedding(table, ids);
+  d.Finish(y);
+  const int64_t rows = table.dim(0);
+  return Record(y, OpId::kEmbedding, {table}, [ids, rows](const Tensor& g) -> std::vector<Tensor> {
+    return {BackendOf(g).EmbeddingBackward(g, ids, rows)};
+  });
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,30 @@
+#include "engine/ops/layer_norm.h"
+
+#include "engine/autograd/autograd.h"
+#include "engine/backend/backend.h"
+#include "engine/ops/autocast.h"
+#include "engine/ops/cast.h"
+#include "engine/ops/grad_util.h"
+
+namespace ampd::engine {
+
+using ops_internal::AsDType;
+using ops_internal::ReduceTo;
+
+Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps) {
+  const DType x_dtype = x.dtype();
+  OpDispatch d(OpId::kLayerNorm, {&x, &gamma, &beta});
+  // Outside autocast (Apex O2 keeps norm weights in f32 while activations are
+  // f16) the output keeps the activation dtype; under autocast it is f32.
+  const DType out = AutocastEnabled() ? d.compute_dtype() : x_dtype;
+  LayerNormResult r = BackendOf(x).LayerNorm(x, gamma, beta, eps, out);
+  d.Finish(r.y);
+  LayerNormResult saved{Tensor(), r.mean, r.rstd};
+  return Record(r.y, OpId::kLayerNorm, {x, gamma, beta},
+                [x, gamma, saved](const Tensor& g) -> std::vector<Tensor> {
+                  LayerNormGrads gr = BackendOf(x).LayerNormBackward(x, gamma, saved, g);
+                  return {gr.dx, gr.dgamma, gr.dbeta};
+                });
+}
+
+}  // namespace ampd::engine

@@ -1,0 +1,32 @@
+#include "engine/ops/softmax.h"
+
+#include "engine/autograd/autograd.h"
+#include "engine/backend/backend.h"
+#include "engine/ops/autocast.h"
+#include "engine/ops/cast.h"
+#include "engine/ops/grad_util.h"
+
+namespace ampd::engine {
+
+using ops_internal::AsDType;
+using ops_internal::ReduceTo;
+
+namespace {
+
+Tensor SoftmaxImpl(OpId op, bool log, Tensor x) {
+  OpDispatch d(op, {&x});
+  Tensor y = BackendOf(x).Softmax(x, log, d.compute_dtype());
+  d.Finish(y);
+  Tensor saved = y.Detach();
+  return Record(y, op, {x}, [saved, log, x](const Tensor& g) -> std::vector<Tensor> {
+    return {BackendOf(saved).SoftmaxBackward(saved, g, log, x.dtype())};
+  });
+}
+
+}  // namespace
+
+Tensor Softmax(Tensor x) { return SoftmaxImpl(OpId::kSoftmax, false, x); }
+
+Tensor LogSoftmax(Tensor x) { return SoftmaxImpl(OpId::kLogSoftmax, true, x); }
+
+}  // namespace ampd::engine
