@@ -25,8 +25,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,6 +43,20 @@
 #include "engine/core/tensor.h"
 #include "engine/train/trainer.h"
 #include "oneapi/dnnl/dnnl.hpp"
+
+ABSL_FLAG(bool, json, false, "JSON lines instead of tables");
+ABSL_FLAG(int64_t, steps, 5, "Timed training steps per precision per round");
+ABSL_FLAG(int64_t, rounds, 7, "Interleaved rounds (the median is reported)");
+ABSL_FLAG(int64_t, warmup, 3, "Untimed steps per precision first");
+ABSL_FLAG(int64_t, batch, 256, "Batch size");
+ABSL_FLAG(std::vector<std::string>, hidden, std::vector<std::string>({"2048", "2048"}),
+          "Hidden widths (784-H1-...-10)");
+ABSL_FLAG(std::vector<std::string>, precisions,
+          std::vector<std::string>({"32-true", "bf16-mixed", "16-mixed", "bf16-true", "O2"}),
+          "Precision modes (any ResolvePrecision accepts)");
+ABSL_FLAG(int64_t, gemm_ms, 50, "Minimum length of one timed batch of GEMM calls (ms)");
+ABSL_FLAG(bool, no_mlp, false, "Skip the training-step section");
+ABSL_FLAG(bool, no_gemm, false, "Skip the GEMM section");
 
 namespace ampd::bench {
 namespace {
@@ -63,95 +81,40 @@ struct Options {
   bool gemm = true;
 };
 
-void Usage() {
-  std::fprintf(stderr,
-               "usage: engine_bench [--json] [--steps=N] [--rounds=N] [--warmup=N] [--batch=N]\n"
-               "                    [--hidden=H1,H2,...] [--precisions=P1,P2,...] [--gemm_ms=N]\n"
-               "                    [--no_mlp] [--no_gemm]\n");
-}
-
-bool ParsePositive(const std::string& flag, const std::string& value, int64_t* out) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(value, &v) || v < 1) {
-    std::fprintf(stderr, "%s: expected an integer >= 1, got '%s'\n", flag.c_str(), value.c_str());
-    return false;
+bool ReadFlags(Options* o) {
+  o->json = absl::GetFlag(FLAGS_json);
+  o->mlp = !absl::GetFlag(FLAGS_no_mlp);
+  o->gemm = !absl::GetFlag(FLAGS_no_gemm);
+  o->steps = absl::GetFlag(FLAGS_steps);
+  o->rounds = absl::GetFlag(FLAGS_rounds);
+  o->warmup = absl::GetFlag(FLAGS_warmup);
+  o->batch = absl::GetFlag(FLAGS_batch);
+  o->gemm_ms = static_cast<double>(absl::GetFlag(FLAGS_gemm_ms));
+  for (const auto& [name, value, min] : {std::tuple<const char*, int64_t, int64_t>{
+                                             "steps", o->steps, 1},
+                                         {"rounds", o->rounds, 1},
+                                         {"warmup", o->warmup, 0},
+                                         {"batch", o->batch, 1},
+                                         {"gemm_ms", absl::GetFlag(FLAGS_gemm_ms), 1}}) {
+    if (value < min) {
+      std::fprintf(stderr, "--%s: expected an integer >= %lld, got %lld\n", name,
+                   static_cast<long long>(min), static_cast<long long>(value));
+      return false;
+    }
   }
-  *out = v;
-  return true;
-}
-
-bool ParseFlags(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--json") {
-      o->json = true;
-      continue;
-    }
-    if (arg == "--no_mlp") {
-      o->mlp = false;
-      continue;
-    }
-    if (arg == "--no_gemm") {
-      o->gemm = false;
-      continue;
-    }
-    if (arg == "--help" || arg == "-h") {
-      Usage();
-      std::exit(0);
-    }
-    std::string name = arg, value;
-    const size_t eq = arg.find('=');
-    if (eq != std::string::npos) name = arg.substr(0, eq);
-    static const char* const kValued[] = {"--steps",  "--rounds",     "--warmup", "--batch",
-                                          "--hidden", "--precisions", "--gemm_ms"};
-    if (std::find(std::begin(kValued), std::end(kValued), name) == std::end(kValued)) {
-      std::fprintf(stderr, "unknown flag %s\n", name.c_str());
-      Usage();
+  o->hidden.clear();
+  for (const std::string& part : absl::GetFlag(FLAGS_hidden)) {
+    int64_t h = 0;
+    if (!absl::SimpleAtoi(part, &h) || h < 1) {
+      std::fprintf(stderr, "--hidden: expected integers >= 1, got '%s'\n", part.c_str());
       return false;
     }
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::fprintf(stderr, "%s: missing value\n", arg.c_str());
-      return false;
-    }
-    if (name == "--steps") {
-      if (!ParsePositive(name, value, &o->steps)) return false;
-    } else if (name == "--rounds") {
-      if (!ParsePositive(name, value, &o->rounds)) return false;
-    } else if (name == "--warmup") {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(value, &v) || v < 0) {
-        std::fprintf(stderr, "--warmup: expected an integer >= 0, got '%s'\n", value.c_str());
-        return false;
-      }
-      o->warmup = v;
-    } else if (name == "--batch") {
-      if (!ParsePositive(name, value, &o->batch)) return false;
-    } else if (name == "--hidden") {
-      o->hidden.clear();
-      for (const auto& part : absl::StrSplit(value, ',')) {
-        int64_t h = 0;
-        if (!ParsePositive(name, std::string(part), &h)) return false;
-        o->hidden.push_back(h);
-      }
-    } else if (name == "--precisions") {
-      o->precisions = absl::StrSplit(value, ',', absl::SkipEmpty());
-      if (o->precisions.empty()) {
-        std::fprintf(stderr, "--precisions: empty\n");
-        return false;
-      }
-    } else if (name == "--gemm_ms") {
-      int64_t v = 0;
-      if (!ParsePositive(name, value, &v)) return false;
-      o->gemm_ms = static_cast<double>(v);
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", name.c_str());
-      Usage();
-      return false;
-    }
+    o->hidden.push_back(h);
+  }
+  o->precisions = absl::GetFlag(FLAGS_precisions);
+  if (o->hidden.empty() || o->precisions.empty()) {
+    std::fprintf(stderr, "--hidden and --precisions must not be empty\n");
+    return false;
   }
   return true;
 }
@@ -504,8 +467,10 @@ int RunGemm(const Options& o) {
 }  // namespace ampd::bench
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("The engine benchmark (bench/README.md)");
+  absl::ParseCommandLine(argc, argv);
   ampd::bench::Options options;
-  if (!ampd::bench::ParseFlags(argc, argv, &options)) return 2;
+  if (!ampd::bench::ReadFlags(&options)) return 2;
   ampd::bench::PrintMeta(options);
   if (options.mlp) {
     if (int rc = ampd::bench::RunMlp(options); rc != 0) return rc;
