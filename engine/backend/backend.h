@@ -79,10 +79,12 @@ class Backend : public DeviceMemory {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
-  // Whether this backend has a kernel for `op` (forward and gradient). A job
-  // whose model needs an op its device lacks is refused when it is created
+  // Whether this backend has a kernel for `op` (forward and gradient): every
+  // op that is a method below (each backend implements them all), and the
+  // registry's ops registered for its device (kernel_registry.h). A job whose
+  // model needs an op its device lacks is refused when it is created
   // (CheckKernels in engine/train), never run on something else.
-  virtual bool HasKernel(OpId op) const = 0;
+  virtual bool HasKernel(OpId op) const;
 
   // Memory (Allocate, Fill, CopyInto, ReadScalars) is the DeviceMemory
   // interface of engine/core: the CPU versions are plain host tensors; a
@@ -150,9 +152,6 @@ class Backend : public DeviceMemory {
   virtual Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) = 0;
   virtual Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
                                    int64_t num_rows) = 0;
-  // Inverted dropout with a counter-based RNG: element i is kept iff
-  // hash(seed, i) >= p. The mask is implied by (seed, p); nothing is stored.
-  virtual Tensor Dropout(const Tensor& x, double p, uint64_t seed) = 0;
 
   // In place: x += alpha * y (same shape). Not autocast, never recorded.
   virtual void AddInPlace(const Tensor& x, const Tensor& y, double alpha) = 0;
@@ -218,17 +217,6 @@ void RegisterBackend(Device device, Backend* backend);
 absl::StatusOr<Backend*> BackendFor(Device device);
 // The backend that holds `t` (tensors only exist on registered devices).
 Backend& BackendOf(const Tensor& t);
-
-// The deterministic per-element hash dropout uses (shared with CUDA).
-inline uint64_t DropoutHash(uint64_t seed, uint64_t index) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-inline bool DropoutKeep(uint64_t seed, uint64_t index, double p) {
-  return static_cast<double>(DropoutHash(seed, index) >> 11) * 0x1.0p-53 >= p;
-}
 
 }  // namespace ampd::engine
 

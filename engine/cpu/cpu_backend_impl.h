@@ -18,8 +18,6 @@ class CpuBackendImpl final : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
-  // The reference backend: every op lands here first, with its gradient check.
-  bool HasKernel(OpId) const override { return true; }
   Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out) override;
   Tensor Cast(const Tensor& x, DType dtype) override;
   Tensor Unary(OpId op, const Tensor& x) override;
@@ -61,7 +59,7 @@ class CpuBackendImpl final : public Backend {
   Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) override;
   Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
                            int64_t num_rows) override;
-  Tensor Dropout(const Tensor& x, double p, uint64_t seed) override;
+  Tensor Dropout(const Tensor& x, double p, uint64_t seed);  // DropoutKernel
   template <typename C>
   Tensor DropoutImpl(const Tensor& x, double p, uint64_t seed);
   void AddInPlace(const Tensor& x, const Tensor& y, double alpha) override;

@@ -1,6 +1,8 @@
 // The CPU backend: Elementwise kernels: casts, the unary and binary families, scaling, dropout.
 
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/backend/kernels/dropout.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
@@ -214,5 +216,12 @@ Tensor CpuBackendImpl::DropoutImpl(const Tensor& x, double p, uint64_t seed) {
   }
   return y.Finish();
 }
+
+namespace {
+Tensor CpuDropout(const Tensor& x, double p, uint64_t seed) {
+  return static_cast<CpuBackendImpl&>(CpuBackend()).Dropout(x, p, seed);
+}
+}  // namespace
+AMPD_REGISTER_KERNEL(DropoutKernel, Device::kCpu, CpuDropout);
 
 }  // namespace ampd::engine::cpu

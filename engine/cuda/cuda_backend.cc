@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/dropout.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/runtime.h"
@@ -58,35 +59,6 @@ class CudaBackend final : public Backend {
   engine::Device device() const override { return engine::Device::kCuda; }
   std::string name() const override { return "cuda"; }
 
-  // Every op this backend computes, by name: a new op is a compile error here
-  // (-Wswitch) until it is listed, with its kernel or as `false`.
-  bool HasKernel(OpId op) const override {
-    switch (op) {
-      case OpId::kCast:
-      case OpId::kMatmul:
-      case OpId::kLinear:
-      case OpId::kAdd:
-      case OpId::kSub:
-      case OpId::kMul:
-      case OpId::kMulScalar:
-      case OpId::kRelu:
-      case OpId::kGelu:
-      case OpId::kNeg:
-      case OpId::kExp:
-      case OpId::kLog:
-      case OpId::kSquare:
-      case OpId::kSoftmax:
-      case OpId::kLogSoftmax:
-      case OpId::kLayerNorm:
-      case OpId::kCrossEntropy:
-      case OpId::kSum:
-      case OpId::kMean:
-      case OpId::kEmbedding:
-      case OpId::kDropout:
-        return true;
-    }
-    return false;
-  }
 
   absl::Status Ready() override {
     std::call_once(probe_once_, [this] {
@@ -280,7 +252,7 @@ class CudaBackend final : public Backend {
     if (Ok()) Record(LaunchAddInPlace(x.raw(), Dt(x), y.raw(), Dt(y), alpha, x.numel(), S()));
   }
 
-  Tensor Dropout(const Tensor& x, double p, uint64_t seed) override {
+  Tensor Dropout(const Tensor& x, double p, uint64_t seed) {  // DropoutKernel
     Tensor y = Allocate(x.shape(), x.dtype(), false);
     if (Ok()) Record(LaunchDropout(x.raw(), Dt(x), p, seed, y.raw(), x.numel(), S()));
     return y;
@@ -690,6 +662,11 @@ CudaBackend* Instance() {
   static CudaBackend* backend = new CudaBackend();
   return backend;
 }
+
+Tensor CudaDropout(const Tensor& x, double p, uint64_t seed) {
+  return Instance()->Dropout(x, p, seed);
+}
+AMPD_REGISTER_KERNEL(engine::DropoutKernel, engine::Device::kCuda, CudaDropout);
 
 // Registered like every backend, when linked in (the target is alwayslink).
 // Safe without a GPU: nothing touches the device until a job asks, and jobs

@@ -2,6 +2,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/dropout.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/cast.h"
 #include "engine/ops/grad_util.h"
@@ -14,11 +15,11 @@ using ops_internal::ReduceTo;
 Tensor Dropout(Tensor x, double p, uint64_t seed, bool training) {
   if (!training || p == 0.0) return x;
   OpDispatch d(OpId::kDropout, {&x});
-  Tensor y = BackendOf(x).Dropout(x, p, seed);
+  Tensor y = Kernel<DropoutKernel>(x.device())(x, p, seed);
   d.Finish(y);
   return Record(y, OpId::kDropout, {x}, [p, seed](const Tensor& g) -> std::vector<Tensor> {
     // The mask is a function of (seed, index): applying it to g is the backward.
-    return {BackendOf(g).Dropout(g, p, seed)};
+    return {Kernel<DropoutKernel>(g.device())(g, p, seed)};
   });
 }
 

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/dropout.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
@@ -220,7 +221,8 @@ TEST_F(CudaBackendTest, EmbeddingAndDropout) {
                 Tol(d), "embedding backward");
     Tensor x = Random({50, 50}, d, 19);
     // The same counter-based mask as the CPU, so the same elements survive.
-    ExpectClose(gpu_->Dropout(G(x), 0.3, 1234), cpu().Dropout(x, 0.3, 1234), Tol(d), "dropout");
+    ExpectClose(Kernel<DropoutKernel>(Device::kCuda)(G(x), 0.3, 1234),
+                Kernel<DropoutKernel>(Device::kCpu)(x, 0.3, 1234), Tol(d), "dropout");
   }
 }
 

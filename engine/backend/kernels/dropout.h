@@ -1,0 +1,34 @@
+#ifndef AMPD_ENGINE_BACKEND_KERNELS_DROPOUT_H_
+#define AMPD_ENGINE_BACKEND_KERNELS_DROPOUT_H_
+
+// Dropout's kernel, per device (kernel_registry.h). Inverted dropout with a
+// counter-based RNG: element i is kept iff hash(seed, i) >= p, and kept
+// values are scaled by 1/(1-p). The mask is implied by (seed, p); nothing is
+// stored, and the backward is the same kernel applied to the gradient.
+
+#include <cstdint>
+
+#include "engine/backend/kernel_registry.h"
+#include "engine/core/tensor.h"
+
+namespace ampd::engine {
+
+struct DropoutKernel {
+  static constexpr OpId kOp = OpId::kDropout;
+  using Fn = Tensor (*)(const Tensor& x, double p, uint64_t seed);
+};
+
+// The per-element hash (the same on every device).
+inline uint64_t DropoutHash(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline bool DropoutKeep(uint64_t seed, uint64_t index, double p) {
+  return static_cast<double>(DropoutHash(seed, index) >> 11) * 0x1.0p-53 >= p;
+}
+
+}  // namespace ampd::engine
+
+#endif  // AMPD_ENGINE_BACKEND_KERNELS_DROPOUT_H_
