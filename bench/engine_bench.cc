@@ -35,12 +35,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
+#include "engine/core/half.h"
+#include "engine/core/tensor.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/data/dataset.h"
-#include "engine/core/half.h"
-#include "engine/amp/precision.h"
-#include "engine/core/tensor.h"
 #include "engine/train/trainer.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -90,12 +90,12 @@ bool ReadFlags(Options* o) {
   o->warmup = absl::GetFlag(FLAGS_warmup);
   o->batch = absl::GetFlag(FLAGS_batch);
   o->gemm_ms = static_cast<double>(absl::GetFlag(FLAGS_gemm_ms));
-  for (const auto& [name, value, min] : {std::tuple<const char*, int64_t, int64_t>{
-                                             "steps", o->steps, 1},
-                                         {"rounds", o->rounds, 1},
-                                         {"warmup", o->warmup, 0},
-                                         {"batch", o->batch, 1},
-                                         {"gemm_ms", absl::GetFlag(FLAGS_gemm_ms), 1}}) {
+  for (const auto& [name, value, min] :
+       {std::tuple<const char*, int64_t, int64_t>{"steps", o->steps, 1},
+        {"rounds", o->rounds, 1},
+        {"warmup", o->warmup, 0},
+        {"batch", o->batch, 1},
+        {"gemm_ms", absl::GetFlag(FLAGS_gemm_ms), 1}}) {
     if (value < min) {
       std::fprintf(stderr, "--%s: expected an integer >= %lld, got %lld\n", name,
                    static_cast<long long>(min), static_cast<long long>(value));
@@ -199,12 +199,12 @@ struct ModeRun {
 };
 
 int RunMlp(const Options& o) {
-  engine::SyntheticSpec data_spec;
+  engine::data::SyntheticSpec data_spec;
   data_spec.num_examples = o.batch * 8;
   data_spec.feature_dim = kInputDim;
   data_spec.num_classes = static_cast<int>(kClasses);
   data_spec.seed = 1;
-  absl::StatusOr<engine::Dataset> data = engine::MakeSyntheticDataset(data_spec);
+  absl::StatusOr<engine::data::Dataset> data = engine::data::MakeSyntheticDataset(data_spec);
   if (!data.ok()) {
     std::fprintf(stderr, "synthetic data: %s\n", std::string(data.status().message()).c_str());
     return 1;

@@ -33,11 +33,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
-#include "engine/amp/precision.h"
 #include "engine/train/trainer.h"
 
 ABSL_FLAG(std::vector<std::string>, hidden, std::vector<std::string>({"4096", "8192"}),
@@ -156,12 +156,12 @@ int RunBenchmarks(const Options& o) {
   }
   const double cublas = BenchGemm(**gpu, o.gemm);
 
-  engine::SyntheticSpec spec;
+  engine::data::SyntheticSpec spec;
   spec.num_examples = o.batch * 8;
   spec.feature_dim = kInput;
   spec.num_classes = kClasses;
   spec.seed = 3;
-  absl::StatusOr<engine::Dataset> data = engine::MakeSyntheticDataset(spec);
+  absl::StatusOr<engine::data::Dataset> data = engine::data::MakeSyntheticDataset(spec);
   if (!data.ok()) {
     std::fprintf(stderr, "gpu_bench: %s\n", std::string(data.status().message()).c_str());
     return 1;

@@ -32,7 +32,7 @@ namespace ampd::server {
 
 struct JobManagerOptions {
   std::string data_root = ".";
-  std::string fashion_mnist_dir = engine::kFashionMnistDir;
+  std::string fashion_mnist_dir = engine::data::kFashionMnistDir;
   int max_queued_jobs = 1000;
   int max_queued_jobs_per_principal = 100;
   // Weights + master weights + gradients + optimizer state + activations,

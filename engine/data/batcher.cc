@@ -5,7 +5,7 @@
 #include <numeric>
 #include <utility>
 
-namespace ampd::engine {
+namespace ampd::engine::data {
 namespace {
 
 // Written out rather than taken from <random>: the permutation is part of a
@@ -117,4 +117,4 @@ void Batcher::Next(Batch* batch) {
   }
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::data

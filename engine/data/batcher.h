@@ -6,7 +6,7 @@
 
 #include "engine/data/dataset.h"
 
-namespace ampd::engine {
+namespace ampd::engine::data {
 
 struct Batch {
   int64_t size = 0;
@@ -57,6 +57,6 @@ class Batcher {
   std::vector<int64_t> order_;
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::data
 
 #endif  // AMPD_ENGINE_DATA_BATCHER_H_

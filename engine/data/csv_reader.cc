@@ -21,7 +21,7 @@
 #include "absl/strings/strip.h"
 #include "engine/data/dataset.h"
 
-namespace ampd::engine {
+namespace ampd::engine::data {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -180,4 +180,4 @@ absl::StatusOr<Dataset> ReadCsvDataset(const std::string& path, const CsvOptions
   return CsvParser(path, options).Parse(*content);
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::data

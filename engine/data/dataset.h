@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::data {
 
 // A classification data set held in memory: features row-major f32
 // (images scaled to [0, 1]), labels in [0, num_classes).
@@ -52,6 +52,6 @@ struct SyntheticSpec {
 };
 absl::StatusOr<Dataset> MakeSyntheticDataset(const SyntheticSpec& spec);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::data
 
 #endif  // AMPD_ENGINE_DATA_DATASET_H_

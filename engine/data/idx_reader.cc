@@ -29,7 +29,7 @@
 #include "absl/strings/strip.h"
 #include "engine/data/dataset.h"
 
-namespace ampd::engine {
+namespace ampd::engine::data {
 namespace {
 
 // Far above any real IDX set (Fashion-MNIST train holds 4.7e7 values), yet a
@@ -350,4 +350,4 @@ absl::StatusOr<Dataset> LoadMnistStyle(const std::string& dir, bool train) {
                         10);
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::data

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/data/dataset.h"
 
-namespace ampd::engine {
+namespace ampd::engine::data {
 namespace {
 
 // 8 GiB of features: far beyond any test or demo set. Also bounds the teacher's
@@ -157,4 +157,4 @@ absl::StatusOr<Dataset> MakeSyntheticDataset(const SyntheticSpec& spec) {
   return dataset;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::data

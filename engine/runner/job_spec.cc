@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/util/json_util.h"
 #include "engine/core/error_subject.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace ampd::engine {
 namespace {
@@ -378,22 +378,22 @@ absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext&
   };
   if (d.has_synthetic()) {
     const v1::SyntheticDataset& s = d.synthetic();
-    SyntheticSpec spec;
+    data::SyntheticSpec spec;
     spec.num_examples = s.num_examples() ? s.num_examples() : 4096;
     spec.feature_dim = s.feature_dim() ? s.feature_dim() : 32;
     spec.num_classes = s.num_classes() ? s.num_classes() : 4;
     spec.seed = s.seed();
-    auto train = MakeSyntheticDataset(spec);
+    auto train = data::MakeSyntheticDataset(spec);
     if (!train.ok()) return train.status();
     data.train = *std::move(train);
     const int64_t n_test = s.num_test_examples() ? s.num_test_examples() : 1024;
     if (n_test > 0) {
       // Same teacher (seed), later examples: generate train + test and split.
-      SyntheticSpec all = spec;
+      data::SyntheticSpec all = spec;
       all.num_examples = spec.num_examples + n_test;
-      auto both = MakeSyntheticDataset(all);
+      auto both = data::MakeSyntheticDataset(all);
       if (!both.ok()) return both.status();
-      Dataset test;
+      data::Dataset test;
       test.num_examples = n_test;
       test.feature_dim = spec.feature_dim;
       test.num_classes = spec.num_classes;
@@ -407,33 +407,33 @@ absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext&
     if (f.format() == v1::FileDataset::FORMAT_IDX) {
       const int classes = f.num_classes() ? f.num_classes() : 10;
       auto train =
-          ReadIdxDataset(under_root(f.train_images()), under_root(f.train_labels()), classes);
+          data::ReadIdxDataset(under_root(f.train_images()), under_root(f.train_labels()), classes);
       if (!train.ok()) return train.status();
       data.train = *std::move(train);
       if (!f.test_images().empty()) {
         auto test =
-            ReadIdxDataset(under_root(f.test_images()), under_root(f.test_labels()), classes);
+            data::ReadIdxDataset(under_root(f.test_images()), under_root(f.test_labels()), classes);
         if (!test.ok()) return test.status();
         data.test = *std::move(test);
       }
     } else {
-      CsvOptions options;
+      data::CsvOptions options;
       options.label_column = f.label_column();
       options.num_classes = f.num_classes();
-      auto train = ReadCsvDataset(under_root(f.train_csv()), options);
+      auto train = data::ReadCsvDataset(under_root(f.train_csv()), options);
       if (!train.ok()) return train.status();
       data.train = *std::move(train);
       if (!f.test_csv().empty()) {
         options.num_classes = data.train.num_classes;
-        auto test = ReadCsvDataset(under_root(f.test_csv()), options);
+        auto test = data::ReadCsvDataset(under_root(f.test_csv()), options);
         if (!test.ok()) return test.status();
         data.test = *std::move(test);
       }
     }
   } else {
-    auto train = LoadMnistStyle(context.fashion_mnist_dir, true);
+    auto train = data::LoadMnistStyle(context.fashion_mnist_dir, true);
     if (!train.ok()) return train.status();
-    auto test = LoadMnistStyle(context.fashion_mnist_dir, false);
+    auto test = data::LoadMnistStyle(context.fashion_mnist_dir, false);
     if (!test.ok()) return test.status();
     data.train = *std::move(train);
     data.test = *std::move(test);

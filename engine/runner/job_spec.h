@@ -13,8 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "ampd/v1/job_spec.pb.h"
-#include "engine/data/dataset.h"
 #include "engine/core/tensor.h"
+#include "engine/data/dataset.h"
 #include "engine/train/trainer.h"
 
 namespace ampd::engine {
@@ -27,7 +27,7 @@ struct FieldViolation {
 struct JobSpecContext {
   // Root for FileDataset paths (relative paths only, never escaping it).
   std::string data_root = ".";
-  std::string fashion_mnist_dir = kFashionMnistDir;
+  std::string fashion_mnist_dir = data::kFashionMnistDir;
   // Maps a FileDataset path to the file to read (default: data_root/PATH);
   // the server uses it to give each principal its own uploads/.
   std::function<std::string(const std::string&)> resolve_data_path;
@@ -65,8 +65,8 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const ampd::v1::JobSpec& spec,
                                            const JobSpecContext& context);
 
 struct JobData {
-  Dataset train;
-  std::optional<Dataset> test;
+  data::Dataset train;
+  std::optional<data::Dataset> test;
 };
 // Loads the data and fills model.mlp.input_dim / num_classes when unset.
 absl::StatusOr<JobData> LoadJobData(const ampd::v1::DataSpec& spec, const JobSpecContext& context,

@@ -7,10 +7,10 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "engine/core/error_subject.h"
-#include "engine/ops/autocast.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
+#include "engine/core/error_subject.h"
+#include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 
 namespace ampd::engine {
@@ -81,23 +81,23 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
   for (OpId op : {OpId::kCrossEntropy, OpId::kMulScalar, OpId::kAdd}) ops.push_back(op);
   for (OpId op : ops) {
     if (!backend.HasKernel(op)) {
-      return SubjectError(absl::StatusCode::kFailedPrecondition, "device", absl::StrCat(
-          "op ", OpName(op), " has no ",
-          backend.device() == Device::kCuda ? "CUDA" : "CPU", " kernel (", backend.name(),
-          " backend)"));
+      return SubjectError(absl::StatusCode::kFailedPrecondition, "device",
+                          absl::StrCat("op ", OpName(op), " has no ",
+                                       backend.device() == Device::kCuda ? "CUDA" : "CPU",
+                                       " kernel (", backend.name(), " backend)"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config,
-                                                         const Dataset* train,
-                                                         const Dataset* test) {
+                                                         const data::Dataset* train,
+                                                         const data::Dataset* test) {
   if (absl::Status s = ValidateTrainerConfig(config); !s.ok()) return s;
   absl::StatusOr<Backend*> backend = BackendFor(config.device);
   if (!backend.ok()) return backend.status();
   if (absl::Status s = CheckKernels(config, **backend); !s.ok()) return s;
-  for (const Dataset* d : {train, test}) {
+  for (const data::Dataset* d : {train, test}) {
     if (d == nullptr) continue;
     if (absl::Status s = CheckDataDims(config.model, d->feature_dim, d->num_classes); !s.ok()) {
       return s;
@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   return std::unique_ptr<Trainer>(new Trainer(config, train, test, *std::move(model)));
 }
 
-Trainer::Trainer(const TrainerConfig& config, const Dataset* train, const Dataset* test,
+Trainer::Trainer(const TrainerConfig& config, const data::Dataset* train, const data::Dataset* test,
                  std::unique_ptr<Model> model)
     : config_(config),
       train_(train),
@@ -184,7 +184,7 @@ void Trainer::PushScalerStateToDevice() {
 
 // The batch's features on the device: gathered there from the resident
 // training set (the same rows, bit for bit), or else uploaded.
-Tensor Trainer::UploadBatch(const Batch& batch) {
+Tensor Trainer::UploadBatch(const data::Batch& batch) {
   if (device_features_.defined()) return device_backend_->Embedding(device_features_, batch.rows);
   return ToDevice(batch.features, batch.size, train_->feature_dim);
 }
@@ -344,7 +344,7 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   return m;
 }
 
-EvalMetrics Trainer::Evaluate(const Dataset& data) {
+EvalMetrics Trainer::Evaluate(const data::Dataset& data) {
   NoGradGuard no_grad;
   AutocastScope region(RegionFor(config_.precision));
   if (device_backend_ != nullptr) device_backend_->SetMatmulOptions(config_.precision.allow_tf32);

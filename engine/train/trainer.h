@@ -13,13 +13,13 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "engine/amp/grad_scaler.h"
+#include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/data/batcher.h"
 #include "engine/data/dataset.h"
-#include "engine/amp/grad_scaler.h"
 #include "engine/nn/model.h"
 #include "engine/optim/optimizer.h"
-#include "engine/amp/precision.h"
 
 namespace ampd::engine {
 
@@ -110,7 +110,7 @@ struct TrainResult {
 struct TrainerState {
   int64_t step = 0;
   int64_t skipped_total = 0;
-  Batcher::Position data_position;
+  data::Batcher::Position data_position;
   GradScalerState scaler;
   int64_t optimizer_steps = 0;
   // "param/NAME" for the model, plus the optimizer's state tensors.
@@ -121,7 +121,8 @@ class Trainer {
  public:
   // `train` and `test` (may be null) must outlive the trainer.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config,
-                                                         const Dataset* train, const Dataset* test);
+                                                         const data::Dataset* train,
+                                                         const data::Dataset* test);
 
   // Runs to the end (or until cancelled, checked before every step).
   absl::StatusOr<TrainResult> Run(TrainerCallbacks* callbacks = nullptr,
@@ -131,7 +132,7 @@ class Trainer {
   // a step is reported before that step's OnStep, so the step record is the
   // last event of its step (metric streams resume after it without gaps).
   StepMetrics RunStep(TrainerCallbacks* callbacks = nullptr);
-  EvalMetrics Evaluate(const Dataset& data);
+  EvalMetrics Evaluate(const data::Dataset& data);
 
   // A snapshot (copies) of the run's state, and its restoration into a
   // trainer built from the same config. Load checks every name and shape.
@@ -145,7 +146,7 @@ class Trainer {
   Optimizer& optimizer() { return *optimizer_; }
 
  private:
-  Trainer(const TrainerConfig& config, const Dataset* train, const Dataset* test,
+  Trainer(const TrainerConfig& config, const data::Dataset* train, const data::Dataset* test,
           std::unique_ptr<Model> model);
 
   StepMetrics Step(TrainerCallbacks* callbacks);
@@ -156,17 +157,17 @@ class Trainer {
   // The fields both step paths fill the same way, at the end of a step.
   void FinishMetrics(std::chrono::steady_clock::time_point start, int64_t epoch, double loss_sum,
                      bool skipped, double grad_norm, StepMetrics* m) const;
-  Tensor UploadBatch(const Batch& batch);
+  Tensor UploadBatch(const data::Batch& batch);
   Tensor ToDevice(const std::vector<float>& values, int64_t rows, int64_t cols);
 
   TrainerConfig config_;
-  const Dataset* train_;
-  const Dataset* test_;
+  const data::Dataset* train_;
+  const data::Dataset* test_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   GradScaler scaler_;
-  Batcher batcher_;
-  Batch batch_;
+  data::Batcher batcher_;
+  data::Batch batch_;
   Backend* device_backend_ = nullptr;  // null on the CPU
   DeviceAmpState amp_;                 // device path: scale, growth tracker, found_inf
   Tensor scale_used_, sum_sq_, loss_sum_;
@@ -174,9 +175,9 @@ class Trainer {
   // closing read so the copy overlaps the device's work. Checkpoints record
   // the position from before it was taken.
   bool has_next_ = false;
-  Batch next_batch_;
+  data::Batch next_batch_;
   Tensor next_x_;
-  Batcher::Position position_before_next_;
+  data::Batcher::Position position_before_next_;
   // Device path: the training set's features, copied to the device once when
   // they fit config.device_dataset_max_bytes; a batch is then a row gather on the
   // device and only its row indices cross the bus.

@@ -93,9 +93,9 @@ absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
   absl::StatusOr<engine::JobData> loaded = engine::LoadJobData(data, context, nullptr);
   if (!loaded.ok()) return loaded.status();
   Sets sets;
-  sets.train = std::make_shared<const engine::Dataset>(std::move(loaded->train));
+  sets.train = std::make_shared<const engine::data::Dataset>(std::move(loaded->train));
   if (loaded->test && loaded->test->num_examples > 0) {
-    sets.test = std::make_shared<const engine::Dataset>(std::move(*loaded->test));
+    sets.test = std::make_shared<const engine::data::Dataset>(std::move(*loaded->test));
   }
   if (cacheable) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -29,8 +29,8 @@ namespace ampd::server::jobs {
 class DataCache {
  public:
   struct Sets {
-    std::shared_ptr<const engine::Dataset> train;
-    std::shared_ptr<const engine::Dataset> test;  // null without a test set
+    std::shared_ptr<const engine::data::Dataset> train;
+    std::shared_ptr<const engine::data::Dataset> test;  // null without a test set
   };
   absl::StatusOr<Sets> Load(const ampd::v1::DataSpec& data, const engine::JobSpecContext& context);
   size_t cached() const;

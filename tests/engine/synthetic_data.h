@@ -13,17 +13,17 @@ namespace ampd::engine::testing {
 
 // The first call's arguments decide the dataset; a failure aborts the test
 // program, since every test using the data would fail anyway.
-inline const Dataset& SyntheticData(int64_t examples, int64_t feature_dim, int classes,
-                                    uint64_t seed) {
-  static const Dataset* data = [&] {
-    SyntheticSpec spec;
+inline const data::Dataset& SyntheticData(int64_t examples, int64_t feature_dim, int classes,
+                                          uint64_t seed) {
+  static const data::Dataset* data = [&] {
+    data::SyntheticSpec spec;
     spec.num_examples = examples;
     spec.feature_dim = feature_dim;
     spec.num_classes = classes;
     spec.seed = seed;
-    absl::StatusOr<Dataset> d = MakeSyntheticDataset(spec);
+    absl::StatusOr<data::Dataset> d = data::MakeSyntheticDataset(spec);
     if (!d.ok()) std::abort();
-    return new Dataset(*std::move(d));
+    return new data::Dataset(*std::move(d));
   }();
   return *data;
 }

@@ -10,9 +10,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = ampd::fuzz::WriteFile("input.csv", data, size);
   for (int label_column : {0, -1}) {
-    ampd::engine::CsvOptions options;
+    ampd::engine::data::CsvOptions options;
     options.label_column = label_column;
-    (void)ampd::engine::ReadCsvDataset(path, options);
+    (void)ampd::engine::data::ReadCsvDataset(path, options);
   }
   return 0;
 }

@@ -41,6 +41,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int num_classes = (flags >> 2) == 0 ? 10 : (flags >> 2);
   const std::string images = WritePart("images", data, images_size, flags & 1);
   const std::string labels = WritePart("labels", data + images_size, size - images_size, flags & 2);
-  (void)ampd::engine::ReadIdxDataset(images, labels, num_classes);
+  (void)ampd::engine::data::ReadIdxDataset(images, labels, num_classes);
   return 0;
 }

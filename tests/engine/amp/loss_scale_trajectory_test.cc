@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/amp/precision.h"
 #include "engine/data/dataset.h"
 #include "engine/optim/optimizer.h"
-#include "engine/amp/precision.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 
@@ -26,8 +26,8 @@ constexpr int64_t kGrowthInterval = 20;
 constexpr double kInitScale = 16777216.0;  // 2^24
 
 // The first `n` examples of `all` (or the rest, from `n` on).
-Dataset Slice(const Dataset& all, int64_t begin, int64_t end) {
-  Dataset d;
+data::Dataset Slice(const data::Dataset& all, int64_t begin, int64_t end) {
+  data::Dataset d;
   d.num_examples = end - begin;
   d.feature_dim = all.feature_dim;
   d.num_classes = all.num_classes;
@@ -77,15 +77,15 @@ struct Replay {
 };
 
 TEST(LossScaleTrajectoryTest, F16RunAt2To24BacksOffSkipsAndConverges) {
-  SyntheticSpec spec;
+  data::SyntheticSpec spec;
   spec.num_examples = 3072;
   spec.feature_dim = 32;
   spec.num_classes = 4;
   spec.seed = 11;
-  absl::StatusOr<Dataset> all = MakeSyntheticDataset(spec);
+  absl::StatusOr<data::Dataset> all = data::MakeSyntheticDataset(spec);
   ASSERT_TRUE(all.ok()) << all.status();
-  const Dataset train = Slice(*all, 0, 2048);
-  const Dataset test = Slice(*all, 2048, 3072);
+  const data::Dataset train = Slice(*all, 0, 2048);
+  const data::Dataset test = Slice(*all, 2048, 3072);
 
   TrainerConfig config;
   MlpSpec mlp;

@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/amp/grad_scaler.h"
+#include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/dropout.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
-#include "engine/amp/grad_scaler.h"
-#include "engine/amp/precision.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/mlp_config.h"
@@ -115,8 +115,7 @@ TEST_F(CudaBackendTest, HasAKernelForEveryOpTheEngineHas) {
 
 TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {
   for (DType d : kLowAndF32) {
-    for (OpId op : {OpId::kRelu, OpId::kGelu, OpId::kExp, OpId::kLog, OpId::kNeg,
-                       OpId::kSquare}) {
+    for (OpId op : {OpId::kRelu, OpId::kGelu, OpId::kExp, OpId::kLog, OpId::kNeg, OpId::kSquare}) {
       const bool positive = op == OpId::kLog;
       Tensor x = Random({33, 65}, d, 2, positive ? 0.1 : -3, 3);
       Tensor dy = Random({33, 65}, d, 3);
@@ -470,7 +469,7 @@ TEST_F(CudaBackendTest, ErrorsBecomeStatusesAndTheNextJobStartsClean) {
   EXPECT_TRUE(gpu_->Health().ok());
 }
 
-const Dataset& Data() { return testing::SyntheticData(4096, 64, 10, 11); }
+const data::Dataset& Data() { return testing::SyntheticData(4096, 64, 10, 11); }
 
 TrainerConfig Config(const std::string& precision, Device device) {
   TrainerConfig c = testing::MlpTrainerConfig(64, {256, 256}, 10, precision, device);

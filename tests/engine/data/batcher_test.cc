@@ -13,8 +13,8 @@ namespace {
 
 // Example i has features {i, i + 0.5} and label i % 3, so a batch tells which
 // examples it holds and whether rows stayed intact.
-Dataset Indexed(int64_t n) {
-  Dataset data;
+data::Dataset Indexed(int64_t n) {
+  data::Dataset data;
   data.num_examples = n;
   data.feature_dim = 2;
   data.num_classes = 3;
@@ -27,7 +27,7 @@ Dataset Indexed(int64_t n) {
 }
 
 // The example indices in a batch, checking each row against its label.
-std::vector<int64_t> Ids(const Batch& batch) {
+std::vector<int64_t> Ids(const data::Batch& batch) {
   std::vector<int64_t> ids;
   EXPECT_EQ(batch.features.size(), static_cast<size_t>(batch.size * 2));
   EXPECT_EQ(batch.labels.size(), static_cast<size_t>(batch.size));
@@ -41,9 +41,9 @@ std::vector<int64_t> Ids(const Batch& batch) {
   return ids;
 }
 
-std::vector<std::vector<int64_t>> Take(Batcher& batcher, int count) {
+std::vector<std::vector<int64_t>> Take(data::Batcher& batcher, int count) {
   std::vector<std::vector<int64_t>> batches;
-  Batch batch;
+  data::Batch batch;
   for (int i = 0; i < count; ++i) {
     batcher.Next(&batch);
     batches.push_back(Ids(batch));
@@ -58,16 +58,16 @@ std::vector<int64_t> Flatten(const std::vector<std::vector<int64_t>>& batches) {
 }
 
 TEST(BatcherTest, NoShuffleIsSequential) {
-  const Dataset data = Indexed(10);
-  Batcher batcher(&data, 4, /*seed=*/123, /*shuffle=*/false, /*drop_last=*/false);
+  const data::Dataset data = Indexed(10);
+  data::Batcher batcher(&data, 4, /*seed=*/123, /*shuffle=*/false, /*drop_last=*/false);
   EXPECT_EQ(batcher.batches_per_epoch(), 3);
   EXPECT_EQ(Take(batcher, 4),
             (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}, {0, 1, 2, 3}}));
 }
 
 TEST(BatcherTest, DropLastSkipsThePartialBatch) {
-  const Dataset data = Indexed(10);
-  Batcher batcher(&data, 4, 0, /*shuffle=*/false, /*drop_last=*/true);
+  const data::Dataset data = Indexed(10);
+  data::Batcher batcher(&data, 4, 0, /*shuffle=*/false, /*drop_last=*/true);
   EXPECT_EQ(batcher.batches_per_epoch(), 2);
   EXPECT_EQ(Take(batcher, 3),
             (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}, {0, 1, 2, 3}}));
@@ -76,8 +76,8 @@ TEST(BatcherTest, DropLastSkipsThePartialBatch) {
 }
 
 TEST(BatcherTest, EveryExampleOncePerEpoch) {
-  const Dataset data = Indexed(103);
-  Batcher batcher(&data, 10, /*seed=*/9, /*shuffle=*/true, /*drop_last=*/false);
+  const data::Dataset data = Indexed(103);
+  data::Batcher batcher(&data, 10, /*seed=*/9, /*shuffle=*/true, /*drop_last=*/false);
   ASSERT_EQ(batcher.batches_per_epoch(), 11);
   std::vector<int64_t> all(103);
   std::iota(all.begin(), all.end(), 0);
@@ -98,8 +98,8 @@ TEST(BatcherTest, EveryExampleOncePerEpoch) {
 }
 
 TEST(BatcherTest, DropLastShuffledUsesDistinctExamples) {
-  const Dataset data = Indexed(103);
-  Batcher batcher(&data, 10, 9, /*shuffle=*/true, /*drop_last=*/true);
+  const data::Dataset data = Indexed(103);
+  data::Batcher batcher(&data, 10, 9, /*shuffle=*/true, /*drop_last=*/true);
   ASSERT_EQ(batcher.batches_per_epoch(), 10);
   std::vector<int64_t> seen = Flatten(Take(batcher, 10));
   ASSERT_EQ(seen.size(), 100u);
@@ -109,29 +109,29 @@ TEST(BatcherTest, DropLastShuffledUsesDistinctExamples) {
 }
 
 TEST(BatcherTest, OrderDependsOnlyOnSeedAndEpoch) {
-  const Dataset data = Indexed(50);
-  Batcher a(&data, 7, 1234), b(&data, 7, 1234), other(&data, 7, 1235);
+  const data::Dataset data = Indexed(50);
+  data::Batcher a(&data, 7, 1234), b(&data, 7, 1234), other(&data, 7, 1235);
   const auto run = Take(a, 21);  // three epochs of 7
   EXPECT_EQ(run, Take(b, 21));
   EXPECT_NE(run, Take(other, 21));
   // Epoch 2 straight away: nothing depends on having played epochs 0 and 1.
-  Batcher jump(&data, 7, 1234);
+  data::Batcher jump(&data, 7, 1234);
   jump.Seek({2, 0});
   EXPECT_EQ(Take(jump, 7), std::vector<std::vector<int64_t>>(run.begin() + 14, run.end()));
   // The batch size changes the cut, not the order.
-  Batcher wide(&data, 50, 1234, true, /*drop_last=*/false);
-  Batcher narrow(&data, 7, 1234, true, /*drop_last=*/false);
+  data::Batcher wide(&data, 50, 1234, true, /*drop_last=*/false);
+  data::Batcher narrow(&data, 7, 1234, true, /*drop_last=*/false);
   EXPECT_EQ(Flatten(Take(wide, 1)), Flatten(Take(narrow, 8)));
 }
 
 TEST(BatcherTest, SeekRestoresExactly) {
-  const Dataset data = Indexed(37);
+  const data::Dataset data = Indexed(37);
   for (bool drop_last : {false, true}) {
-    Batcher original(&data, 5, 77, /*shuffle=*/true, drop_last);
+    data::Batcher original(&data, 5, 77, /*shuffle=*/true, drop_last);
     Take(original, 11);  // into the second epoch
-    const Batcher::Position saved = original.position();
+    const data::Batcher::Position saved = original.position();
     const auto expected = Take(original, 13);
-    Batcher restored(&data, 5, 77, /*shuffle=*/true, drop_last);
+    data::Batcher restored(&data, 5, 77, /*shuffle=*/true, drop_last);
     restored.Seek(saved);
     EXPECT_EQ(restored.position().epoch, saved.epoch);
     EXPECT_EQ(restored.position().index, saved.index);
@@ -140,8 +140,8 @@ TEST(BatcherTest, SeekRestoresExactly) {
 }
 
 TEST(BatcherTest, SeekNormalizesPositions) {
-  const Dataset data = Indexed(10);
-  Batcher batcher(&data, 4, 0, /*shuffle=*/false, /*drop_last=*/true);
+  const data::Dataset data = Indexed(10);
+  data::Batcher batcher(&data, 4, 0, /*shuffle=*/false, /*drop_last=*/true);
   batcher.Seek({3, 8});  // only the dropped tail is left: the next epoch
   EXPECT_EQ(batcher.position().epoch, 4);
   EXPECT_EQ(batcher.position().index, 0);
@@ -153,22 +153,22 @@ TEST(BatcherTest, SeekNormalizesPositions) {
 }
 
 TEST(BatcherTest, TooFewExamples) {
-  const Dataset data = Indexed(3);
-  Batcher dropping(&data, 4, 0, true, /*drop_last=*/true);
+  const data::Dataset data = Indexed(3);
+  data::Batcher dropping(&data, 4, 0, true, /*drop_last=*/true);
   EXPECT_EQ(dropping.batches_per_epoch(), 0);
-  Batch batch;
+  data::Batch batch;
   batch.size = 9;
   dropping.Next(&batch);
   EXPECT_EQ(batch.size, 0);
   EXPECT_TRUE(batch.features.empty());
   EXPECT_TRUE(batch.labels.empty());
 
-  Batcher keeping(&data, 4, 0, /*shuffle=*/false, /*drop_last=*/false);
+  data::Batcher keeping(&data, 4, 0, /*shuffle=*/false, /*drop_last=*/false);
   EXPECT_EQ(keeping.batches_per_epoch(), 1);
   EXPECT_EQ(Take(keeping, 2), (std::vector<std::vector<int64_t>>{{0, 1, 2}, {0, 1, 2}}));
 
-  const Dataset empty;
-  Batcher none(&empty, 4, 0, true, false);
+  const data::Dataset empty;
+  data::Batcher none(&empty, 4, 0, true, false);
   none.Next(&batch);
   EXPECT_EQ(batch.size, 0);
 }
@@ -176,10 +176,10 @@ TEST(BatcherTest, TooFewExamples) {
 // Without gathering, a batch names the same rows in the same order and
 // carries their labels, and no features (a device gathers them).
 TEST(BatcherTest, WithoutGatheringTheSameRowsComeWithoutFeatures) {
-  const Dataset data = Indexed(50);
-  Batcher gathering(&data, 8, /*seed=*/4), rows_only(&data, 8, /*seed=*/4);
+  const data::Dataset data = Indexed(50);
+  data::Batcher gathering(&data, 8, /*seed=*/4), rows_only(&data, 8, /*seed=*/4);
   rows_only.set_gather_features(false);
-  Batch a, b;
+  data::Batch a, b;
   for (int i = 0; i < 14; ++i) {  // past an epoch boundary
     gathering.Next(&a);
     rows_only.Next(&b);

@@ -42,8 +42,8 @@ testing::AssertionResult IsInvalid(const absl::Status& status,
 }
 
 TEST(CsvReaderTest, ReadsWithHeader) {
-  const absl::StatusOr<Dataset> data =
-      ReadCsvDataset(Write("a.csv", "label,x,y\n1,0.5,-2\n0,3,4e1\n2,1.25,0\n"));
+  const absl::StatusOr<data::Dataset> data =
+      data::ReadCsvDataset(Write("a.csv", "label,x,y\n1,0.5,-2\n0,3,4e1\n2,1.25,0\n"));
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_examples, 3);
   EXPECT_EQ(data->feature_dim, 2);
@@ -53,7 +53,7 @@ TEST(CsvReaderTest, ReadsWithHeader) {
 }
 
 TEST(CsvReaderTest, NumericFirstLineIsData) {
-  const absl::StatusOr<Dataset> data = ReadCsvDataset(Write("a.csv", "1,0.5\n0,3\n"));
+  const absl::StatusOr<data::Dataset> data = data::ReadCsvDataset(Write("a.csv", "1,0.5\n0,3\n"));
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_examples, 2);
   EXPECT_EQ(data->labels, (std::vector<int32_t>{1, 0}));
@@ -62,36 +62,36 @@ TEST(CsvReaderTest, NumericFirstLineIsData) {
 
 TEST(CsvReaderTest, LabelColumnCountsFromTheEndWhenNegative) {
   const std::string path = Write("a.csv", "x,y,z,label\n1,2,3,4\n5,6,7,0\n");
-  CsvOptions last;
+  data::CsvOptions last;
   last.label_column = -1;
-  absl::StatusOr<Dataset> data = ReadCsvDataset(path, last);
+  absl::StatusOr<data::Dataset> data = data::ReadCsvDataset(path, last);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->labels, (std::vector<int32_t>{4, 0}));
   EXPECT_EQ(data->features, (std::vector<float>{1, 2, 3, 5, 6, 7}));
   EXPECT_EQ(data->num_classes, 5);
 
-  CsvOptions middle;
+  data::CsvOptions middle;
   middle.label_column = 1;  // the same column as -3
-  data = ReadCsvDataset(path, middle);
+  data = data::ReadCsvDataset(path, middle);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->labels, (std::vector<int32_t>{2, 6}));
   EXPECT_EQ(data->features, (std::vector<float>{1, 3, 4, 5, 7, 0}));
   middle.label_column = -3;
-  absl::StatusOr<Dataset> same = ReadCsvDataset(path, middle);
+  absl::StatusOr<data::Dataset> same = data::ReadCsvDataset(path, middle);
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ(same->labels, data->labels);
 
-  CsvOptions outside;
+  data::CsvOptions outside;
   outside.label_column = -5;
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(path, outside).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(path, outside).status(),
                         {path, "line 1", "label_column -5 is out of range for 4 columns"}));
   outside.label_column = 4;
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(path, outside).status(), {path, "label_column 4"}));
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(path, outside).status(), {path, "label_column 4"}));
 }
 
 TEST(CsvReaderTest, ToleratesCrLfBlankLinesSpacesAndBom) {
-  const absl::StatusOr<Dataset> data =
-      ReadCsvDataset(Write("a.csv", "\xEF\xBB\xBFlabel, x\r\n\r\n 1 , 2.5 \r\n\n0,1\r\n\n"));
+  const absl::StatusOr<data::Dataset> data =
+      data::ReadCsvDataset(Write("a.csv", "\xEF\xBB\xBFlabel, x\r\n\r\n 1 , 2.5 \r\n\n0,1\r\n\n"));
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->labels, (std::vector<int32_t>{1, 0}));
   EXPECT_EQ(data->features, (std::vector<float>{2.5f, 1}));
@@ -99,63 +99,65 @@ TEST(CsvReaderTest, ToleratesCrLfBlankLinesSpacesAndBom) {
 
 TEST(CsvReaderTest, NonNumericCellNamesLineAndColumn) {
   const std::string path = Write("a.csv", "label,x,y\n1,2,3\n0,abc,4\n");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(path).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(path).status(),
                         {path, "line 3, column 2", "cannot parse 'abc' as a finite number"}));
   const std::string nan = Write("nan.csv", "1,2,3\n0,4,nan\n");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(nan).status(), {nan, "line 2, column 3", "'nan'"}));
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(nan).status(), {nan, "line 2, column 3", "'nan'"}));
   const std::string empty_cell = Write("empty_cell.csv", "1,2,3\n0,,4\n");
-  EXPECT_TRUE(
-      IsInvalid(ReadCsvDataset(empty_cell).status(), {empty_cell, "line 2, column 2: empty cell"}));
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(empty_cell).status(),
+                        {empty_cell, "line 2, column 2: empty cell"}));
 }
 
 TEST(CsvReaderTest, RaggedRowIsAnError) {
   const std::string path = Write("a.csv", "label,x,y\n1,2,3\n0,4\n");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(path).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(path).status(),
                         {path, "line 3: 2 columns, expected 3 (as on line 1)"}));
   const std::string longer = Write("longer.csv", "1,2\n0,4,5\n");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(longer).status(), {longer, "line 2: 3 columns"}));
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(longer).status(), {longer, "line 2: 3 columns"}));
 }
 
 TEST(CsvReaderTest, BadLabels) {
   const std::string negative = Write("negative.csv", "1,2\n-1,3\n");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(negative).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(negative).status(),
                         {negative, "line 2, column 1", "negative label -1"}));
   const std::string fraction = Write("fraction.csv", "1,2\n2.5,3\n");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(fraction).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(fraction).status(),
                         {fraction, "line 2, column 1", "label 2.5 is not a class index"}));
   // Integral values written as floats are fine.
-  const absl::StatusOr<Dataset> data = ReadCsvDataset(Write("float.csv", "1.0,2\n3e0,3\n"));
+  const absl::StatusOr<data::Dataset> data =
+      data::ReadCsvDataset(Write("float.csv", "1.0,2\n3e0,3\n"));
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->labels, (std::vector<int32_t>{1, 3}));
 }
 
 TEST(CsvReaderTest, NumClassesBoundsLabels) {
   const std::string path = Write("a.csv", "x,label\n0.1,0\n0.2,3\n0.3,1\n");
-  CsvOptions options;
+  data::CsvOptions options;
   options.label_column = -1;
   options.num_classes = 10;
-  absl::StatusOr<Dataset> data = ReadCsvDataset(path, options);
+  absl::StatusOr<data::Dataset> data = data::ReadCsvDataset(path, options);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_classes, 10);  // given, not inferred
   options.num_classes = 3;
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(path, options).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(path, options).status(),
                         {path, "line 3, column 2", "label 3 out of range: num_classes is 3"}));
   options.num_classes = -1;
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(path, options).status(), {path, "num_classes"}));
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(path, options).status(), {path, "num_classes"}));
 }
 
 TEST(CsvReaderTest, EmptyOrDegenerateFiles) {
   const std::string empty = Write("empty.csv", "");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(empty).status(), {empty, "no data rows"}));
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(empty).status(), {empty, "no data rows"}));
   const std::string header_only = Write("header.csv", "label,x\n");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(header_only).status(), {header_only, "no data rows"}));
+  EXPECT_TRUE(IsInvalid(data::ReadCsvDataset(header_only).status(), {header_only, "no data rows"}));
   const std::string one_column = Write("one.csv", "1\n2\n");
-  EXPECT_TRUE(IsInvalid(ReadCsvDataset(one_column).status(), {one_column, "line 1", "1 column"}));
+  EXPECT_TRUE(
+      IsInvalid(data::ReadCsvDataset(one_column).status(), {one_column, "line 1", "1 column"}));
 }
 
 TEST(CsvReaderTest, MissingFile) {
   const std::string path = absl::StrCat(testing::TempDir(), "no-such.csv");
-  const absl::Status status = ReadCsvDataset(path).status();
+  const absl::Status status = data::ReadCsvDataset(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), path)) << status;
 }

@@ -99,7 +99,7 @@ struct SmallPair {
   std::string labels = Idx(0x08, {3}, Labels({0, 9, 4}));
 };
 
-void ExpectSmallPair(const absl::StatusOr<Dataset>& data) {
+void ExpectSmallPair(const absl::StatusOr<data::Dataset>& data) {
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_examples, 3);
   EXPECT_EQ(data->feature_dim, 4);
@@ -114,33 +114,33 @@ void ExpectSmallPair(const absl::StatusOr<Dataset>& data) {
 
 TEST(IdxReaderTest, ReadsRawFiles) {
   SmallPair pair;
-  ExpectSmallPair(ReadIdxDataset(Write("images", pair.images), Write("labels", pair.labels)));
+  ExpectSmallPair(data::ReadIdxDataset(Write("images", pair.images), Write("labels", pair.labels)));
 }
 
 TEST(IdxReaderTest, ReadsGzipFiles) {
   SmallPair pair;
-  ExpectSmallPair(
-      ReadIdxDataset(Write("images.gz", Gzip(pair.images)), Write("labels.gz", Gzip(pair.labels))));
+  ExpectSmallPair(data::ReadIdxDataset(Write("images.gz", Gzip(pair.images)),
+                                       Write("labels.gz", Gzip(pair.labels))));
 }
 
 TEST(IdxReaderTest, DetectsGzipByMagicNotByName) {
   SmallPair pair;
-  ExpectSmallPair(
-      ReadIdxDataset(Write("images.idx", Gzip(pair.images)), Write("labels.gz", pair.labels)));
+  ExpectSmallPair(data::ReadIdxDataset(Write("images.idx", Gzip(pair.images)),
+                                       Write("labels.gz", pair.labels)));
 }
 
 TEST(IdxReaderTest, ScalesBytesToUnitInterval) {
   const std::string images = Idx(0x08, {1, 3}, std::string("\x00\x33\xff", 3));
-  const absl::StatusOr<Dataset> data =
-      ReadIdxDataset(Write("images", images), Write("labels", Idx(0x08, {1}, Labels({1}))));
+  const absl::StatusOr<data::Dataset> data =
+      data::ReadIdxDataset(Write("images", images), Write("labels", Idx(0x08, {1}, Labels({1}))));
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->features, (std::vector<float>{0.0f, 0.2f, 1.0f}));
 }
 
 TEST(IdxReaderTest, FeatureDimIsProductOfTrailingDims) {
-  const absl::StatusOr<Dataset> data =
-      ReadIdxDataset(Write("images", Idx(0x08, {2, 3, 4, 5}, Pixels(120))),
-                     Write("labels", Idx(0x08, {2}, Labels({1, 2}))));
+  const absl::StatusOr<data::Dataset> data =
+      data::ReadIdxDataset(Write("images", Idx(0x08, {2, 3, 4, 5}, Pixels(120))),
+                           Write("labels", Idx(0x08, {2}, Labels({1, 2}))));
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_examples, 2);
   EXPECT_EQ(data->feature_dim, 60);
@@ -149,12 +149,12 @@ TEST(IdxReaderTest, FeatureDimIsProductOfTrailingDims) {
 TEST(IdxReaderTest, HonoursNumClasses) {
   const std::string images = Write("images", Idx(0x08, {2, 1}, Pixels(2)));
   const std::string labels = Write("labels", Idx(0x08, {2}, Labels({15, 3})));
-  const absl::StatusOr<Dataset> data = ReadIdxDataset(images, labels, 16);
+  const absl::StatusOr<data::Dataset> data = data::ReadIdxDataset(images, labels, 16);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_classes, 16);
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(images, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(images, labels).status(),
                         {labels, "label 15 out of range at byte offset 8"}));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(images, labels, 0).status(), {"num_classes"}));
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(images, labels, 0).status(), {"num_classes"}));
 }
 
 TEST(IdxReaderTest, BadMagic) {
@@ -163,18 +163,18 @@ TEST(IdxReaderTest, BadMagic) {
   images[1] = 0x03;
   const std::string labels = Write("labels", pair.labels);
   for (const std::string& path : {Write("images", images), Write("images.gz", Gzip(images))}) {
-    EXPECT_TRUE(IsInvalid(ReadIdxDataset(path, labels).status(),
+    EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(path, labels).status(),
                           {path, "bad magic at byte offset 0", "00 03 08 03"}));
   }
   // A text file is not an IDX file either.
   const std::string text = Write("text", "hello, world\n");
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(text, labels).status(), {text, "bad magic"}));
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(text, labels).status(), {text, "bad magic"}));
 }
 
 TEST(IdxReaderTest, UnsupportedElementType) {
   const std::string images = Write("images", Idx(0x0d, {3, 2, 2}, std::string(48, '\0')));
   const std::string labels = Write("labels", SmallPair().labels);
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(images, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(images, labels).status(),
                         {images, "unsupported element type 0x0d at byte offset 2"}));
 }
 
@@ -183,30 +183,31 @@ TEST(IdxReaderTest, WrongRank) {
   const std::string images = Write("images", pair.images);
   const std::string labels = Write("labels", pair.labels);
   const std::string flat_images = Write("flat", Idx(0x08, {3}, Pixels(3)));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(flat_images, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(flat_images, labels).status(),
                         {flat_images, "unsupported rank 1 at byte offset 3"}));
   const std::string matrix_labels = Write("matrix", Idx(0x08, {3, 1}, Labels({0, 1, 2})));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(images, matrix_labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(images, matrix_labels).status(),
                         {matrix_labels, "unsupported rank 2 at byte offset 3"}));
   // Swapped arguments are caught by rank, before any data is read.
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(labels, images).status(), {labels, "byte offset 3"}));
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(labels, images).status(), {labels, "byte offset 3"}));
 }
 
 TEST(IdxReaderTest, TruncatedHeader) {
   const std::string labels = Write("labels", SmallPair().labels);
   const std::string empty = Write("empty", "");
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(empty, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(empty, labels).status(),
                         {empty, "truncated at byte offset 0: expected 4 bytes of header"}));
   const std::string short_magic = Write("short_magic", std::string("\0\0\x08", 3));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(short_magic, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(short_magic, labels).status(),
                         {short_magic, "truncated at byte offset 3"}));
   // Rank 3 promises 12 bytes of dimensions; 6 arrive.
   const std::string short_dims = Write("short_dims", Idx(0x08, {3, 2, 2}, "").substr(0, 10));
   EXPECT_TRUE(
-      IsInvalid(ReadIdxDataset(short_dims, labels).status(),
+      IsInvalid(data::ReadIdxDataset(short_dims, labels).status(),
                 {short_dims, "truncated at byte offset 10: expected 12 bytes of header (3 dim"}));
   const std::string gz = Write("short_dims.gz", Gzip(Idx(0x08, {3, 2, 2}, "").substr(0, 10)));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(gz, labels).status(), {gz, "truncated at byte offset 10"}));
+  EXPECT_TRUE(
+      IsInvalid(data::ReadIdxDataset(gz, labels).status(), {gz, "truncated at byte offset 10"}));
 }
 
 TEST(IdxReaderTest, TruncatedData) {
@@ -215,12 +216,12 @@ TEST(IdxReaderTest, TruncatedData) {
   const std::string labels = Write("labels", SmallPair().labels);
   for (const std::string& path : {Write("images", images), Write("images.gz", Gzip(images))}) {
     EXPECT_TRUE(
-        IsInvalid(ReadIdxDataset(path, labels).status(),
+        IsInvalid(data::ReadIdxDataset(path, labels).status(),
                   {path, "truncated at byte offset 2016: expected 2352 bytes of image data"}));
   }
   const std::string short_labels = Write("short_labels", Idx(0x08, {3}, Labels({1, 2})));
   const std::string full_images = Write("full_images", Idx(0x08, {3, 28, 28}, Pixels(2352)));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(full_images, short_labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(full_images, short_labels).status(),
                         {short_labels, "truncated at byte offset 10: expected 3 bytes of label"}));
 }
 
@@ -230,11 +231,11 @@ TEST(IdxReaderTest, TruncatedGzipStream) {
   const std::string packed = Gzip(images);
   // Cut in the middle of the compressed data.
   const std::string half = Write("half.gz", packed.substr(0, packed.size() / 2));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(half, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(half, labels).status(),
                         {half, "truncated at byte offset", "gzip stream ends early"}));
   // All data present, only the CRC/size trailer lost.
   const std::string no_trailer = Write("no_trailer.gz", packed.substr(0, packed.size() - 8));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(no_trailer, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(no_trailer, labels).status(),
                         {no_trailer, "truncated gzip stream at byte offset 39216", "trailer"}));
 }
 
@@ -250,7 +251,7 @@ TEST(IdxReaderTest, CorruptGzipData) {
   bad_crc[bad_crc.size() - 8] ^= 0x01;
   for (const std::string& path :
        {Write("bad_stream.gz", bad_stream), Write("bad_crc.gz", bad_crc)}) {
-    EXPECT_TRUE(IsInvalid(ReadIdxDataset(path, labels).status(),
+    EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(path, labels).status(),
                           {path, "corrupt gzip data at byte offset", "of the compressed file"}));
   }
 }
@@ -258,10 +259,10 @@ TEST(IdxReaderTest, CorruptGzipData) {
 TEST(IdxReaderTest, LabelOutOfRange) {
   const std::string images = Write("images", Idx(0x08, {5, 1}, Pixels(5)));
   const std::string labels = Write("labels", Idx(0x08, {5}, Labels({1, 2, 3, 10, 4})));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(images, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(images, labels).status(),
                         {labels, "label 10 out of range at byte offset 11: num_classes is 10"}));
   const std::string gz = Write("labels.gz", Gzip(Idx(0x08, {5}, Labels({1, 2, 3, 4, 255}))));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(images, gz).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(images, gz).status(),
                         {gz, "label 255 out of range at byte offset 12"}));
 }
 
@@ -269,7 +270,7 @@ TEST(IdxReaderTest, CountMismatch) {
   const std::string images = Write("images", SmallPair().images);
   const std::string labels = Write("labels", Idx(0x08, {4}, Labels({0, 1, 2, 3})));
   EXPECT_TRUE(
-      IsInvalid(ReadIdxDataset(images, labels).status(),
+      IsInvalid(data::ReadIdxDataset(images, labels).status(),
                 {labels, "count mismatch at byte offset 4", "4 labels", images, "3 images"}));
 }
 
@@ -277,7 +278,7 @@ TEST(IdxReaderTest, TrailingData) {
   SmallPair pair;
   const std::string images = Write("images", pair.images + "xyz");
   const std::string labels = Write("labels", pair.labels);
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(images, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(images, labels).status(),
                         {images, "unexpected data at byte offset 28"}));
 }
 
@@ -285,47 +286,47 @@ TEST(IdxReaderTest, MissingFile) {
   const std::string labels = Write("labels", SmallPair().labels);
   const std::string images = Write("images", SmallPair().images);
   const std::string missing = TempPath("no-such-file.gz");
-  EXPECT_TRUE(
-      IsError(ReadIdxDataset(missing, labels).status(), absl::StatusCode::kNotFound, {missing}));
-  EXPECT_TRUE(
-      IsError(ReadIdxDataset(images, missing).status(), absl::StatusCode::kNotFound, {missing}));
+  EXPECT_TRUE(IsError(data::ReadIdxDataset(missing, labels).status(), absl::StatusCode::kNotFound,
+                      {missing}));
+  EXPECT_TRUE(IsError(data::ReadIdxDataset(images, missing).status(), absl::StatusCode::kNotFound,
+                      {missing}));
 }
 
 TEST(IdxReaderTest, DirectoryIsAnError) {
   const std::string labels = Write("labels", SmallPair().labels);
   const std::string dir = TempPath("a_directory");
   std::filesystem::create_directories(dir);
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(dir, labels).status(), {dir}));
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(dir, labels).status(), {dir}));
 }
 
 TEST(IdxReaderTest, HugeDimensionsFailWithoutAllocating) {
   const std::string labels = Write("labels", SmallPair().labels);
   // 2^32 - 1 cubed would overflow int64.
   const std::string absurd = Write("absurd", Idx(0x08, {0xffffffff, 0xffffffff, 0xffffffff}, ""));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(absurd, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(absurd, labels).status(),
                         {absurd, "dimension 1 (4294967295) too large at byte offset 8"}));
   // Within the limit, but the data is not there: nothing is sized from the
   // claimed counts before the bytes arrive.
   const std::string many_images = Write("many_images", Idx(0x08, {0xffffffff, 1}, Pixels(10)));
   const std::string many_labels = Write("many_labels", Idx(0x08, {0xffffffff}, Labels({1, 2})));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(many_images, many_labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(many_images, many_labels).status(),
                         {many_labels, "truncated at byte offset 10: expected 4294967295 bytes"}));
   // Plausible, in range, but the data is not there: a truncation error, found
   // without first allocating 7.8e8 values.
   const std::string labels_big =
       Write("labels_big", Idx(0x08, {1000000}, std::string(1000000, '\x01')));
   const std::string hollow = Write("hollow", Idx(0x08, {1000000, 28, 28}, Pixels(100)));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(hollow, labels_big).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(hollow, labels_big).status(),
                         {hollow, "truncated at byte offset 116: expected 784000000 bytes"}));
 }
 
 TEST(IdxReaderTest, ZeroDimension) {
   const std::string labels = Write("labels", SmallPair().labels);
   const std::string no_examples = Write("no_examples", Idx(0x08, {0, 2, 2}, ""));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(no_examples, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(no_examples, labels).status(),
                         {no_examples, "dimension 0 is 0 at byte offset 4"}));
   const std::string flat = Write("flat", Idx(0x08, {3, 0, 2}, ""));
-  EXPECT_TRUE(IsInvalid(ReadIdxDataset(flat, labels).status(),
+  EXPECT_TRUE(IsInvalid(data::ReadIdxDataset(flat, labels).status(),
                         {flat, "dimension 1 is 0 at byte offset 8"}));
 }
 
@@ -338,21 +339,22 @@ TEST(IdxReaderTest, LoadMnistStyleUsesStandardNames) {
   // The test split unpacked: used when no .gz is there.
   Write("mnist/t10k-images-idx3-ubyte", Idx(0x08, {1, 2, 2}, Pixels(4)));
   Write("mnist/t10k-labels-idx1-ubyte", Idx(0x08, {1}, Labels({7})));
-  ExpectSmallPair(LoadMnistStyle(dir, /*train=*/true));
-  const absl::StatusOr<Dataset> test = LoadMnistStyle(dir + "/", /*train=*/false);
+  ExpectSmallPair(data::LoadMnistStyle(dir, /*train=*/true));
+  const absl::StatusOr<data::Dataset> test = data::LoadMnistStyle(dir + "/", /*train=*/false);
   ASSERT_TRUE(test.ok()) << test.status();
   EXPECT_EQ(test->labels, std::vector<int32_t>{7});
 
   const std::string missing = TempPath("no-such-dir");
-  EXPECT_TRUE(IsError(LoadMnistStyle(missing, true).status(), absl::StatusCode::kNotFound,
+  EXPECT_TRUE(IsError(data::LoadMnistStyle(missing, true).status(), absl::StatusCode::kNotFound,
                       {missing + "/train-images-idx3-ubyte.gz"}));
 }
 
 TEST(IdxReaderTest, RealFashionMnistTestSplit) {
-  if (!std::filesystem::exists(kFashionMnistDir)) {
-    GTEST_SKIP() << kFashionMnistDir << " is missing (Debian package dataset-fashion-mnist)";
+  if (!std::filesystem::exists(data::kFashionMnistDir)) {
+    GTEST_SKIP() << data::kFashionMnistDir << " is missing (Debian package dataset-fashion-mnist)";
   }
-  const absl::StatusOr<Dataset> data = LoadMnistStyle(kFashionMnistDir, /*train=*/false);
+  const absl::StatusOr<data::Dataset> data =
+      data::LoadMnistStyle(data::kFashionMnistDir, /*train=*/false);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_examples, 10000);
   EXPECT_EQ(data->feature_dim, 784);

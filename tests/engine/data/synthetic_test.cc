@@ -14,13 +14,13 @@
 namespace ampd::engine {
 namespace {
 
-Dataset Make(const SyntheticSpec& spec) {
-  absl::StatusOr<Dataset> data = MakeSyntheticDataset(spec);
+data::Dataset Make(const data::SyntheticSpec& spec) {
+  absl::StatusOr<data::Dataset> data = data::MakeSyntheticDataset(spec);
   EXPECT_TRUE(data.ok()) << data.status();
-  return data.ok() ? *std::move(data) : Dataset();
+  return data.ok() ? *std::move(data) : data::Dataset();
 }
 
-bool SameBytes(const Dataset& a, const Dataset& b) {
+bool SameBytes(const data::Dataset& a, const data::Dataset& b) {
   return a.num_examples == b.num_examples && a.feature_dim == b.feature_dim &&
          a.num_classes == b.num_classes && a.features.size() == b.features.size() &&
          a.labels.size() == b.labels.size() &&
@@ -30,8 +30,8 @@ bool SameBytes(const Dataset& a, const Dataset& b) {
 }
 
 TEST(SyntheticTest, ShapeAndRanges) {
-  const SyntheticSpec spec;  // the defaults: 1024 x 32, 4 classes
-  const Dataset data = Make(spec);
+  const data::SyntheticSpec spec;  // the defaults: 1024 x 32, 4 classes
+  const data::Dataset data = Make(spec);
   EXPECT_EQ(data.num_examples, 1024);
   EXPECT_EQ(data.feature_dim, 32);
   EXPECT_EQ(data.num_classes, 4);
@@ -54,7 +54,7 @@ TEST(SyntheticTest, ShapeAndRanges) {
 }
 
 TEST(SyntheticTest, SameSpecSameBytes) {
-  SyntheticSpec spec;
+  data::SyntheticSpec spec;
   spec.seed = 42;
   EXPECT_TRUE(SameBytes(Make(spec), Make(spec)));
 }
@@ -62,12 +62,12 @@ TEST(SyntheticTest, SameSpecSameBytes) {
 TEST(SyntheticTest, KnownValuesAreStable) {
   // Pins the generator: a change here silently changes every experiment and
   // checkpoint that names a synthetic set by its spec.
-  SyntheticSpec spec;
+  data::SyntheticSpec spec;
   spec.num_examples = 4;
   spec.feature_dim = 3;
   spec.num_classes = 3;
   spec.seed = 7;
-  const Dataset data = Make(spec);
+  const data::Dataset data = Make(spec);
   uint64_t hash = 1469598103934665603ULL;  // FNV-1a over the raw bytes
   auto mix = [&](const void* p, size_t n) {
     for (size_t i = 0; i < n; ++i)
@@ -79,20 +79,20 @@ TEST(SyntheticTest, KnownValuesAreStable) {
 }
 
 TEST(SyntheticTest, DifferentSeedsDiffer) {
-  SyntheticSpec a, b;
+  data::SyntheticSpec a, b;
   a.seed = 1;
   b.seed = 2;
-  const Dataset x = Make(a), y = Make(b);
+  const data::Dataset x = Make(a), y = Make(b);
   EXPECT_NE(x.features, y.features);
   EXPECT_NE(x.labels, y.labels);
 }
 
 TEST(SyntheticTest, SmallerSetIsPrefixOfLarger) {
-  SyntheticSpec small, large;
+  data::SyntheticSpec small, large;
   small.num_examples = 100;
   large.num_examples = 300;
   small.seed = large.seed = 5;
-  const Dataset a = Make(small), b = Make(large);
+  const data::Dataset a = Make(small), b = Make(large);
   EXPECT_EQ(a.features, std::vector<float>(b.features.begin(), b.features.begin() + 100 * 32));
   EXPECT_EQ(a.labels, std::vector<int32_t>(b.labels.begin(), b.labels.begin() + 100));
 }
@@ -101,12 +101,12 @@ TEST(SyntheticTest, UsesAllClasses) {
   for (const auto& [n, d, k] : std::vector<std::tuple<int64_t, int64_t, int>>{
            {1024, 32, 4}, {2000, 64, 10}, {500, 2, 3}, {1000, 4, 8}}) {
     for (uint64_t seed : {0, 1, 2, 3}) {
-      SyntheticSpec spec;
+      data::SyntheticSpec spec;
       spec.num_examples = n;
       spec.feature_dim = d;
       spec.num_classes = k;
       spec.seed = seed;
-      const Dataset data = Make(spec);
+      const data::Dataset data = Make(spec);
       std::vector<int64_t> count(k, 0);
       for (int32_t label : data.labels) ++count[label];
       for (int c = 0; c < k; ++c) {
@@ -121,8 +121,8 @@ TEST(SyntheticTest, UsesAllClasses) {
 // A linear teacher makes the set linearly separable: a few perceptron epochs
 // (no bias, matching the teacher) fit it almost perfectly.
 TEST(SyntheticTest, IsLearnableByALinearModel) {
-  const SyntheticSpec spec;
-  const Dataset data = Make(spec);
+  const data::SyntheticSpec spec;
+  const data::Dataset data = Make(spec);
   const int64_t d = data.feature_dim;
   std::vector<double> w(static_cast<size_t>(data.num_classes * d), 0.0);
   auto predict = [&](int64_t i) {
@@ -156,7 +156,7 @@ TEST(SyntheticTest, IsLearnableByALinearModel) {
 
 TEST(SyntheticTest, InvalidSpecNamesTheField) {
   const struct {
-    SyntheticSpec spec;
+    data::SyntheticSpec spec;
     const char* field;
   } cases[] = {
       {{0, 32, 4, 0}, "num_examples"}, {{-5, 32, 4, 0}, "num_examples"},
@@ -164,17 +164,17 @@ TEST(SyntheticTest, InvalidSpecNamesTheField) {
       {{10, 32, 0, 0}, "num_classes"}, {{10, 32, -3, 0}, "num_classes"},
   };
   for (const auto& c : cases) {
-    const absl::Status status = MakeSyntheticDataset(c.spec).status();
+    const absl::Status status = data::MakeSyntheticDataset(c.spec).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_TRUE(absl::StrContains(status.message(), c.field)) << status;
   }
 }
 
 TEST(SyntheticTest, AbsurdSizeFailsWithoutAllocating) {
-  SyntheticSpec spec;
+  data::SyntheticSpec spec;
   spec.num_examples = int64_t{1} << 40;
   spec.feature_dim = int64_t{1} << 30;
-  const absl::Status status = MakeSyntheticDataset(spec).status();
+  const absl::Status status = data::MakeSyntheticDataset(spec).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "num_examples * feature_dim")) << status;
 }

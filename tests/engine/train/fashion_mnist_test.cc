@@ -15,16 +15,16 @@ namespace {
 class FashionMnistTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto train = LoadMnistStyle(kFashionMnistDir, true);
-    auto test = LoadMnistStyle(kFashionMnistDir, false);
+    auto train = data::LoadMnistStyle(data::kFashionMnistDir, true);
+    auto test = data::LoadMnistStyle(data::kFashionMnistDir, false);
     if (!train.ok() || !test.ok()) {
       skip_reason_ = new std::string(
           std::string("Fashion-MNIST not available (install dataset-fashion-mnist): ") +
           std::string(train.ok() ? test.status().message() : train.status().message()));
       return;
     }
-    train_ = new Dataset(*std::move(train));
-    test_ = new Dataset(*std::move(test));
+    train_ = new data::Dataset(*std::move(train));
+    test_ = new data::Dataset(*std::move(test));
   }
 
   static TrainerConfig Config(const std::string& precision) {
@@ -43,8 +43,8 @@ class FashionMnistTest : public ::testing::Test {
     return c;
   }
 
-  static inline Dataset* train_ = nullptr;
-  static inline Dataset* test_ = nullptr;
+  static inline data::Dataset* train_ = nullptr;
+  static inline data::Dataset* test_ = nullptr;
   static inline std::string* skip_reason_ = nullptr;
 };
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/data/dataset.h"
-#include "engine/amp/precision.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/fake_device_backend.h"
@@ -30,7 +30,7 @@ testing::FakeDeviceBackend& Fake() {
   return *fake;
 }
 
-const Dataset& Data() { return testing::SyntheticData(512, 24, 5, 9); }
+const data::Dataset& Data() { return testing::SyntheticData(512, 24, 5, 9); }
 
 TrainerConfig Config(const std::string& precision, OptimizerSpec::Kind kind, Device device) {
   TrainerConfig c = testing::MlpTrainerConfig(24, {32, 16}, 5, precision, device);

@@ -48,11 +48,11 @@ std::vector<std::vector<uint8_t>> ParamBytes(Trainer& t) {
 }
 
 void CheckResumeIsExact(const std::string& precision, OptimizerSpec::Kind kind) {
-  SyntheticSpec spec;
+  data::SyntheticSpec spec;
   spec.num_examples = 200;  // not a multiple of the batch: epochs wrap mid-run
   spec.feature_dim = 16;
   spec.num_classes = 4;
-  Dataset data = *MakeSyntheticDataset(spec);
+  data::Dataset data = *data::MakeSyntheticDataset(spec);
   const TrainerConfig config = Config(precision, kind);
 
   auto full = *Trainer::Create(config, &data, nullptr);
@@ -90,10 +90,10 @@ TEST(TrainerStateTest, ResumeIsBitwiseExactInEveryKindOfMode) {
 }
 
 TEST(TrainerStateTest, StateCarriesTheOptimizerAndMasterTensors) {
-  SyntheticSpec spec;
+  data::SyntheticSpec spec;
   spec.feature_dim = 16;
   spec.num_classes = 4;
-  Dataset data = *MakeSyntheticDataset(spec);
+  data::Dataset data = *data::MakeSyntheticDataset(spec);
   auto t = *Trainer::Create(Config("O2", OptimizerSpec::Kind::kAdamW), &data, nullptr);
   t->RunStep();
   TrainerState s = t->SaveState();
@@ -110,10 +110,10 @@ TEST(TrainerStateTest, StateCarriesTheOptimizerAndMasterTensors) {
 }
 
 TEST(TrainerStateTest, LoadRejectsAStateFromAnotherModel) {
-  SyntheticSpec spec;
+  data::SyntheticSpec spec;
   spec.feature_dim = 16;
   spec.num_classes = 4;
-  Dataset data = *MakeSyntheticDataset(spec);
+  data::Dataset data = *data::MakeSyntheticDataset(spec);
   TrainerConfig small = Config("32-true", OptimizerSpec::Kind::kAdamW);
   TrainerConfig wide = small;
   std::get<MlpSpec>(wide.model).hidden = {64, 32};

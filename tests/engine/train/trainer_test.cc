@@ -12,16 +12,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "engine/data/dataset.h"
-#include "engine/core/half.h"
 #include "engine/amp/precision.h"
+#include "engine/core/half.h"
+#include "engine/data/dataset.h"
 #include "gtest/gtest.h"
 #include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
 namespace {
 
-const Dataset& Data() { return testing::SyntheticData(1024, 32, 4, 5); }
+const data::Dataset& Data() { return testing::SyntheticData(1024, 32, 4, 5); }
 
 TrainerConfig Config(const std::string& precision, uint64_t seed = 1) {
   TrainerConfig c;
@@ -41,7 +41,7 @@ TrainerConfig Config(const std::string& precision, uint64_t seed = 1) {
   return c;
 }
 
-std::unique_ptr<Trainer> Make(const TrainerConfig& c, const Dataset* test = nullptr) {
+std::unique_ptr<Trainer> Make(const TrainerConfig& c, const data::Dataset* test = nullptr) {
   absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c, &Data(), test);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *std::move(t) : nullptr;
@@ -275,7 +275,7 @@ TEST(TrainerTest, CreateChecksTheModelAgainstTheData) {
   EXPECT_TRUE(absl::StrContains(t.status().message(), "32")) << t.status();
 
   // A test set of another width is caught too.
-  Dataset narrow = Data();
+  data::Dataset narrow = Data();
   narrow.feature_dim = 16;
   narrow.num_examples = 10;
   narrow.features.resize(160);
@@ -312,7 +312,7 @@ TEST(TrainerTest, NonFiniteGradientsAreNeverAppliedWithoutAScaler) {
   // A NaN feature in every example: every gradient of fc1.weight (and, through
   // the activations, every later one) is NaN. 32-true has no loss scaler, yet
   // the step must be skipped and reported like a scaler's skip.
-  Dataset poisoned = Data();
+  data::Dataset poisoned = Data();
   for (int64_t i = 0; i < poisoned.num_examples; ++i) {
     poisoned.features[static_cast<size_t>(i * poisoned.feature_dim + 3)] = NAN;
   }
@@ -395,7 +395,7 @@ TEST(TrainerTest, Bf16TrueTrains) {
 }
 
 TEST(TrainerTest, MixedModesTrainAndEvaluate) {
-  Dataset test = Data();
+  data::Dataset test = Data();
   for (const char* mode : {"16-mixed", "bf16-mixed"}) {
     SCOPED_TRACE(mode);
     TrainerConfig c = Config(mode, 9);
