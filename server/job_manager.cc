@@ -14,10 +14,10 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error_subject.h"
-#include "engine/train/explain.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/tensorboard.h"
 #include "engine/nn/model.h"
+#include "engine/train/explain.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/jobs/job_runner.h"
 #include "server/log.h"
@@ -114,10 +114,6 @@ absl::Status JobManager::CheckConfined(const v1::DataSpec& data, const std::stri
   return absl::OkStatus();
 }
 
-std::string JobManager::CheckpointDir(const std::string& id) const {
-  return options_.data_root + "/checkpoints/" + id;
-}
-
 std::string JobManager::IdFromName(const std::string& name) {
   const std::string prefix = "jobs/";
   return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
@@ -191,7 +187,7 @@ void JobManager::Recover() {
     // training is deterministic).
     std::vector<std::string> warnings;
     std::optional<engine::io::LoadedCheckpoint> checkpoint =
-        engine::io::LoadLatestCheckpoint(CheckpointDir(id), &warnings);
+        engine::io::LoadLatestCheckpoint(jobs::CheckpointDir(options_.data_root, id), &warnings);
     for (const std::string& w : warnings)
       LogWarning("unusable checkpoint", {{"job", id}, {"detail", w}});
     const int64_t resume_step = checkpoint ? checkpoint->state.step : 0;
@@ -322,8 +318,8 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
       auto existing = jobs_.find(it->second);
       if (existing != jobs_.end()) {
         if (existing->second->job.spec().SerializeAsString() != spec.SerializeAsString()) {
-          return engine::FieldError("request_id", "already used for a different job spec (job " +
-                                                      it->second + ")");
+          return engine::FieldError(
+              "request_id", "already used for a different job spec (job " + it->second + ")");
         }
         return existing->second->job;
       }
@@ -456,8 +452,8 @@ absl::Status JobManager::Delete(const std::string& id) {
     const std::string job_id = JobManager::IdFromName(id);
     std::error_code ec;
     for (const std::string& dir :
-         {CheckpointDir(job_id), options_.data_root + "/tensorboard/" + job_id,
-          options_.data_root + "/jobs/" + job_id}) {
+         {jobs::CheckpointDir(options_.data_root, job_id),
+          options_.data_root + "/tensorboard/" + job_id, options_.data_root + "/jobs/" + job_id}) {
       std::filesystem::remove_all(dir, ec);
     }
   }
@@ -690,7 +686,7 @@ void JobManager::Shutdown() {
   // Every stream re-checks its job: ended ones finish, the rest are told the
   // server is going away.
   for (auto& job : touched) Notify(*job);
-  fanout_.Stop();  // after delivering what is pending
+  fanout_.Stop();                      // after delivering what is pending
   if (persister_) persister_->Stop();  // and a last flush
 }
 

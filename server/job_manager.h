@@ -121,7 +121,6 @@ class JobManager {
   std::vector<jobs::PendingWrite> CollectChanges();
   void WriteFailed(const jobs::PendingWrite& w);
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
-  std::string CheckpointDir(const std::string& id) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.
   absl::Status CheckConfined(const ampd::v1::DataSpec& data, const std::string& owner) const;
 

@@ -29,8 +29,6 @@
 
 namespace ampd::engine {
 
-inline constexpr int kNumDevices = static_cast<int>(Device::kCuda) + 1;
-
 // Whether some kernel file registered `op` for `device`; and whether `op` is
 // one of the registry's at all (registered for some device: the CPU, its
 // reference, at least). Ops that are not are Backend methods, which every
@@ -115,7 +113,7 @@ typename K::Fn Kernel(Device device) {
 #define AMPD_KERNEL_CONCAT_INNER(a, b) a##b
 #define AMPD_KERNEL_CONCAT(a, b) AMPD_KERNEL_CONCAT_INNER(a, b)
 // At namespace scope in a kernel file (its target is alwayslink).
-#define AMPD_REGISTER_KERNEL(K, device, fn)                                        \
+#define AMPD_REGISTER_KERNEL(K, device, fn)                                       \
   [[maybe_unused]] static const bool AMPD_KERNEL_CONCAT(kRegistered_, __LINE__) = \
       ::ampd::engine::RegisterKernel<K>(device, fn)
 

@@ -7,8 +7,6 @@
 namespace ampd::engine {
 namespace {
 
-constexpr int kNumDevices = static_cast<int>(Device::kCuda) + 1;
-
 std::array<DeviceMemory*, kNumDevices>& Registered() {
   static std::array<DeviceMemory*, kNumDevices> registered{};
   return registered;

@@ -14,6 +14,7 @@ struct Node;
 class Tensor;
 
 enum class Device { kCpu, kCuda };
+inline constexpr int kNumDevices = static_cast<int>(Device::kCuda) + 1;
 
 // The shared state behind a Tensor handle. Contiguous row-major storage.
 struct TensorImpl {

@@ -9,7 +9,6 @@
 namespace ampd::engine {
 
 using ops_internal::AsDType;
-using ops_internal::ReduceTo;
 
 Tensor Cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;

@@ -4,13 +4,8 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/dropout.h"
 #include "engine/ops/autocast.h"
-#include "engine/ops/cast.h"
-#include "engine/ops/grad_util.h"
 
 namespace ampd::engine {
-
-using ops_internal::AsDType;
-using ops_internal::ReduceTo;
 
 Tensor Dropout(Tensor x, double p, uint64_t seed, bool training) {
   if (!training || p == 0.0) return x;

@@ -3,7 +3,6 @@
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
 #include "engine/ops/autocast.h"
-#include "engine/ops/cast.h"
 #include "engine/ops/grad_util.h"
 
 namespace ampd::engine {

@@ -3,13 +3,8 @@
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
 #include "engine/ops/autocast.h"
-#include "engine/ops/cast.h"
-#include "engine/ops/grad_util.h"
 
 namespace ampd::engine {
-
-using ops_internal::AsDType;
-using ops_internal::ReduceTo;
 
 Tensor Embedding(Tensor table, const std::vector<int32_t>& ids) {
   OpDispatch d(OpId::kEmbedding, {&table});

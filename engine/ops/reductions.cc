@@ -3,21 +3,16 @@
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
 #include "engine/ops/autocast.h"
-#include "engine/ops/cast.h"
-#include "engine/ops/grad_util.h"
 
 namespace ampd::engine {
-
-using ops_internal::AsDType;
-using ops_internal::ReduceTo;
 
 Tensor Sum(Tensor x) {
   OpDispatch d(OpId::kSum, {&x});
   Tensor y = BackendOf(x).SumAll(x, d.compute_dtype());
   d.Finish(y);
   return Record(y, OpId::kSum, {x}, [x](const Tensor& g) -> std::vector<Tensor> {
-    return {BackendOf(x).Binary(OpId::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0, x.device()),
-                                g, x.dtype())};
+    return {BackendOf(x).Binary(OpId::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0, x.device()), g,
+                                x.dtype())};
   });
 }
 

@@ -14,12 +14,11 @@ absl::StatusOr<std::unique_ptr<RunOutputs>> RunOutputs::Open(const std::string& 
   absl::StatusOr<std::unique_ptr<engine::io::EventFileWriter>> tensorboard =
       engine::io::EventFileWriter::Open(options.data_root + "/tensorboard/" + job_id);
   if (!tensorboard.ok()) {
-    return absl::Status(tensorboard.status().code(),
-                        absl::StrCat("cannot write TensorBoard logs: ",
-                                     tensorboard.status().message()));
+    return absl::Status(tensorboard.status().code(), absl::StrCat("cannot write TensorBoard logs: ",
+                                                                  tensorboard.status().message()));
   }
-  return std::unique_ptr<RunOutputs>(new RunOutputs(job_id, trainer, cancel, std::move(options),
-                                                    *std::move(tensorboard)));
+  return std::unique_ptr<RunOutputs>(
+      new RunOutputs(job_id, trainer, cancel, std::move(options), *std::move(tensorboard)));
 }
 
 RunOutputs::RunOutputs(std::string job_id, engine::Trainer* trainer,
@@ -33,8 +32,12 @@ RunOutputs::RunOutputs(std::string job_id, engine::Trainer* trainer,
       last_checkpoint_(options_.now()),
       last_checkpoint_step_(trainer->steps_done()) {}
 
+std::string CheckpointDir(const std::string& data_root, const std::string& job_id) {
+  return data_root + "/checkpoints/" + job_id;
+}
+
 std::string RunOutputs::checkpoint_dir() const {
-  return options_.data_root + "/checkpoints/" + job_id_;
+  return CheckpointDir(options_.data_root, job_id_);
 }
 
 void RunOutputs::Fail(const absl::Status& s) {
@@ -84,9 +87,8 @@ absl::Status RunOutputs::Finish(bool cancelled) {
   if (error_.ok()) {
     absl::Status s = tensorboard_->Close();
     if (s.ok() && !cancelled) {
-      s = engine::io::WriteModelWeights(options_.data_root + "/jobs/" + job_id_ +
-                                            "/model.safetensors",
-                                        trainer_->SaveState());
+      s = engine::io::WriteModelWeights(
+          options_.data_root + "/jobs/" + job_id_ + "/model.safetensors", trainer_->SaveState());
     }
     if (!s.ok()) error_ = s;
   }

@@ -22,6 +22,9 @@
 
 namespace ampd::server::jobs {
 
+// Where a job's checkpoints are kept (the job manager reads them at recovery).
+std::string CheckpointDir(const std::string& data_root, const std::string& job_id);
+
 struct RunOutputOptions {
   std::string data_root = ".";
   int64_t checkpoint_every_steps = 500;  // 0: no step trigger
