@@ -37,6 +37,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/matmul.h"
 #include "engine/core/half.h"
 #include "engine/core/tensor.h"
 #include "engine/cpu/cpu_backend.h"
@@ -381,7 +382,7 @@ struct GemmTotals {
 
 int RunGemm(const Options& o) {
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  engine::Backend& be = engine::CpuBackend();
+  const auto matmul = engine::Kernel<engine::MatmulKernel>(engine::Device::kCpu);
   const std::vector<GemmShape> shapes = StepGemms(o);
   const std::vector<std::pair<DType, dnnl::memory::data_type>> dtypes = {
       {DType::kF32, dnnl::memory::data_type::f32}, {DType::kBF16, dnnl::memory::data_type::bf16}};
@@ -399,14 +400,14 @@ int RunGemm(const Options& o) {
       const Tensor b = RandomTensor(s.b_shape, dtype, 2 * si + 2);
       DirectMatmul direct(eng, s, dnnl_dt, a.raw(), b.raw());
       auto engine_call = [&] {
-        Tensor c = be.Matmul(a, b, s.trans_a, s.trans_b, dtype);
+        Tensor c = matmul(a, b, s.trans_a, s.trans_b, dtype);
         if (c.numel() != s.m * s.n) std::abort();
       };
       auto direct_call = [&] { direct.Run(); };
       // Warm both (JIT, primitive cache, page faults), check they agree, calibrate.
       engine_call();
       direct.Run();
-      const Tensor check = be.Matmul(a, b, s.trans_a, s.trans_b, dtype);
+      const Tensor check = matmul(a, b, s.trans_a, s.trans_b, dtype);
       const bool same = check.nbytes() == direct.dst().size() &&
                         std::memcmp(check.raw(), direct.dst().data(), check.nbytes()) == 0;
       const double once = std::max(TimePerCall(direct_call, 1), 1e-7);

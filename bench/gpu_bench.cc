@@ -35,6 +35,7 @@
 #include "absl/strings/numbers.h"
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/matmul.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
@@ -101,7 +102,7 @@ double BenchGemm(engine::Backend& gpu, int64_t size) {
   };
   auto time_engine = [&](int reps) {
     const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) gpu.Matmul(a, b, false, true, DType::kBF16);
+    for (int i = 0; i < reps; ++i) engine::Kernel<engine::MatmulKernel>(engine::Device::kCuda)(a, b, false, true, DType::kBF16);
     engine::cuda::SynchronizeThisThread();
     return Seconds(t0, Clock::now()) / reps;
   };

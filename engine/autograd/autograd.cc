@@ -3,7 +3,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "engine/backend/backend.h"
+#include "engine/backend/kernels/cast.h"
+#include "engine/backend/kernels/elementwise.h"
 
 namespace ampd::engine {
 namespace {
@@ -40,7 +41,7 @@ void Accumulate(std::unordered_map<TensorImpl*, Tensor>& grads, const Tensor& ta
   if (it == grads.end()) {
     grads.emplace(target.impl(), grad);
   } else {
-    it->second = BackendOf(it->second).Binary(OpId::kAdd, it->second, grad, it->second.dtype());
+    it->second = Kernel<BinaryKernel>(it->second.device())(OpId::kAdd, it->second, grad, it->second.dtype());
   }
 }
 
@@ -86,11 +87,12 @@ void Backward(const Tensor& root, const Tensor& grad) {
           Accumulate(grads, node->inputs[i], gin[i]);
       }
     } else if (t.requires_grad()) {
-      Tensor leaf_grad = gout.dtype() == t.dtype() ? gout : BackendOf(gout).Cast(gout, t.dtype());
+      Tensor leaf_grad =
+          gout.dtype() == t.dtype() ? gout : Kernel<CastKernel>(gout.device())(gout, t.dtype());
       if (!t.grad().defined()) {
         t.set_grad(leaf_grad.grad_fn() ? leaf_grad.Detach() : leaf_grad);
       } else {
-        BackendOf(t).AddInPlace(t.grad(), leaf_grad, 1.0);
+        Kernel<AddInPlaceKernel>(t.device())(t.grad(), leaf_grad, 1.0);
       }
     }
   }

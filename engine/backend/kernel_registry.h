@@ -1,14 +1,16 @@
 #ifndef AMPD_ENGINE_BACKEND_KERNEL_REGISTRY_H_
 #define AMPD_ENGINE_BACKEND_KERNEL_REGISTRY_H_
 
-// Kernels registered per (op, device), for ops that are not Backend methods:
-// a new op adds its kernels here without touching the Backend interface, the
-// other backends or the fake device.
+// Kernels registered per (kernel, device). Every kernel of the engine is
+// reached through here: an op calls the kernel of its input's device, and a
+// new op adds its kernels without touching the Backend interface, the other
+// backends or the fake device.
 //
-// An op declares its kernel's signature once, next to its forward
-// (engine/ops/dropout.h):
+// A kernel is declared once, in engine/backend/kernels/<family>.h, by its
+// signature, its name and the ops that need it (forward or gradient):
 //   struct DropoutKernel {
-//     static constexpr OpId kOp = OpId::kDropout;
+//     static constexpr const char* kName = "dropout";
+//     static constexpr OpId kOps[] = {OpId::kDropout};
 //     using Fn = Tensor (*)(const Tensor& x, double p, uint64_t seed);
 //   };
 // each backend's kernel file registers its function for its device, typed,
@@ -16,10 +18,12 @@
 //   AMPD_REGISTER_KERNEL(DropoutKernel, Device::kCpu, CpuDropout);
 // and the op calls the kernel of its input's device:
 //   Kernel<DropoutKernel>(x.device())(x, p, seed).
-// Backend::HasKernel answers from here too, so a job whose op has no kernel
-// on its device is refused when it is created (CheckKernels).
+// An op has a kernel on a device when every kernel that lists it is
+// registered there (HasKernel); a job whose op has none on its device is
+// refused when it is created (CheckKernels in engine/train).
 
 #include <array>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -29,16 +33,14 @@
 
 namespace ampd::engine {
 
-// Whether some kernel file registered `op` for `device`; and whether `op` is
-// one of the registry's at all (registered for some device: the CPU, its
-// reference, at least). Ops that are not are Backend methods, which every
-// backend implements.
-bool KernelRegistered(OpId op, Device device);
-bool IsRegistryOp(OpId op);
-void MarkKernelRegistered(OpId op, Device device);
-// Aborts naming the op and device: a kernel was called that CheckKernels
+// Whether every kernel `op` needs is registered for `device` (false for an
+// op no kernel lists: nothing could run it).
+bool HasKernel(OpId op, Device device);
+// The name of a kernel `op` needs that `device` lacks ("" when none).
+const char* MissingKernelFor(OpId op, Device device);
+// Aborts naming the kernel and device: a kernel was called that CheckKernels
 // would have refused, which is a bug in the engine, not bad input.
-[[noreturn]] void MissingKernel(OpId op, Device device);
+[[noreturn]] void MissingKernel(const char* kernel, Device device);
 
 template <typename K>
 typename K::Fn& KernelSlot(Device device) {
@@ -48,36 +50,66 @@ typename K::Fn& KernelSlot(Device device) {
 
 // For test devices whose memory is host memory (the fake device backend):
 // every CPU kernel of the registry, run for `device` on host aliases of its
-// tensors (to_host on each Tensor argument, to_device on the result).
+// tensors (to_host on each Tensor argument, to_device on each Tensor of the
+// result), with on_call(kernel name) before each call.
 struct HostMirror {
   Tensor (*to_host)(const Tensor&) = nullptr;
   Tensor (*to_device)(Tensor) = nullptr;
+  void (*on_call)(const char* kernel) = nullptr;
 };
 void MirrorHostKernels(Device device, HostMirror mirror);
+
+// A result made of several tensors (LayerNormResult, ...) declares
+//   template <typename F> Result MapTensors(const Result& r, F f)
+// beside it, applying f to each tensor, so that the mirror can move it.
 
 namespace kernel_registry_internal {
 
 HostMirror& Mirror();
+
+template <typename T, typename = void>
+struct HasMapTensors : std::false_type {};
 template <typename T>
-T ToHost(T v) {
-  return v;
+struct HasMapTensors<T, std::void_t<decltype(MapTensors(
+                            std::declval<const T&>(), std::declval<Tensor (*)(const Tensor&)>()))>>
+    : std::true_type {};
+
+template <typename T>
+decltype(auto) ToHost(T&& v) {
+  using U = std::decay_t<T>;
+  if constexpr (std::is_same_v<U, Tensor>) {
+    return Mirror().to_host(v);
+  } else if constexpr (HasMapTensors<U>::value) {
+    return MapTensors(
+        v, +[](const Tensor& t) { return Mirror().to_host(t); });
+  } else {
+    return std::forward<T>(v);
+  }
 }
-inline Tensor ToHost(const Tensor& t) { return Mirror().to_host(t); }
 template <typename T>
 T ToDevice(T v) {
-  return v;
+  if constexpr (std::is_same_v<T, Tensor>) {
+    return Mirror().to_device(std::move(v));
+  } else if constexpr (HasMapTensors<T>::value) {
+    return MapTensors(
+        v, +[](const Tensor& t) { return Mirror().to_device(t); });
+  } else {
+    return v;
+  }
 }
-inline Tensor ToDevice(Tensor t) { return Mirror().to_device(std::move(t)); }
+
+void RecordRequirement(OpId op, const char* kernel, bool (*registered)(Device));
 
 template <typename K, typename Fn>
 struct Mirrored;
 template <typename K, typename R, typename... A>
 struct Mirrored<K, R (*)(A...)> {
   static R Run(A... args) {
+    if (Mirror().on_call != nullptr) Mirror().on_call(K::kName);
     if constexpr (std::is_void_v<R>) {
-      KernelSlot<K>(Device::kCpu)(ToHost(args)...);
+      KernelSlot<K>(Device::kCpu)(ToHost(static_cast<A>(args))...);
     } else {
-      return ToDevice(KernelSlot<K>(Device::kCpu)(ToHost(args)...));
+      return ToDevice(KernelSlot<K>(Device::kCpu)(ToHost(static_cast<A>(args))...));
     }
   }
 };
@@ -87,7 +119,11 @@ std::vector<Installer>& CpuKernelMirrors();
 template <typename K>
 void InstallMirror(Device device) {
   KernelSlot<K>(device) = &Mirrored<K, typename K::Fn>::Run;
-  MarkKernelRegistered(K::kOp, device);
+}
+
+template <typename K>
+bool Registered(Device device) {
+  return KernelSlot<K>(device) != nullptr;
 }
 
 }  // namespace kernel_registry_internal
@@ -95,20 +131,40 @@ void InstallMirror(Device device) {
 template <typename K>
 bool RegisterKernel(Device device, typename K::Fn fn) {
   KernelSlot<K>(device) = fn;
-  MarkKernelRegistered(K::kOp, device);
   if (device == Device::kCpu) {
+    // The CPU has every kernel (it is the reference): its registrations say
+    // which kernels each op needs.
+    for (OpId op : K::kOps) {
+      kernel_registry_internal::RecordRequirement(op, K::kName,
+                                                  &kernel_registry_internal::Registered<K>);
+    }
     kernel_registry_internal::CpuKernelMirrors().push_back(
         &kernel_registry_internal::InstallMirror<K>);
   }
   return true;
 }
 
+// Takes a kernel away from a device (tests).
+template <typename K>
+void UnregisterKernel(Device device) {
+  KernelSlot<K>(device) = nullptr;
+}
+
 template <typename K>
 typename K::Fn Kernel(Device device) {
   typename K::Fn fn = KernelSlot<K>(device);
-  if (fn == nullptr) MissingKernel(K::kOp, device);
+  if (fn == nullptr) MissingKernel(K::kName, device);
   return fn;
 }
+
+// A backend whose kernels are member functions of one object (C::Instance())
+// registers KernelMethod<&C::Method>::Call.
+template <auto Method>
+struct KernelMethod;
+template <typename C, typename R, typename... A, R (C::*Method)(A...)>
+struct KernelMethod<Method> {
+  static R Call(A... args) { return (C::Instance().*Method)(static_cast<A>(args)...); }
+};
 
 #define AMPD_KERNEL_CONCAT_INNER(a, b) a##b
 #define AMPD_KERNEL_CONCAT(a, b) AMPD_KERNEL_CONCAT_INNER(a, b)

@@ -4,11 +4,12 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/core/error_subject.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernel_registry.h"
+#include "engine/core/error_subject.h"
 
 namespace ampd::engine {
 namespace {
@@ -25,29 +26,26 @@ const char* Missing(Device device) {
                "without the CUDA toolkit)";
 }
 
-std::array<std::array<bool, kNumOps>, kNumDevices>& RegisteredKernels() {
-  static std::array<std::array<bool, kNumOps>, kNumDevices> registered{};
-  return registered;
+struct Requirement {
+  const char* kernel;
+  bool (*registered)(Device);
+};
+
+std::array<std::vector<Requirement>, kNumOps>& Requirements() {
+  static auto* requirements = new std::array<std::vector<Requirement>, kNumOps>();
+  return *requirements;
 }
 
 }  // namespace
 
-bool KernelRegistered(OpId op, Device device) {
-  return RegisteredKernels()[static_cast<int>(device)][static_cast<int>(op)];
-}
-
-bool IsRegistryOp(OpId op) {
-  for (int d = 0; d < kNumDevices; ++d) {
-    if (RegisteredKernels()[d][static_cast<int>(op)]) return true;
-  }
-  return false;
-}
-
-bool Backend::HasKernel(OpId op) const {
-  return !IsRegistryOp(op) || KernelRegistered(op, device());
-}
-
 namespace kernel_registry_internal {
+void RecordRequirement(OpId op, const char* kernel, bool (*registered)(Device)) {
+  std::vector<Requirement>& list = Requirements()[static_cast<int>(op)];
+  for (const Requirement& r : list) {
+    if (r.registered == registered) return;
+  }
+  list.push_back({kernel, registered});
+}
 HostMirror& Mirror() {
   static HostMirror mirror;
   return mirror;
@@ -58,18 +56,27 @@ std::vector<Installer>& CpuKernelMirrors() {
 }
 }  // namespace kernel_registry_internal
 
+const char* MissingKernelFor(OpId op, Device device) {
+  const std::vector<Requirement>& list = Requirements()[static_cast<int>(op)];
+  if (list.empty()) return OpName(op);
+  for (const Requirement& r : list) {
+    if (!r.registered(device)) return r.kernel;
+  }
+  return "";
+}
+
+bool HasKernel(OpId op, Device device) { return *MissingKernelFor(op, device) == 0; }
+
+bool Backend::HasKernel(OpId op) const { return engine::HasKernel(op, device()); }
+
 void MirrorHostKernels(Device device, HostMirror mirror) {
   kernel_registry_internal::Mirror() = mirror;
   for (auto install : kernel_registry_internal::CpuKernelMirrors()) install(device);
 }
 
-void MarkKernelRegistered(OpId op, Device device) {
-  RegisteredKernels()[static_cast<int>(device)][static_cast<int>(op)] = true;
-}
-
-void MissingKernel(OpId op, Device device) {
-  std::fprintf(stderr, "ampd: op %s has no %s kernel (the job should have been refused)\n",
-               OpName(op), device == Device::kCpu ? "CPU" : "CUDA");
+void MissingKernel(const char* kernel, Device device) {
+  std::fprintf(stderr, "ampd: kernel %s has no %s version (the job should have been refused)\n",
+               kernel, device == Device::kCpu ? "CPU" : "CUDA");
   std::abort();
 }
 
@@ -80,7 +87,8 @@ void RegisterBackend(Device device, Backend* backend) {
 
 absl::StatusOr<Backend*> BackendFor(Device device) {
   Backend* be = Registered()[static_cast<int>(device)];
-  if (be == nullptr) return SubjectError(absl::StatusCode::kFailedPrecondition, "device", Missing(device));
+  if (be == nullptr)
+    return SubjectError(absl::StatusCode::kFailedPrecondition, "device", Missing(device));
   if (absl::Status ready = be->Ready(); !ready.ok()) {
     return SubjectError(absl::StatusCode::kFailedPrecondition, "device",
                         absl::StrCat(device == Device::kCpu ? "the CPU" : "CUDA",

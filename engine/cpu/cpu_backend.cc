@@ -7,10 +7,14 @@
 
 namespace ampd::engine {
 
-Backend& CpuBackend() {
-  static cpu::CpuBackendImpl* backend = new cpu::CpuBackendImpl();
+namespace cpu {
+CpuBackendImpl& CpuBackendImpl::Instance() {
+  static CpuBackendImpl* backend = new CpuBackendImpl();
   return *backend;
 }
+}  // namespace cpu
+
+Backend& CpuBackend() { return cpu::CpuBackendImpl::Instance(); }
 
 namespace {
 // The CPU backend registers itself like every other backend (this target is

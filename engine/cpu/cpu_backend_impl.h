@@ -1,68 +1,75 @@
 #ifndef AMPD_ENGINE_CPU_CPU_BACKEND_IMPL_H_
 #define AMPD_ENGINE_CPU_CPU_BACKEND_IMPL_H_
 
-// The CPU backend's class. Its kernels are defined one family per file:
+// The CPU backend's class. Its kernels are member functions defined one
+// family per file, each file registering its own in the kernel registry:
 // matmul.cc (oneDNN), elementwise.cc, reductions.cc, softmax.cc (and the
-// cross-entropy built on it), layer_norm.cc, embedding.cc, optimizers.cc
-// (unscale, SGD, AdamW). Internal to engine/cpu.
+// cross-entropy built on it), layer_norm.cc, embedding.cc; optimizers.cc has
+// the device-AMP part (unscale, SGD, AdamW). Internal to engine/cpu.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/cross_entropy.h"
+#include "engine/backend/kernels/layer_norm.h"
 
 namespace ampd::engine::cpu {
 
 class CpuBackendImpl final : public Backend {
  public:
+  static CpuBackendImpl& Instance();
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
-  Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out) override;
-  Tensor Cast(const Tensor& x, DType dtype) override;
-  Tensor Unary(OpId op, const Tensor& x) override;
+  Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out);
+  Tensor Cast(const Tensor& x, DType dtype);
+  Tensor Unary(OpId op, const Tensor& x);
   template <typename C>
   Tensor UnaryImpl(OpId op, const Tensor& x);
-  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) override;
+  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy);
   template <typename C>
   Tensor UnaryBackwardImpl(OpId op, const Tensor& x, const Tensor& dy);
-  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out) override;
+  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out);
   template <typename C>
   Tensor BinaryImpl(OpId op, const Tensor& a, const Tensor& b, DType out);
   Tensor BinaryFloat(OpId op, const Tensor& a, const Tensor& b, DType out);
-  Tensor Scale(const Tensor& x, double factor, DType out) override;
-  Tensor SumAll(const Tensor& x, DType out) override;
-  Tensor SumRows(const Tensor& x, DType out) override;
-  Tensor Softmax(const Tensor& x, bool log, DType out) override;
+  Tensor Scale(const Tensor& x, double factor, DType out);
+  Tensor SumAll(const Tensor& x, DType out);
+  Tensor SumRows(const Tensor& x, DType out);
+  Tensor Softmax(const Tensor& x, bool log, DType out);
   template <typename C>
   Tensor SoftmaxImpl(const Tensor& x, bool log, DType out);
-  Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out) override;
+  Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out);
   template <typename C>
   Tensor SoftmaxBackwardImpl(const Tensor& y, const Tensor& dy, bool log, DType out);
   LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                            DType out) override;
+                            DType out);
   template <typename C>
   LayerNormResult LayerNormImpl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 double eps, DType out);
   LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const LayerNormResult& fwd,
-                                   const Tensor& dy) override;
+                                   const Tensor& dy);
   template <typename C>
   LayerNormGrads LayerNormBackwardImpl(const Tensor& x, const Tensor& gamma,
                                        const LayerNormResult& fwd, const Tensor& dy);
   Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
-                             Tensor* row_logsumexp) override;
+                             Tensor* row_logsumexp);
   Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
-                                     const Tensor& row_logsumexp, float dloss) override;
+                                     const Tensor& row_logsumexp, float dloss);
   template <typename C>
   Tensor SceBackwardImpl(const Tensor& logits, const std::vector<int32_t>& labels,
                          const Tensor& row_logsumexp, double dloss);
-  Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) override;
+  CrossEntropyResult CrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels);
+  Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
+                              const Tensor& row_logsumexp, const Tensor& dloss);
+  Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids);
   Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
-                           int64_t num_rows) override;
+                           int64_t num_rows);
   Tensor Dropout(const Tensor& x, double p, uint64_t seed);  // DropoutKernel
   template <typename C>
   Tensor DropoutImpl(const Tensor& x, double p, uint64_t seed);
-  void AddInPlace(const Tensor& x, const Tensor& y, double alpha) override;
+  void AddInPlace(const Tensor& x, const Tensor& y, double alpha);
   NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads, float inv_scale) override;
   double SumOfSquares(const std::vector<Tensor>& tensors) override;
   // Both updates write the parameter in place, a block at a time: each block

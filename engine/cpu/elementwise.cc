@@ -1,6 +1,8 @@
 // The CPU backend: Elementwise kernels: casts, the unary and binary families, scaling, dropout.
 
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/backend/kernels/cast.h"
+#include "engine/backend/kernels/elementwise.h"
 #include "engine/backend/kernels/dropout.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/kernel_util.h"
@@ -217,11 +219,12 @@ Tensor CpuBackendImpl::DropoutImpl(const Tensor& x, double p, uint64_t seed) {
   return y.Finish();
 }
 
-namespace {
-Tensor CpuDropout(const Tensor& x, double p, uint64_t seed) {
-  return static_cast<CpuBackendImpl&>(CpuBackend()).Dropout(x, p, seed);
-}
-}  // namespace
-AMPD_REGISTER_KERNEL(DropoutKernel, Device::kCpu, CpuDropout);
+AMPD_REGISTER_KERNEL(CastKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Cast>::Call);
+AMPD_REGISTER_KERNEL(UnaryKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Unary>::Call);
+AMPD_REGISTER_KERNEL(UnaryBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::UnaryBackward>::Call);
+AMPD_REGISTER_KERNEL(BinaryKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Binary>::Call);
+AMPD_REGISTER_KERNEL(ScaleKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Scale>::Call);
+AMPD_REGISTER_KERNEL(AddInPlaceKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::AddInPlace>::Call);
+AMPD_REGISTER_KERNEL(DropoutKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Dropout>::Call);
 
 }  // namespace ampd::engine::cpu

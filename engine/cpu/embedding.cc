@@ -1,6 +1,7 @@
 // The CPU backend: Embedding lookup and its deterministic backward (rows accumulated in id order).
 
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/backend/kernels/embedding.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
@@ -26,5 +27,8 @@ Tensor CpuBackendImpl::EmbeddingBackward(const Tensor& dy, const std::vector<int
   }
   return Tensor::FromDoubles(acc, {num_rows, dim}, dy.dtype());
 }
+
+AMPD_REGISTER_KERNEL(EmbeddingKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Embedding>::Call);
+AMPD_REGISTER_KERNEL(EmbeddingBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::EmbeddingBackward>::Call);
 
 }  // namespace ampd::engine::cpu

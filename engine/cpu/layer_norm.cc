@@ -1,6 +1,7 @@
 // The CPU backend: LayerNorm forward and backward over the last dim.
 
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/backend/kernels/layer_norm.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
@@ -62,5 +63,8 @@ LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tens
   return {dx.Finish(), Tensor::FromDoubles(dg, {cols}, gamma.dtype()),
           Tensor::FromDoubles(db, {cols}, gamma.dtype())};
 }
+
+AMPD_REGISTER_KERNEL(LayerNormKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::LayerNorm>::Call);
+AMPD_REGISTER_KERNEL(LayerNormBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::LayerNormBackward>::Call);
 
 }  // namespace ampd::engine::cpu

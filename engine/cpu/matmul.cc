@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/backend/kernels/matmul.h"
 #include "engine/cpu/kernel_util.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -99,5 +100,8 @@ Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
   DnnlMatmul::Get().Run(dt::f32, dt::f32, af.raw(), bf.raw(), c.raw(), m, n, k, trans_a, trans_b);
   return out == DType::kF32 ? c : Cast(c, out);
 }
+
+AMPD_REGISTER_KERNEL(MatmulKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Matmul>::Call);
+AMPD_REGISTER_KERNEL(LinearKernel, Device::kCpu, LinearByMatmul);
 
 }  // namespace ampd::engine::cpu

@@ -1,6 +1,7 @@
 // The CPU backend: Reductions, deterministic whatever the thread count (fixed chunks, fixed order).
 
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/backend/kernels/reductions.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
@@ -55,5 +56,8 @@ double CpuBackendImpl::SumOfSquares(const std::vector<Tensor>& tensors) {
   }
   return s;
 }
+
+AMPD_REGISTER_KERNEL(SumAllKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::SumAll>::Call);
+AMPD_REGISTER_KERNEL(SumRowsKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::SumRows>::Call);
 
 }  // namespace ampd::engine::cpu

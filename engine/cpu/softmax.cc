@@ -1,6 +1,8 @@
 // The CPU backend: Softmax along the last dim, and the cross-entropy built on its log-sum-exp.
 
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/backend/kernels/softmax.h"
+#include "engine/backend/kernels/cross_entropy.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
@@ -88,5 +90,25 @@ Tensor CpuBackendImpl::SceBackwardImpl(const Tensor& logits, const std::vector<i
   }
   return dx.Finish();
 }
+
+CrossEntropyResult CpuBackendImpl::CrossEntropy(const Tensor& logits,
+                                                const std::vector<int32_t>& labels) {
+  CrossEntropyResult r;
+  r.loss = SoftmaxCrossEntropy(logits, labels, &r.row_logsumexp);
+  return r;
+}
+
+// dloss is a host tensor here: read it as the f32 upstream gradient.
+Tensor CpuBackendImpl::CrossEntropyBackward(const Tensor& logits,
+                                            const std::vector<int32_t>& labels,
+                                            const Tensor& row_logsumexp, const Tensor& dloss) {
+  return SoftmaxCrossEntropyBackward(logits, labels, row_logsumexp,
+                                     static_cast<float>(dloss.Item()));
+}
+
+AMPD_REGISTER_KERNEL(SoftmaxKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Softmax>::Call);
+AMPD_REGISTER_KERNEL(SoftmaxBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::SoftmaxBackward>::Call);
+AMPD_REGISTER_KERNEL(CrossEntropyKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::CrossEntropy>::Call);
+AMPD_REGISTER_KERNEL(CrossEntropyBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::CrossEntropyBackward>::Call);
 
 }  // namespace ampd::engine::cpu

@@ -10,7 +10,15 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/cast.h"
+#include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/dropout.h"
+#include "engine/backend/kernels/elementwise.h"
+#include "engine/backend/kernels/embedding.h"
+#include "engine/backend/kernels/layer_norm.h"
+#include "engine/backend/kernels/matmul.h"
+#include "engine/backend/kernels/reductions.h"
+#include "engine/backend/kernels/softmax.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/runtime.h"
@@ -22,6 +30,8 @@ namespace {
 using engine::Backend;
 using engine::DType;
 using engine::Tensor;
+using engine::KernelMethod;
+using engine::LinearByMatmul;
 using engine::OpId;
 
 int Dt(DType d) { return static_cast<int>(d); }
@@ -56,6 +66,7 @@ class CudaBackend final : public Backend {
       : allocator_(CachingAllocator::RawOps{[](void** p, size_t bytes) { return Malloc(p, bytes); },
                                             [](void* p) { Free(p); }}) {}
 
+  static CudaBackend& Instance();
   engine::Device device() const override { return engine::Device::kCuda; }
   std::string name() const override { return "cuda"; }
 
@@ -193,11 +204,11 @@ class CudaBackend final : public Backend {
 
   void SetMatmulOptions(bool allow_tf32) override { Ctx().allow_tf32 = allow_tf32; }
 
-  Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out) override {
+  Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out) {
     return Gemm(a, b, trans_a, trans_b, out, Tensor());
   }
 
-  Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out) override {
+  Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out) {
     // The bias epilogue wants the bias in the output's dtype and a native
     // output type for the inputs (f32 or the inputs' own); f64 GEMMs (a
     // checking mode, not a fast one) are not asked for epilogues.
@@ -205,10 +216,10 @@ class CudaBackend final : public Backend {
         NativeOutput(x.dtype(), out)) {
       return Gemm(x, w, false, true, out, b);
     }
-    return Backend::Linear(x, w, b, out);
+    return LinearByMatmul(x, w, b, out);
   }
 
-  Tensor Cast(const Tensor& x, DType dtype) override {
+  Tensor Cast(const Tensor& x, DType dtype) {
     Tensor y = Allocate(x.shape(), dtype, false);
     CopyInto(y, x);
     return y;
@@ -216,7 +227,7 @@ class CudaBackend final : public Backend {
 
   // ---- elementwise
 
-  Tensor Unary(OpId op, const Tensor& x) override {
+  Tensor Unary(OpId op, const Tensor& x) {
     Tensor y = Allocate(x.shape(), x.dtype(), false);
     if (Ok()) {
       Record(LaunchUnary(op, x.raw(), Dt(x), y.raw(), Dt(y), x.numel(), S()));
@@ -224,7 +235,7 @@ class CudaBackend final : public Backend {
     return y;
   }
 
-  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) override {
+  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) {
     Tensor dx = Allocate(x.shape(), dy.dtype(), false);
     if (Ok()) {
       Record(LaunchUnaryBackward(op, x.raw(), Dt(x), dy.raw(), Dt(dy), dx.raw(),
@@ -233,7 +244,7 @@ class CudaBackend final : public Backend {
     return dx;
   }
 
-  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out) override {
+  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out) {
     Tensor y = Allocate(a.shape(), out, false);
     if (Ok()) {
       Record(LaunchBinary(op, a.raw(), Dt(a), b.raw(), Dt(b), b.numel(), y.raw(),
@@ -242,13 +253,13 @@ class CudaBackend final : public Backend {
     return y;
   }
 
-  Tensor Scale(const Tensor& x, double factor, DType out) override {
+  Tensor Scale(const Tensor& x, double factor, DType out) {
     Tensor y = Allocate(x.shape(), out, false);
     if (Ok()) Record(LaunchScale(x.raw(), Dt(x), factor, y.raw(), Dt(out), x.numel(), S()));
     return y;
   }
 
-  void AddInPlace(const Tensor& x, const Tensor& y, double alpha) override {
+  void AddInPlace(const Tensor& x, const Tensor& y, double alpha) {
     if (Ok()) Record(LaunchAddInPlace(x.raw(), Dt(x), y.raw(), Dt(y), alpha, x.numel(), S()));
   }
 
@@ -260,27 +271,27 @@ class CudaBackend final : public Backend {
 
   // ---- reductions and rows
 
-  Tensor SumAll(const Tensor& x, DType out) override {
+  Tensor SumAll(const Tensor& x, DType out) {
     Tensor y = Allocate({}, out, false);
     if (Ok()) Record(LaunchSumAll(x.raw(), Dt(x), x.numel(), Scratch(), y.raw(), Dt(out), S()));
     return y;
   }
 
-  Tensor SumRows(const Tensor& x, DType out) override {
+  Tensor SumRows(const Tensor& x, DType out) {
     const int64_t cols = x.dim(-1), rows = x.numel() / cols;
     Tensor y = Allocate({cols}, out, false);
     if (Ok()) Record(LaunchSumRows(x.raw(), Dt(x), rows, cols, y.raw(), Dt(out), S()));
     return y;
   }
 
-  Tensor Softmax(const Tensor& x, bool log, DType out) override {
+  Tensor Softmax(const Tensor& x, bool log, DType out) {
     const int64_t cols = x.dim(-1), rows = x.numel() / cols;
     Tensor y = Allocate(x.shape(), out, false);
     if (Ok()) Record(LaunchSoftmax(x.raw(), Dt(x), rows, cols, log, y.raw(), Dt(out), S()));
     return y;
   }
 
-  Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out) override {
+  Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out) {
     const int64_t cols = y.dim(-1), rows = y.numel() / cols;
     Tensor dx = Allocate(y.shape(), out, false);
     if (Ok()) {
@@ -291,7 +302,7 @@ class CudaBackend final : public Backend {
   }
 
   engine::LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                    double eps, DType out) override {
+                                    double eps, DType out) {
     const int64_t cols = x.dim(-1), rows = x.numel() / cols;
     const DType stat = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
     engine::LayerNormResult r{Allocate(x.shape(), out, false), Allocate({rows}, stat, false),
@@ -305,7 +316,7 @@ class CudaBackend final : public Backend {
 
   engine::LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma,
                                            const engine::LayerNormResult& fwd,
-                                           const Tensor& dy) override {
+                                           const Tensor& dy) {
     const int64_t cols = x.dim(-1), rows = x.numel() / cols;
     engine::LayerNormGrads g{Allocate(x.shape(), x.dtype(), false),
                              Allocate({cols}, gamma.dtype(), false),
@@ -319,7 +330,7 @@ class CudaBackend final : public Backend {
   }
 
   Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
-                             Tensor* row_logsumexp) override {
+                             Tensor* row_logsumexp) {
     const int64_t cols = logits.dim(-1), rows = logits.numel() / cols;
     const DType stat = logits.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
     Tensor lse = Allocate({rows}, stat, false);
@@ -336,7 +347,7 @@ class CudaBackend final : public Backend {
   }
 
   Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
-                                     const Tensor& row_logsumexp, float dloss) override {
+                                     const Tensor& row_logsumexp, float dloss) {
     Tensor on_device = Allocate({1}, DType::kF32, false);
     Fill(on_device, dloss);
     return SoftmaxCrossEntropyBackwardOnDevice(logits, labels, row_logsumexp, on_device);
@@ -347,7 +358,7 @@ class CudaBackend final : public Backend {
   Tensor SoftmaxCrossEntropyBackwardOnDevice(const Tensor& logits,
                                              const std::vector<int32_t>& labels,
                                              const Tensor& row_logsumexp,
-                                             const Tensor& dloss) override {
+                                             const Tensor& dloss) {
     if (dloss.device() != engine::Device::kCuda) {
       return SoftmaxCrossEntropyBackward(logits, labels, row_logsumexp, dloss.Item());
     }
@@ -362,7 +373,18 @@ class CudaBackend final : public Backend {
     return dx;
   }
 
-  Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) override {
+  engine::CrossEntropyResult CrossEntropy(const Tensor& logits,
+                                          const std::vector<int32_t>& labels) {
+    engine::CrossEntropyResult r;
+    r.loss = SoftmaxCrossEntropy(logits, labels, &r.row_logsumexp);
+    return r;
+  }
+  Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
+                              const Tensor& row_logsumexp, const Tensor& dloss) {
+    return SoftmaxCrossEntropyBackwardOnDevice(logits, labels, row_logsumexp, dloss);
+  }
+
+  Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) {
     const int64_t dim = table.dim(1), n = static_cast<int64_t>(ids.size());
     Tensor y = Allocate({n, dim}, table.dtype(), false);
     Tensor d_ids = UploadLabels(ids);
@@ -373,7 +395,7 @@ class CudaBackend final : public Backend {
   }
 
   Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
-                           int64_t num_rows) override {
+                           int64_t num_rows) {
     const int64_t dim = dy.dim(-1), n = static_cast<int64_t>(ids.size());
     Tensor out = Allocate({num_rows, dim}, dy.dtype(), false);
     Tensor acc = Allocate({num_rows, dim}, DType::kF64, false);
@@ -658,15 +680,33 @@ class CudaBackend final : public Backend {
   absl::Status probe_;
 };
 
-CudaBackend* Instance() {
+CudaBackend& CudaBackend::Instance() {
   static CudaBackend* backend = new CudaBackend();
-  return backend;
+  return *backend;
 }
+CudaBackend* Instance() { return &CudaBackend::Instance(); }
 
-Tensor CudaDropout(const Tensor& x, double p, uint64_t seed) {
-  return Instance()->Dropout(x, p, seed);
-}
-AMPD_REGISTER_KERNEL(engine::DropoutKernel, engine::Device::kCuda, CudaDropout);
+#define AMPD_CUDA_KERNEL(K, method) \
+  AMPD_REGISTER_KERNEL(engine::K, engine::Device::kCuda, KernelMethod<&CudaBackend::method>::Call)
+AMPD_CUDA_KERNEL(MatmulKernel, Matmul);
+AMPD_CUDA_KERNEL(LinearKernel, Linear);
+AMPD_CUDA_KERNEL(CastKernel, Cast);
+AMPD_CUDA_KERNEL(UnaryKernel, Unary);
+AMPD_CUDA_KERNEL(UnaryBackwardKernel, UnaryBackward);
+AMPD_CUDA_KERNEL(BinaryKernel, Binary);
+AMPD_CUDA_KERNEL(ScaleKernel, Scale);
+AMPD_CUDA_KERNEL(AddInPlaceKernel, AddInPlace);
+AMPD_CUDA_KERNEL(DropoutKernel, Dropout);
+AMPD_CUDA_KERNEL(SumAllKernel, SumAll);
+AMPD_CUDA_KERNEL(SumRowsKernel, SumRows);
+AMPD_CUDA_KERNEL(SoftmaxKernel, Softmax);
+AMPD_CUDA_KERNEL(SoftmaxBackwardKernel, SoftmaxBackward);
+AMPD_CUDA_KERNEL(LayerNormKernel, LayerNorm);
+AMPD_CUDA_KERNEL(LayerNormBackwardKernel, LayerNormBackward);
+AMPD_CUDA_KERNEL(CrossEntropyKernel, CrossEntropy);
+AMPD_CUDA_KERNEL(CrossEntropyBackwardKernel, CrossEntropyBackward);
+AMPD_CUDA_KERNEL(EmbeddingKernel, Embedding);
+AMPD_CUDA_KERNEL(EmbeddingBackwardKernel, EmbeddingBackward);
 
 // Registered like every backend, when linked in (the target is alwayslink).
 // Safe without a GPU: nothing touches the device until a job asks, and jobs

@@ -1,20 +1,20 @@
 #include "engine/ops/cross_entropy.h"
 
 #include "engine/autograd/autograd.h"
-#include "engine/backend/backend.h"
+#include "engine/backend/kernels/cross_entropy.h"
 #include "engine/ops/autocast.h"
 
 namespace ampd::engine {
 
 Tensor SoftmaxCrossEntropy(Tensor logits, const std::vector<int32_t>& labels) {
   OpDispatch d(OpId::kCrossEntropy, {&logits});
-  Tensor lse;
-  Tensor loss = BackendOf(logits).SoftmaxCrossEntropy(logits, labels, &lse);
+  CrossEntropyResult r = Kernel<CrossEntropyKernel>(logits.device())(logits, labels);
+  Tensor loss = r.loss, lse = r.row_logsumexp;
   d.Finish(loss);
   return Record(
       loss, OpId::kCrossEntropy, {logits},
       [logits, labels, lse](const Tensor& g) -> std::vector<Tensor> {
-        return {BackendOf(logits).SoftmaxCrossEntropyBackwardOnDevice(logits, labels, lse, g)};
+        return {Kernel<CrossEntropyBackwardKernel>(logits.device())(logits, labels, lse, g)};
       });
 }
 

@@ -1,7 +1,6 @@
 #include "engine/ops/dropout.h"
 
 #include "engine/autograd/autograd.h"
-#include "engine/backend/backend.h"
 #include "engine/backend/kernels/dropout.h"
 #include "engine/ops/autocast.h"
 

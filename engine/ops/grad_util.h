@@ -3,24 +3,21 @@
 
 // What the ops' gradients share. Internal to engine/ops.
 
-#include "engine/backend/backend.h"
+#include "engine/backend/kernels/cast.h"
+#include "engine/backend/kernels/reductions.h"
 #include "engine/core/tensor.h"
 
 namespace ampd::engine::ops_internal {
 
 // Gradient of a broadcast operand: reduce back to its own shape.
 inline Tensor ReduceTo(const Tensor& grad, const Tensor& like) {
-  Backend& be = BackendOf(grad);
   if (like.numel() == grad.numel()) return grad;
-  if (like.numel() == 1) {
-    Tensor s = be.SumAll(grad, like.dtype());
-    return s;
-  }
-  return be.SumRows(grad, like.dtype());
+  if (like.numel() == 1) return Kernel<SumAllKernel>(grad.device())(grad, like.dtype());
+  return Kernel<SumRowsKernel>(grad.device())(grad, like.dtype());
 }
 
 inline Tensor AsDType(const Tensor& t, DType dtype) {
-  return t.dtype() == dtype ? t : BackendOf(t).Cast(t, dtype);
+  return t.dtype() == dtype ? t : Kernel<CastKernel>(t.device())(t, dtype);
 }
 
 }  // namespace ampd::engine::ops_internal

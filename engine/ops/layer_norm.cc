@@ -1,7 +1,7 @@
 #include "engine/ops/layer_norm.h"
 
 #include "engine/autograd/autograd.h"
-#include "engine/backend/backend.h"
+#include "engine/backend/kernels/layer_norm.h"
 #include "engine/ops/autocast.h"
 
 namespace ampd::engine {
@@ -12,12 +12,13 @@ Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps) {
   // Outside autocast (Apex O2 keeps norm weights in f32 while activations are
   // f16) the output keeps the activation dtype; under autocast it is f32.
   const DType out = AutocastEnabled() ? d.compute_dtype() : x_dtype;
-  LayerNormResult r = BackendOf(x).LayerNorm(x, gamma, beta, eps, out);
+  LayerNormResult r = Kernel<LayerNormKernel>(x.device())(x, gamma, beta, eps, out);
   d.Finish(r.y);
   LayerNormResult saved{Tensor(), r.mean, r.rstd};
   return Record(r.y, OpId::kLayerNorm, {x, gamma, beta},
                 [x, gamma, saved](const Tensor& g) -> std::vector<Tensor> {
-                  LayerNormGrads gr = BackendOf(x).LayerNormBackward(x, gamma, saved, g);
+                  LayerNormGrads gr =
+                      Kernel<LayerNormBackwardKernel>(x.device())(x, gamma, saved, g);
                   return {gr.dx, gr.dgamma, gr.dbeta};
                 });
 }

@@ -1,7 +1,7 @@
 #include "engine/ops/softmax.h"
 
 #include "engine/autograd/autograd.h"
-#include "engine/backend/backend.h"
+#include "engine/backend/kernels/softmax.h"
 #include "engine/ops/autocast.h"
 
 namespace ampd::engine {
@@ -10,11 +10,11 @@ namespace {
 
 Tensor SoftmaxImpl(OpId op, bool log, Tensor x) {
   OpDispatch d(op, {&x});
-  Tensor y = BackendOf(x).Softmax(x, log, d.compute_dtype());
+  Tensor y = Kernel<SoftmaxKernel>(x.device())(x, log, d.compute_dtype());
   d.Finish(y);
   Tensor saved = y.Detach();
   return Record(y, op, {x}, [saved, log, x](const Tensor& g) -> std::vector<Tensor> {
-    return {BackendOf(saved).SoftmaxBackward(saved, g, log, x.dtype())};
+    return {Kernel<SoftmaxBackwardKernel>(saved.device())(saved, g, log, x.dtype())};
   });
 }
 

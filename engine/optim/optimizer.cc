@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/error_subject.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/cast.h"
 
 namespace ampd::engine {
 
@@ -83,7 +84,7 @@ std::vector<Tensor> Optimizer::CollectGradients() {
   for (size_t i = 0; i < params_->size(); ++i) {
     Tensor g = (*params_)[i].value.grad();
     if (g.defined() && weights_[i].impl() != (*params_)[i].value.impl()) {
-      g = BackendOf(g).Cast(g, DType::kF32);
+      g = Kernel<CastKernel>(g.device())(g, DType::kF32);
     }
     grads_.push_back(g);
   }

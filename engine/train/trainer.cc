@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/elementwise.h"
+#include "engine/backend/kernels/embedding.h"
 #include "engine/core/error_subject.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
@@ -185,7 +187,7 @@ void Trainer::PushScalerStateToDevice() {
 // The batch's features on the device: gathered there from the resident
 // training set (the same rows, bit for bit), or else uploaded.
 Tensor Trainer::UploadBatch(const data::Batch& batch) {
-  if (device_features_.defined()) return device_backend_->Embedding(device_features_, batch.rows);
+  if (device_features_.defined()) return Kernel<EmbeddingKernel>(device_features_.device())(device_features_, batch.rows);
   return ToDevice(batch.features, batch.size, train_->feature_dim);
 }
 
@@ -228,7 +230,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
       Tensor logits = model_->Forward(x, /*training=*/true, t.seed + step_ * 7919 + micro);
       loss = SoftmaxCrossEntropy(logits, batch_.labels);
     }
-    be.AddInPlace(loss_sum_, loss.Detach(), 1.0);
+    Kernel<AddInPlaceKernel>(loss_sum_.device())(loss_sum_, loss.Detach(), 1.0);
     // loss * scale with the scale read on the device, never on the host.
     Tensor scaled = MulScalar(loss, 1.0 / t.grad_accumulation);
     if (scaler_.enabled()) scaled = Mul(scaled, amp_.scale);

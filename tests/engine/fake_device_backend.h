@@ -7,7 +7,9 @@
 // trainer's device step with device-side AMP, host copies for checkpoints)
 // exactly as a real device backend would be driven, so that path is tested
 // here even though the CUDA kernels themselves can only run on a GPU.
-// Each call can be counted, to show which API the trainer used.
+// Each call can be counted, to show which API the trainer used. Its kernels
+// are the registry's CPU kernels, mirrored generically; what it implements
+// itself is memory and device AMP.
 
 #include <cstring>
 #include <map>
@@ -24,14 +26,25 @@ namespace ampd::engine::testing {
 
 class FakeDeviceBackend final : public Backend {
  public:
-  // The registry's kernels (kernel_registry.h) run here as their CPU
-  // versions on host aliases, generically: nothing to add per op.
-  FakeDeviceBackend() { MirrorHostKernels(Device::kCuda, {&HostAlias, &DeviceTag}); }
+  // Every kernel (kernel_registry.h) runs here as its CPU version on host
+  // aliases, generically: nothing to add per op. Each call is counted under
+  // the kernel's name (calls["embedding"]).
+  FakeDeviceBackend() {
+    Current() = this;
+    MirrorHostKernels(Device::kCuda, {&HostAlias, &DeviceTag, &CountCall});
+  }
+  ~FakeDeviceBackend() override {
+    if (Current() == this) Current() = nullptr;
+  }
   static Tensor HostAlias(const Tensor& t) { return H(t); }
   static Tensor DeviceTag(Tensor t) { return D(std::move(t)); }
+  static void CountCall(const char* kernel) {
+    if (Current() != nullptr) ++Current()->calls[kernel];
+  }
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return "fake-cuda"; }
-  // Every op the CPU has, less those a test takes away.
+  // Every op the CPU has (the mirror registers all its kernels), less those
+  // a test takes away.
   bool HasKernel(OpId op) const override {
     return missing.count(op) == 0 && Backend::HasKernel(op);
   }
@@ -92,66 +105,6 @@ class FakeDeviceBackend final : public Backend {
     return out;
   }
 
-  Tensor Matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, DType out) override {
-    return D(cpu().Matmul(H(a), H(b), ta, tb, out));
-  }
-  Tensor Cast(const Tensor& x, DType dtype) override { return D(cpu().Cast(H(x), dtype)); }
-  Tensor Unary(OpId op, const Tensor& x) override { return D(cpu().Unary(op, H(x))); }
-  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) override {
-    return D(cpu().UnaryBackward(op, H(x), H(dy)));
-  }
-  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out) override {
-    return D(cpu().Binary(op, H(a), H(b), out));
-  }
-  Tensor Scale(const Tensor& x, double f, DType out) override {
-    return D(cpu().Scale(H(x), f, out));
-  }
-  Tensor SumAll(const Tensor& x, DType out) override { return D(cpu().SumAll(H(x), out)); }
-  Tensor SumRows(const Tensor& x, DType out) override { return D(cpu().SumRows(H(x), out)); }
-  Tensor Softmax(const Tensor& x, bool log, DType out) override {
-    return D(cpu().Softmax(H(x), log, out));
-  }
-  Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out) override {
-    return D(cpu().SoftmaxBackward(H(y), H(dy), log, out));
-  }
-  LayerNormResult LayerNorm(const Tensor& x, const Tensor& g, const Tensor& b, double eps,
-                            DType out) override {
-    LayerNormResult r = cpu().LayerNorm(H(x), H(g), H(b), eps, out);
-    return {D(r.y), D(r.mean), D(r.rstd)};
-  }
-  LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& g, const LayerNormResult& f,
-                                   const Tensor& dy) override {
-    LayerNormGrads r = cpu().LayerNormBackward(H(x), H(g), {H(f.y), H(f.mean), H(f.rstd)}, H(dy));
-    return {D(r.dx), D(r.dgamma), D(r.dbeta)};
-  }
-  Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
-                             Tensor* lse) override {
-    Tensor out = D(cpu().SoftmaxCrossEntropy(H(logits), labels, lse));
-    if (lse) D(*lse);
-    return out;
-  }
-  Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
-                                     const Tensor& lse, float dloss) override {
-    return D(cpu().SoftmaxCrossEntropyBackward(H(logits), labels, H(lse), dloss));
-  }
-  // As a device kernel would: dloss read where it is, no host wait.
-  Tensor SoftmaxCrossEntropyBackwardOnDevice(const Tensor& logits,
-                                             const std::vector<int32_t>& labels, const Tensor& lse,
-                                             const Tensor& dloss) override {
-    ++calls["SoftmaxCrossEntropyBackwardOnDevice"];
-    return D(cpu().SoftmaxCrossEntropyBackward(H(logits), labels, H(lse), H(dloss).Item()));
-  }
-  Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids) override {
-    ++calls["Embedding"];
-    return D(cpu().Embedding(H(table), ids));
-  }
-  Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
-                           int64_t rows) override {
-    return D(cpu().EmbeddingBackward(H(dy), ids, rows));
-  }
-  void AddInPlace(const Tensor& x, const Tensor& y, double alpha) override {
-    cpu().AddInPlace(H(x), H(y), alpha);
-  }
   NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads, float inv_scale) override {
     ++calls["UnscaleAndCheck"];
     return cpu().UnscaleAndCheck(H(grads), inv_scale);
@@ -213,6 +166,10 @@ class FakeDeviceBackend final : public Backend {
   }
 
  private:
+  static FakeDeviceBackend*& Current() {
+    static FakeDeviceBackend* current = nullptr;
+    return current;
+  }
   int inside_reference_ = 0;
   static Backend& cpu() { return CpuBackend(); }
 };

@@ -14,7 +14,8 @@
 namespace ampd::engine {
 
 struct DropoutKernel {
-  static constexpr OpId kOp = OpId::kDropout;
+  static constexpr const char* kName = "dropout";
+  static constexpr OpId kOps[] = {OpId::kDropout};
   using Fn = Tensor (*)(const Tensor& x, double p, uint64_t seed);
 };
 

@@ -4,6 +4,7 @@
 #include "engine/backend/kernel_registry.h"
 
 #include "engine/backend/kernels/dropout.h"
+#include "engine/backend/kernels/elementwise.h"
 #include "engine/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "tests/engine/fake_device_backend.h"
@@ -13,14 +14,14 @@ namespace {
 
 // A kernel only this test registers, for the CPU only.
 struct NegOnlyOnCpu {
-  static constexpr OpId kOp = OpId::kNeg;
+  static constexpr const char* kName = "neg_only_on_cpu";
+  static constexpr OpId kOps[] = {OpId::kNeg};
   using Fn = Tensor (*)(const Tensor& x);
 };
-Tensor CpuNeg(const Tensor& x) { return CpuBackend().Unary(OpId::kNeg, x); }
+Tensor CpuNeg(const Tensor& x) { return Kernel<UnaryKernel>(Device::kCpu)(OpId::kNeg, x); }
 
 TEST(KernelRegistryTest, TheCpuDropoutKernelIsRegisteredAndComputesTheMask) {
-  EXPECT_TRUE(IsRegistryOp(OpId::kDropout));
-  EXPECT_TRUE(KernelRegistered(OpId::kDropout, Device::kCpu));
+  EXPECT_TRUE(HasKernel(OpId::kDropout, Device::kCpu));
   EXPECT_TRUE(CpuBackend().HasKernel(OpId::kDropout));
   const Tensor x = Tensor::Full({1000}, DType::kF32, 1.0);
   const std::vector<float> y = Kernel<DropoutKernel>(Device::kCpu)(x, 0.25, 42).ToFloats();
@@ -44,14 +45,14 @@ TEST(KernelRegistryTest, TheFakeDeviceRunsEveryCpuKernelOnItsTensors) {
 
 TEST(KernelRegistryTest, AnOpRegisteredOnlyForTheCpuIsMissingElsewhere) {
   testing::FakeDeviceBackend fake;  // constructed before the registration below
-  EXPECT_TRUE(fake.HasKernel(OpId::kNeg));  // a Backend method: every backend has it
+  EXPECT_TRUE(fake.HasKernel(OpId::kNeg));  // the unary kernels, mirrored
   ASSERT_TRUE(RegisterKernel<NegOnlyOnCpu>(Device::kCpu, &CpuNeg));
-  EXPECT_TRUE(IsRegistryOp(OpId::kNeg));
   EXPECT_TRUE(CpuBackend().HasKernel(OpId::kNeg));
-  EXPECT_FALSE(fake.HasKernel(OpId::kNeg));  // now answered by the registry
+  EXPECT_FALSE(fake.HasKernel(OpId::kNeg));  // neg now also needs a kernel it lacks
+  EXPECT_STREQ(MissingKernelFor(OpId::kNeg, Device::kCuda), "neg_only_on_cpu");
   EXPECT_EQ(Kernel<NegOnlyOnCpu>(Device::kCpu)(Tensor::Full({2}, DType::kF32, 3.0)).ToFloats(),
             (std::vector<float>{-3, -3}));
-  EXPECT_DEATH(Kernel<NegOnlyOnCpu>(Device::kCuda), "op neg has no CUDA kernel");
+  EXPECT_DEATH(Kernel<NegOnlyOnCpu>(Device::kCuda), "kernel neg_only_on_cpu has no CUDA version");
 }
 
 }  // namespace

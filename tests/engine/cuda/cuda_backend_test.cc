@@ -23,7 +23,15 @@
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/cast.h"
+#include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/dropout.h"
+#include "engine/backend/kernels/elementwise.h"
+#include "engine/backend/kernels/embedding.h"
+#include "engine/backend/kernels/layer_norm.h"
+#include "engine/backend/kernels/matmul.h"
+#include "engine/backend/kernels/reductions.h"
+#include "engine/backend/kernels/softmax.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
@@ -95,6 +103,15 @@ class CudaBackendTest : public ::testing::Test {
   }
   static Tensor G(const Tensor& t) { return t.To(Device::kCuda); }
   Backend& cpu() { return CpuBackend(); }
+  // A kernel of each device (kernel_registry.h): the CPU's is the reference.
+  template <typename K>
+  static typename K::Fn Cpu() {
+    return Kernel<K>(Device::kCpu);
+  }
+  template <typename K>
+  static typename K::Fn Gpu() {
+    return Kernel<K>(Device::kCuda);
+  }
   Backend* gpu_ = nullptr;
 };
 
@@ -102,8 +119,8 @@ TEST_F(CudaBackendTest, CastsAreBitExact) {
   for (DType from : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
     for (DType to : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
       Tensor x = Random({1000}, from, 1, -70000, 70000);
-      Tensor want = cpu().Cast(x, to);
-      Tensor got = gpu_->Cast(G(x), to);
+      Tensor want = Cpu<CastKernel>()(x, to);
+      Tensor got = Gpu<CastKernel>()(G(x), to);
       EXPECT_EQ(got.ToDoubles(), want.ToDoubles()) << DTypeName(from) << "->" << DTypeName(to);
     }
   }
@@ -120,8 +137,8 @@ TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {
       Tensor x = Random({33, 65}, d, 2, positive ? 0.1 : -3, 3);
       Tensor dy = Random({33, 65}, d, 3);
       const std::string what = std::string(DTypeName(d)) + " op " + std::to_string(int(op));
-      ExpectClose(gpu_->Unary(op, G(x)), cpu().Unary(op, x), Tol(d), what);
-      ExpectClose(gpu_->UnaryBackward(op, G(x), G(dy)), cpu().UnaryBackward(op, x, dy), Tol(d),
+      ExpectClose(Gpu<UnaryKernel>()(op, G(x)), Cpu<UnaryKernel>()(op, x), Tol(d), what);
+      ExpectClose(Gpu<UnaryBackwardKernel>()(op, G(x), G(dy)), Cpu<UnaryBackwardKernel>()(op, x, dy), Tol(d),
                   what + " backward");
     }
   }
@@ -136,15 +153,15 @@ TEST_F(CudaBackendTest, BinaryOpsWithEveryBroadcast) {
       for (OpId op : {OpId::kAdd, OpId::kSub, OpId::kMul}) {
         for (DType out : {d, DType::kF32}) {
           ExpectClose(
-              gpu_->Binary(op, G(a), G(b), out), cpu().Binary(op, a, b, out), Tol(out),
+              Gpu<BinaryKernel>()(op, G(a), G(b), out), Cpu<BinaryKernel>()(op, a, b, out), Tol(out),
               "binary " + std::to_string(int(op)) + " b numel " + std::to_string(b.numel()));
         }
       }
     }
-    ExpectClose(gpu_->Scale(G(a), 0.37, d), cpu().Scale(a, 0.37, d), Tol(d), "scale");
+    ExpectClose(Gpu<ScaleKernel>()(G(a), 0.37, d), Cpu<ScaleKernel>()(a, 0.37, d), Tol(d), "scale");
     Tensor x = Random({17, 40}, d, 6), xg = G(x), y = Random({17, 40}, d, 7);
-    cpu().AddInPlace(x, y, -0.5);
-    gpu_->AddInPlace(xg, G(y), -0.5);
+    Cpu<AddInPlaceKernel>()(x, y, -0.5);
+    Gpu<AddInPlaceKernel>()(xg, G(y), -0.5);
     ExpectClose(xg, x, Tol(d), "add in place");
   }
 }
@@ -153,14 +170,14 @@ TEST_F(CudaBackendTest, Reductions) {
   for (DType d : kLowAndF32) {
     Tensor x = Random({300, 77}, d, 8);
     for (DType out : {DType::kF32, DType::kF64}) {
-      ExpectClose(gpu_->SumAll(G(x), out), cpu().SumAll(x, out), 1e-6, "sum all");
+      ExpectClose(Gpu<SumAllKernel>()(G(x), out), Cpu<SumAllKernel>()(x, out), 1e-6, "sum all");
     }
-    ExpectClose(gpu_->SumRows(G(x), DType::kF32), cpu().SumRows(x, DType::kF32), 1e-6, "sum rows");
-    ExpectClose(gpu_->SumRows(G(x), d), cpu().SumRows(x, d), Tol(d), "sum rows low");
+    ExpectClose(Gpu<SumRowsKernel>()(G(x), DType::kF32), Cpu<SumRowsKernel>()(x, DType::kF32), 1e-6, "sum rows");
+    ExpectClose(Gpu<SumRowsKernel>()(G(x), d), Cpu<SumRowsKernel>()(x, d), Tol(d), "sum rows low");
   }
   // Deterministic: the same sum twice, bit for bit.
   Tensor big = G(Random({1 << 20}, DType::kF32, 9));
-  EXPECT_EQ(gpu_->SumAll(big, DType::kF32).Item(), gpu_->SumAll(big, DType::kF32).Item());
+  EXPECT_EQ(Gpu<SumAllKernel>()(big, DType::kF32).Item(), Gpu<SumAllKernel>()(big, DType::kF32).Item());
 }
 
 TEST_F(CudaBackendTest, SoftmaxLogSoftmaxAndBackward) {
@@ -168,10 +185,10 @@ TEST_F(CudaBackendTest, SoftmaxLogSoftmaxAndBackward) {
     for (bool log : {false, true}) {
       Tensor x = Random({20, 1000}, d, 10, -8, 8);
       Tensor dy = Random({20, 1000}, d, 11);
-      Tensor y_cpu = cpu().Softmax(x, log, d);
-      ExpectClose(gpu_->Softmax(G(x), log, d), y_cpu, Tol(d), "softmax");
-      ExpectClose(gpu_->SoftmaxBackward(G(y_cpu), G(dy), log, d),
-                  cpu().SoftmaxBackward(y_cpu, dy, log, d), Tol(d) * 4, "softmax backward");
+      Tensor y_cpu = Cpu<SoftmaxKernel>()(x, log, d);
+      ExpectClose(Gpu<SoftmaxKernel>()(G(x), log, d), y_cpu, Tol(d), "softmax");
+      ExpectClose(Gpu<SoftmaxBackwardKernel>()(G(y_cpu), G(dy), log, d),
+                  Cpu<SoftmaxBackwardKernel>()(y_cpu, dy, log, d), Tol(d) * 4, "softmax backward");
     }
   }
 }
@@ -181,13 +198,13 @@ TEST_F(CudaBackendTest, LayerNormForwardAndBackward) {
     Tensor x = Random({64, 300}, d, 12);
     Tensor gamma = Random({300}, d, 13, 0.5, 1.5), beta = Random({300}, d, 14);
     Tensor dy = Random({64, 300}, d, 15);
-    LayerNormResult c = cpu().LayerNorm(x, gamma, beta, 1e-5, d);
-    LayerNormResult g = gpu_->LayerNorm(G(x), G(gamma), G(beta), 1e-5, d);
+    LayerNormResult c = Cpu<LayerNormKernel>()(x, gamma, beta, 1e-5, d);
+    LayerNormResult g = Gpu<LayerNormKernel>()(G(x), G(gamma), G(beta), 1e-5, d);
     ExpectClose(g.y, c.y, Tol(d), "layer norm y");
     ExpectClose(g.mean, c.mean, 1e-5, "layer norm mean");
     ExpectClose(g.rstd, c.rstd, 1e-4, "layer norm rstd");
-    LayerNormGrads cg = cpu().LayerNormBackward(x, gamma, c, dy);
-    LayerNormGrads gg = gpu_->LayerNormBackward(G(x), G(gamma), g, G(dy));
+    LayerNormGrads cg = Cpu<LayerNormBackwardKernel>()(x, gamma, c, dy);
+    LayerNormGrads gg = Gpu<LayerNormBackwardKernel>()(G(x), G(gamma), g, G(dy));
     ExpectClose(gg.dx, cg.dx, Tol(d) * 4, "layer norm dx");
     ExpectClose(gg.dgamma, cg.dgamma, Tol(d) * 4, "layer norm dgamma");
     ExpectClose(gg.dbeta, cg.dbeta, Tol(d) * 4, "layer norm dbeta");
@@ -199,13 +216,14 @@ TEST_F(CudaBackendTest, FusedSoftmaxCrossEntropy) {
   for (int i = 0; i < 96; ++i) labels.push_back((i * 37) % 1000);
   for (DType d : kLowAndF32) {
     Tensor logits = Random({96, 1000}, d, 16, -10, 10);
-    Tensor lse_cpu, lse_gpu;
-    Tensor loss_cpu = cpu().SoftmaxCrossEntropy(logits, labels, &lse_cpu);
-    Tensor loss_gpu = gpu_->SoftmaxCrossEntropy(G(logits), labels, &lse_gpu);
-    ExpectClose(loss_gpu, loss_cpu, 1e-5, "cross entropy loss");
-    ExpectClose(lse_gpu, lse_cpu, 1e-5, "row logsumexp");
-    ExpectClose(gpu_->SoftmaxCrossEntropyBackward(G(logits), labels, lse_gpu, 0.5f),
-                cpu().SoftmaxCrossEntropyBackward(logits, labels, lse_cpu, 0.5f), Tol(d),
+    const CrossEntropyResult c = Cpu<CrossEntropyKernel>()(logits, labels);
+    const CrossEntropyResult g = Gpu<CrossEntropyKernel>()(G(logits), labels);
+    ExpectClose(g.loss, c.loss, 1e-5, "cross entropy loss");
+    ExpectClose(g.row_logsumexp, c.row_logsumexp, 1e-5, "row logsumexp");
+    // The upstream gradient where the logits are: read on the device there.
+    const Tensor half = Tensor::Full({1}, DType::kF32, 0.5);
+    ExpectClose(Gpu<CrossEntropyBackwardKernel>()(G(logits), labels, g.row_logsumexp, G(half)),
+                Cpu<CrossEntropyBackwardKernel>()(logits, labels, c.row_logsumexp, half), Tol(d),
                 "cross entropy backward");
   }
 }
@@ -214,9 +232,9 @@ TEST_F(CudaBackendTest, EmbeddingAndDropout) {
   const std::vector<int32_t> ids = {3, 0, 7, 3, 3, 9, 1};
   for (DType d : kLowAndF32) {
     Tensor table = Random({10, 24}, d, 17);
-    EXPECT_EQ(gpu_->Embedding(G(table), ids).ToDoubles(), cpu().Embedding(table, ids).ToDoubles());
+    EXPECT_EQ(Gpu<EmbeddingKernel>()(G(table), ids).ToDoubles(), Cpu<EmbeddingKernel>()(table, ids).ToDoubles());
     Tensor dy = Random({7, 24}, d, 18);
-    ExpectClose(gpu_->EmbeddingBackward(G(dy), ids, 10), cpu().EmbeddingBackward(dy, ids, 10),
+    ExpectClose(Gpu<EmbeddingBackwardKernel>()(G(dy), ids, 10), Cpu<EmbeddingBackwardKernel>()(dy, ids, 10),
                 Tol(d), "embedding backward");
     Tensor x = Random({50, 50}, d, 19);
     // The same counter-based mask as the CPU, so the same elements survive.
@@ -235,7 +253,7 @@ TEST_F(CudaBackendTest, MatmulEveryTransposeAndDtype) {
         for (DType out : {d, DType::kF32}) {
           // Sums of k products: the tolerance grows with sqrt(k).
           ExpectClose(
-              gpu_->Matmul(G(a), G(b), ta, tb, out), cpu().Matmul(a, b, ta, tb, out), Tol(out) * 8,
+              Gpu<MatmulKernel>()(G(a), G(b), ta, tb, out), Cpu<MatmulKernel>()(a, b, ta, tb, out), Tol(out) * 8,
               "matmul " + std::string(DTypeName(d)) + (ta ? " ta" : "") + (tb ? " tb" : ""));
         }
       }
@@ -246,7 +264,7 @@ TEST_F(CudaBackendTest, MatmulEveryTransposeAndDtype) {
 TEST_F(CudaBackendTest, F32MatmulKeepsTf32OffUnlessAllowed) {
   const int64_t m = 256, n = 256, k = 2048;
   Tensor a = Random({m, k}, DType::kF32, 22), b = Random({k, n}, DType::kF32, 23);
-  Tensor ref = cpu().Matmul(cpu().Cast(a, DType::kF64), cpu().Cast(b, DType::kF64), false, false,
+  Tensor ref = Cpu<MatmulKernel>()(Cpu<CastKernel>()(a, DType::kF64), Cpu<CastKernel>()(b, DType::kF64), false, false,
                             DType::kF64);
   // Norm-wise: the worst error over the largest result. An f32 FMA chain of
   // k = 2048 terms may lose ~1e-4 on an element near zero (the CPU emulator
@@ -262,9 +280,9 @@ TEST_F(CudaBackendTest, F32MatmulKeepsTf32OffUnlessAllowed) {
     return worst / largest;
   };
   gpu_->SetMatmulOptions(false);
-  const double fp32 = norm_rel_error(gpu_->Matmul(G(a), G(b), false, false, DType::kF32));
+  const double fp32 = norm_rel_error(Gpu<MatmulKernel>()(G(a), G(b), false, false, DType::kF32));
   gpu_->SetMatmulOptions(true);
-  const double tf32 = norm_rel_error(gpu_->Matmul(G(a), G(b), false, false, DType::kF32));
+  const double tf32 = norm_rel_error(Gpu<MatmulKernel>()(G(a), G(b), false, false, DType::kF32));
   gpu_->SetMatmulOptions(false);
   EXPECT_LT(fp32, 2e-5) << "TF32 must be off by default";
   EXPECT_GT(tf32, 10 * fp32) << "allow_tf32 should switch to TF32 tensor cores";
@@ -274,7 +292,7 @@ TEST_F(CudaBackendTest, LinearFusesTheBiasIntoTheGemm) {
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
     Tensor x = Random({64, 96}, d, 24), w = Random({80, 96}, d, 25), b = Random({80}, d, 26);
     // One rounding (epilogue) against the CPU's two: within one more ulp.
-    ExpectClose(gpu_->Linear(G(x), G(w), G(b), d), cpu().Linear(x, w, b, d), Tol(d) * 8,
+    ExpectClose(Gpu<LinearKernel>()(G(x), G(w), G(b), d), Cpu<LinearKernel>()(x, w, b, d), Tol(d) * 8,
                 "linear " + std::string(DTypeName(d)));
   }
 }
@@ -293,7 +311,7 @@ TEST_F(CudaBackendTest, GemmEpiloguesGeluAuxBiasDGeluAndBiasGradient) {
   const int64_t m = 64, n = 128, k = 96;  // n: multiple of 8 for the aux leading dimension
   Tensor a = Random({m, k}, DType::kBF16, 27, -1, 1), b = Random({k, n}, DType::kBF16, 28, -1, 1);
   Tensor bias = Random({n}, DType::kBF16, 29);
-  Tensor prod = cpu().Matmul(cpu().Cast(a, DType::kF64), cpu().Cast(b, DType::kF64), false, false,
+  Tensor prod = Cpu<MatmulKernel>()(Cpu<CastKernel>()(a, DType::kF64), Cpu<CastKernel>()(b, DType::kF64), false, false,
                              DType::kF64);
   const std::vector<double> p = prod.ToDoubles(), bv = bias.ToDoubles();
   Tensor ga = G(a), gb = G(b), gbias = G(bias);
@@ -454,7 +472,7 @@ TEST_F(CudaBackendTest, FusedOptimizerStepsMatchTheReferenceAndSkipOnTheFlag) {
       } else {
         ExpectClose(gp, p, 1e-6, what);
         ExpectClose(gm, m, 1e-6, what + " state");
-        ExpectClose(copy, cpu().Cast(p, DType::kBF16), Tol(DType::kBF16), what + " model copy");
+        ExpectClose(copy, Cpu<CastKernel>()(p, DType::kBF16), Tol(DType::kBF16), what + " model copy");
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "engine/backend/kernels/elementwise.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/ops/autocast.h"
 #include "gtest/gtest.h"
@@ -67,8 +68,8 @@ TEST(OpListTest, TheCpuBackendIsRegisteredAndHasEveryOp) {
 
 TEST(OpListTest, ANonUnaryOpGivenToTheUnaryKernelIsAnErrorNotAnotherFunction) {
   const Tensor x = Tensor::FromVector({1, 2, 3}, {3}, DType::kF32);
-  EXPECT_DEATH(CpuBackend().Unary(OpId::kMatmul, x), "op matmul is not a unary op");
-  EXPECT_DEATH(CpuBackend().Binary(OpId::kRelu, x, x, DType::kF32), "op relu is not a binary op");
+  EXPECT_DEATH(Kernel<UnaryKernel>(Device::kCpu)(OpId::kMatmul, x), "op matmul is not a unary op");
+  EXPECT_DEATH(Kernel<BinaryKernel>(Device::kCpu)(OpId::kRelu, x, x, DType::kF32), "op relu is not a binary op");
 }
 
 }  // namespace

@@ -180,7 +180,7 @@ TEST(DevicePath, NoOtherHostWaitDuringSteps) {
       EXPECT_EQ(fake.downloads, 0) << what;
       // The end-of-step read, and with clipping the norm.
       EXPECT_EQ(fake.trainer_reads, clip ? 10 : 5) << what;
-      EXPECT_EQ(fake.calls["SoftmaxCrossEntropyBackwardOnDevice"], 5) << what;
+      EXPECT_EQ(fake.calls["cross_entropy_backward"], 5) << what;
       EXPECT_EQ(fake.calls["MultiplyAndCheckOnDevice"], clip ? 5 : 0) << what;
     }
   }
@@ -231,11 +231,11 @@ TEST(DevicePath, TheTrainingSetStaysOnTheDeviceAndBatchesAreGatheredThere) {
     if (resident) {
       EXPECT_GE(at_create, set_bytes);
       EXPECT_EQ(per_step, 0);
-      EXPECT_EQ(fake.calls["Embedding"], 13);  // 12 steps + the prefetched 13th batch
+      EXPECT_EQ(fake.calls["embedding"], 13);  // 12 steps + the prefetched 13th batch
     } else {
       EXPECT_LT(at_create, set_bytes);
       EXPECT_EQ(per_step, batch_bytes);
-      EXPECT_EQ(fake.calls["Embedding"], 0);
+      EXPECT_EQ(fake.calls["embedding"], 0);
     }
   }
 }

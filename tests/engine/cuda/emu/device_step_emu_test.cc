@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/matmul.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/amp/precision.h"
@@ -85,7 +86,7 @@ TEST(DeviceStepEmuTest, LinearAddsTheBiasItselfWhereCublasLtHasNoEpilogue) {
     for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.5 - 0.01 * i;
     const Tensor x = Tensor::FromDoubles(xv, {24, 40}, d), w = Tensor::FromDoubles(wv, {56, 40}, d),
                  b = Tensor::FromDoubles(bv, {56}, d);
-    const std::vector<double> want = CpuBackend().Linear(x, w, b, d).ToDoubles();
+    const std::vector<double> want = Kernel<LinearKernel>(Device::kCpu)(x, w, b, d).ToDoubles();
     for (const bool supported : {true, false}) {
       cudaemu::SetCublasLtEpiloguesSupported(supported);
       // A shape of its own per case: cuBLASLt's answer is kept per problem.
@@ -93,7 +94,8 @@ TEST(DeviceStepEmuTest, LinearAddsTheBiasItselfWhereCublasLtHasNoEpilogue) {
       const Tensor xs = Tensor::FromDoubles(std::vector<double>(xv.begin(), xv.begin() + rows * 40),
                                             {rows, 40}, d);
       const std::vector<double> got =
-          gpu->Linear(xs.To(Device::kCuda), w.To(Device::kCuda), b.To(Device::kCuda), d)
+          Kernel<LinearKernel>(Device::kCuda)(xs.To(Device::kCuda), w.To(Device::kCuda),
+                                              b.To(Device::kCuda), d)
               .ToDoubles();
       ASSERT_TRUE(gpu->Health().ok()) << gpu->Health();
       ASSERT_EQ(got.size(), static_cast<size_t>(rows * 56));
