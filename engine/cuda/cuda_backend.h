@@ -2,7 +2,7 @@
 #define AMPD_ENGINE_CUDA_CUDA_BACKEND_H_
 
 // The CUDA backend: every engine op on an NVIDIA GPU behind engine::Backend
-// (cuBLASLt GEMMs, the kernels of kernels.cu, device-side AMP). Plain C++;
+// (cuBLASLt GEMMs, the kernels of kernels/*.cu, device-side AMP). Plain C++;
 // built from a fallback that registers nothing when CUDA is disabled.
 //
 // Device memory comes from a caching allocator; each thread that runs device

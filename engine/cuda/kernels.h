@@ -1,7 +1,7 @@
 #ifndef AMPD_ENGINE_CUDA_KERNELS_H_
 #define AMPD_ENGINE_CUDA_KERNELS_H_
 
-// Launchers for the CUDA backend's kernels (kernels.cu). Plain C++: pointers
+// Launchers for the CUDA backend's kernels (kernels/<family>.cu). Plain C++: pointers
 // are device pointers, `dt` codes are engine::DType's values (0 f32, 1 f16,
 // 2 bf16, 3 f64), `stream` is a cudaStream_t. Every kernel computes in f32
 // (f64 when a tensor is f64) and rounds once on store, like the CPU backend;

@@ -1,7 +1,7 @@
 #ifndef AMPD_TESTS_CUDA_EMU_CUDA_FP16_H_
 #define AMPD_TESTS_CUDA_EMU_CUDA_FP16_H_
 
-// __half for the CPU emulator: storage and the two conversions kernels.cu
+// __half for the CPU emulator: storage and the two conversions the kernels
 // uses, round-to-nearest-even like the device intrinsics.
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 #define AMPD_TESTS_CUDA_EMU_CUDA_RUNTIME_H_
 
 // A CPU stand-in for the part of the CUDA runtime that engine/cuda uses, so
-// that kernels.cu, gemm.cu, runtime.cu and cuda_backend.cc can be compiled
+// that the kernels (kernels/*.cu), gemm.cu, runtime.cu and the backend can be compiled
 // unchanged as C++ and run here, where there is no GPU (see README.md).
 //
 // It is strict where real CUDA is strict and a bug would otherwise hide:

@@ -1,0 +1,198 @@
+#ifndef AMPD_ENGINE_CUDA_CUDA_BACKEND_IMPL_H_
+#define AMPD_ENGINE_CUDA_CUDA_BACKEND_IMPL_H_
+
+// The CUDA backend's class. Like the CPU's, its kernels are member functions
+// defined one family per file, each file registering its own in the kernel
+// registry: matmul.cc (cuBLASLt), elementwise.cc, reductions.cc, softmax.cc
+// (and cross-entropy), layer_norm.cc, embedding.cc; device_amp.cc has the
+// AMP and optimizer updates; cuda_backend.cc memory, streams and the
+// backend's registration. Their launchers are in kernels.h (kernels/*.cu).
+// Internal to engine/cuda.
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/kernels/cross_entropy.h"
+#include "engine/backend/kernels/layer_norm.h"
+#include "engine/cuda/caching_allocator.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/runtime.h"
+
+namespace ampd::engine::cuda {
+
+using engine::Backend;
+using engine::DType;
+using engine::KernelMethod;
+using engine::OpId;
+using engine::Tensor;
+
+inline int Dt(DType d) { return static_cast<int>(d); }
+inline int Dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
+
+// One per thread that runs device work.
+struct ThreadContext {
+  Stream stream = nullptr;
+  absl::Status error;         // the first failure on this thread
+  double* scratch = nullptr;  // reductions: kMaxReduceBlocks + 1 doubles
+  // Host->device staging: a small ring of pinned buffers, each reusable once
+  // the copy queued from it has run (its event).
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    Event done = nullptr;
+  };
+  Staging staging[4];
+  int next_staging = 0;
+  void* readback = nullptr;  // pinned, for device->host reads
+  size_t readback_bytes = 0;
+  bool allow_tf32 = false;
+  bool initialised = false;
+  // The last labels uploaded: a step's loss and its backward use the same.
+  std::vector<int32_t> labels;
+  Tensor labels_on_device;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend()
+      : allocator_(CachingAllocator::RawOps{[](void** p, size_t bytes) { return Malloc(p, bytes); },
+                                            [](void* p) { Free(p); }}) {}
+
+  static CudaBackend& Instance();
+  engine::Device device() const override { return engine::Device::kCuda; }
+  std::string name() const override { return "cuda"; }
+
+  absl::Status Ready() override;
+  absl::Status Health() override { return Ctx().error; }
+
+  AllocatorStats stats() const { return allocator_.stats(); }
+
+  std::vector<engine::DeviceProperties> Devices() override { return ListCudaDevices(nullptr); }
+  engine::DeviceMemoryStats MemoryStats() override {
+    const AllocatorStats a = stats();
+    return {a.in_use_bytes, a.peak_in_use_bytes, a.cached_bytes, a.device_allocations};
+  }
+  Stream stream() { return Ctx().stream; }
+
+  // ---- memory
+
+  Tensor Allocate(const std::vector<int64_t>& shape, DType dtype, bool zero) override;
+  void Fill(const Tensor& t, double value) override {
+    if (Ok()) Record(LaunchFill(t.raw(), Dt(t), t.numel(), value, Ctx().stream));
+  }
+
+  void CopyInto(const Tensor& dst, const Tensor& src) override;
+  std::vector<double> ReadScalars(const std::vector<Tensor>& scalars) override;
+
+  void SetMatmulOptions(bool allow_tf32) override { Ctx().allow_tf32 = allow_tf32; }
+
+  // ---- kernels, registered by their family's file (kernel_registry.h)
+  // matmul.cc
+  Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out);
+  Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out);
+  // elementwise.cc
+  Tensor Cast(const Tensor& x, DType dtype);
+  Tensor Unary(OpId op, const Tensor& x);
+  Tensor UnaryBackward(OpId op, const Tensor& x, const Tensor& dy);
+  Tensor Binary(OpId op, const Tensor& a, const Tensor& b, DType out);
+  Tensor Scale(const Tensor& x, double factor, DType out);
+  void AddInPlace(const Tensor& x, const Tensor& y, double alpha);
+  Tensor Dropout(const Tensor& x, double p, uint64_t seed);
+  // reductions.cc
+  Tensor SumAll(const Tensor& x, DType out);
+  Tensor SumRows(const Tensor& x, DType out);
+  // softmax.cc (and the cross-entropy below)
+  Tensor Softmax(const Tensor& x, bool log, DType out);
+  Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out);
+  // layer_norm.cc
+  engine::LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    double eps, DType out);
+  engine::LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma,
+                                           const engine::LayerNormResult& fwd, const Tensor& dy);
+  Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
+                             Tensor* row_logsumexp);
+  Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
+                                     const Tensor& row_logsumexp, float dloss);
+  // The upstream gradient (the loss scale times 1/accumulation, on the
+  // device) is read by the kernel: no host wait in the middle of backward.
+  Tensor SoftmaxCrossEntropyBackwardOnDevice(const Tensor& logits,
+                                             const std::vector<int32_t>& labels,
+                                             const Tensor& row_logsumexp, const Tensor& dloss);
+  engine::CrossEntropyResult CrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels);
+  Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
+                              const Tensor& row_logsumexp, const Tensor& dloss);
+  // embedding.cc
+  Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids);
+  Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids, int64_t num_rows);
+
+  // ---- device AMP and optimizers (device_amp.cc)
+
+  engine::NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads,
+                                         float inv_scale) override;
+  double SumOfSquares(const std::vector<Tensor>& tensors) override;
+  void SgdStep(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+               const SgdHyper& h, bool first) override;
+  void AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                 const Tensor& exp_avg_sq, const AdamWHyper& h) override;
+  void UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads,
+                               const engine::DeviceAmpState& amp) override;
+  void MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
+                                const Tensor& found_inf) override;
+  void UpdateScaleOnDevice(const engine::DeviceAmpState& amp,
+                           const engine::ScaleUpdateOptions& o) override;
+  void SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const Tensor& out) override;
+  void SgdStepFused(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                    const SgdHyper& h, bool first, const FusedStepArgs& args) override;
+  void AdamWStepFused(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                      const Tensor& exp_avg_sq, const AdamWHyper& h,
+                      const FusedStepArgs& args) override;
+
+ private:
+  static ThreadContext& RawCtx() {
+    static thread_local ThreadContext ctx;
+    return ctx;
+  }
+
+  ThreadContext& Ctx();
+  Stream S() { return Ctx().stream; }
+  double* Scratch() { return Ctx().scratch; }
+  bool Ok() { return Ctx().error.ok(); }
+
+  void Fail(const absl::Status& s) {
+    ThreadContext& c = Ctx();
+    if (c.error.ok()) c.error = s;
+  }
+  // Keeps the first error; "" means success.
+  void Record(const std::string& error) {
+    if (!error.empty()) Fail(absl::InternalError(absl::StrCat("CUDA: ", error)));
+  }
+
+  bool EnsureReadback(size_t bytes);
+  void Upload(void* dst, const void* src, size_t bytes);
+  void Download(void* dst, const void* src, size_t bytes);
+  Tensor UploadLabels(const std::vector<int32_t>& labels);
+  // The defined tensors, kMaxTensorsPerLaunch to a list (none: no list).
+  static std::vector<TensorList> Lists(const std::vector<Tensor>& tensors);
+  void SumOfSquaresInto(const std::vector<Tensor>& tensors, const Tensor& out);
+  static bool NativeOutput(DType in, DType out);
+  Tensor Gemm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out,
+              const Tensor& bias);
+
+  CachingAllocator allocator_;
+  std::once_flag probe_once_;
+  absl::Status probe_;
+};
+
+// Registers a CudaBackend member function as the CUDA kernel K.
+#define AMPD_CUDA_KERNEL(K, method) \
+  AMPD_REGISTER_KERNEL(engine::K, engine::Device::kCuda, KernelMethod<&CudaBackend::method>::Call)
+
+}  // namespace ampd::engine::cuda
+
+#endif  // AMPD_ENGINE_CUDA_CUDA_BACKEND_IMPL_H_

@@ -1,0 +1,237 @@
+// The elementwise CUDA kernels: fill, dtype conversion, the unary and binary
+// families, scaling, in-place accumulation and dropout. Each the device twin
+// of a loop of engine/cpu/elementwise.cc: load widened to the compute type,
+// compute, round once on store.
+
+#include "engine/cuda/kernels/kernel_util.h"
+#include "engine/ops/op_list.h"
+
+namespace ampd::engine::cuda {
+namespace {
+
+using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
+
+using engine::IsBinaryOp;
+using engine::IsUnaryOp;
+using engine::OpName;
+
+// The switches name every op they compute and nothing else: the launchers
+// refuse an op outside the family (IsUnaryOp / IsBinaryOp) before any launch,
+// so the NaN of `default` is never stored.
+template <typename C>
+__device__ C ApplyUnary(OpId op, C x) {
+  switch (op) {
+    case OpId::kRelu:
+      return x > C(0) ? x : C(0);
+    case OpId::kGelu:
+      return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440)));
+    case OpId::kExp:
+      return exp(x);
+    case OpId::kLog:
+      return log(x);
+    case OpId::kNeg:
+      return -x;
+    case OpId::kSquare:
+      return x * x;
+    default:
+      return C(NAN);
+  }
+}
+
+template <typename C>
+__device__ C UnaryDerivative(OpId op, C x) {
+  switch (op) {
+    case OpId::kRelu:
+      return x > C(0) ? C(1) : C(0);
+    case OpId::kGelu: {
+      const C cdf = C(0.5) * (C(1) + erf(x * C(0.70710678118654752440)));
+      const C pdf = exp(C(-0.5) * x * x) * C(0.3989422804014327);
+      return cdf + x * pdf;
+    }
+    case OpId::kExp:
+      return exp(x);
+    case OpId::kLog:
+      return C(1) / x;
+    case OpId::kNeg:
+      return C(-1);
+    case OpId::kSquare:
+      return C(2) * x;
+    default:
+      return C(NAN);
+  }
+}
+
+template <typename C>
+__device__ C ApplyBinary(OpId op, C a, C b) {
+  switch (op) {
+    case OpId::kAdd:
+      return a + b;
+    case OpId::kSub:
+      return a - b;
+    case OpId::kMul:
+      return a * b;
+    default:
+      return C(NAN);
+  }
+}
+
+// "" when `op` is in the family a launcher computes, else why not.
+std::string RefuseOp(bool in_family, OpId op, const char* launcher) {
+  if (in_family) return "";
+  return std::string(launcher) + ": op " + OpName(op) + " has no CUDA kernel here";
+}
+
+// ---- elementwise
+
+__global__ void FillKernel(void* y, int dt, int64_t n, double value) {
+  GRID_STRIDE(i, n) { Store<double>(y, dt, i, value); }
+}
+
+template <typename C>
+__global__ void ConvertKernel(const void* x, int xdt, void* y, int ydt, int64_t n) {
+  GRID_STRIDE(i, n) { Store<C>(y, ydt, i, Load<C>(x, xdt, i)); }
+}
+
+template <typename C>
+__global__ void UnaryKernel(OpId op, const void* x, int xdt, void* y, int ydt, int64_t n) {
+  GRID_STRIDE(i, n) { Store<C>(y, ydt, i, ApplyUnary<C>(op, Load<C>(x, xdt, i))); }
+}
+
+template <typename C>
+__global__ void UnaryBackwardKernel(OpId op, const void* x, int xdt, const void* dy, int gdt,
+                                    void* dx, int64_t n) {
+  GRID_STRIDE(i, n) {
+    Store<C>(dx, gdt, i, UnaryDerivative<C>(op, Load<C>(x, xdt, i)) * Load<C>(dy, gdt, i));
+  }
+}
+
+template <typename C>
+__global__ void BinaryKernel(OpId op, const void* a, int adt, const void* b, int bdt, int64_t bn,
+                             void* y, int ydt, int64_t n) {
+  GRID_STRIDE(i, n) {
+    const int64_t j = bn == n ? i : bn == 1 ? 0 : i % bn;
+    Store<C>(y, ydt, i, ApplyBinary<C>(op, Load<C>(a, adt, i), Load<C>(b, bdt, j)));
+  }
+}
+
+template <typename C>
+__global__ void ScaleKernel(const void* x, int xdt, C factor, void* y, int ydt, int64_t n) {
+  GRID_STRIDE(i, n) { Store<C>(y, ydt, i, Load<C>(x, xdt, i) * factor); }
+}
+
+__global__ void AddInPlaceKernel(void* x, int xdt, const void* y, int ydt, double alpha,
+                                 int64_t n) {
+  // As the CPU: x + alpha * y in f64, then to x's dtype.
+  GRID_STRIDE(i, n) {
+    const double v = Load<double>(x, xdt, i) + alpha * Load<double>(y, ydt, i);
+    if (xdt == kF64) {
+      Store<double>(x, xdt, i, v);
+    } else {
+      Store<float>(x, xdt, i, static_cast<float>(v));
+    }
+  }
+}
+
+__global__ void DropoutKernel(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n) {
+  const double keep_scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+  const float keep_scale_f = static_cast<float>(keep_scale);
+  GRID_STRIDE(i, n) {
+    // engine::DropoutHash, bit for bit.
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(i) + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const bool keep = static_cast<double>(z >> 11) * 0x1.0p-53 >= p;
+    if (dt == kF64) {
+      Store<double>(y, dt, i, keep ? Load<double>(x, dt, i) * keep_scale : 0.0);
+    } else {
+      Store<float>(y, dt, i, keep ? Load<float>(x, dt, i) * keep_scale_f : 0.0f);
+    }
+  }
+}
+
+}  // namespace
+
+std::string LaunchFill(void* y, int dt, int64_t n, double value, Stream s) {
+  if (n == 0) return "";
+  LAUNCH(FillKernel, Blocks(n), kThreads, S(s), y, dt, n, value);
+  return Check("FillKernel");
+}
+
+std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, Stream s) {
+  if (n == 0) return "";
+  if (xdt == ydt) {
+    cudaError_t err = cudaMemcpyAsync(y, x, n * ElementSize(xdt), cudaMemcpyDeviceToDevice, S(s));
+    return err == cudaSuccess ? ""
+                              : std::string("cudaMemcpyAsync(convert): ") + cudaGetErrorString(err);
+  }
+  if (AnyF64(xdt, ydt)) {
+    LAUNCH(ConvertKernel<double>, Blocks(n), kThreads, S(s), x, xdt, y, ydt, n);
+  } else {
+    LAUNCH(ConvertKernel<float>, Blocks(n), kThreads, S(s), x, xdt, y, ydt, n);
+  }
+  return Check("ConvertKernel");
+}
+
+std::string LaunchUnary(OpId op, const void* x, int xdt, void* y, int ydt, int64_t n, Stream s) {
+  if (std::string e = RefuseOp(IsUnaryOp(op), op, "LaunchUnary"); !e.empty()) return e;
+  if (n == 0) return "";
+  if (AnyF64(xdt, ydt)) {
+    LAUNCH(UnaryKernel<double>, Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
+  } else {
+    LAUNCH(UnaryKernel<float>, Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
+  }
+  return Check("UnaryKernel");
+}
+
+std::string LaunchUnaryBackward(OpId op, const void* x, int xdt, const void* dy, int gdt, void* dx,
+                                int64_t n, Stream s) {
+  if (std::string e = RefuseOp(IsUnaryOp(op), op, "LaunchUnaryBackward"); !e.empty()) return e;
+  if (n == 0) return "";
+  if (AnyF64(xdt, gdt)) {
+    LAUNCH(UnaryBackwardKernel<double>, Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
+  } else {
+    LAUNCH(UnaryBackwardKernel<float>, Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
+  }
+  return Check("UnaryBackwardKernel");
+}
+
+std::string LaunchBinary(OpId op, const void* a, int adt, const void* b, int bdt, int64_t bn,
+                         void* y, int ydt, int64_t n, Stream s) {
+  if (std::string e = RefuseOp(IsBinaryOp(op), op, "LaunchBinary"); !e.empty()) return e;
+  if (n == 0) return "";
+  if (AnyF64(adt, bdt, ydt)) {
+    LAUNCH(BinaryKernel<double>, Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);
+  } else {
+    LAUNCH(BinaryKernel<float>, Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);
+  }
+  return Check("BinaryKernel");
+}
+
+std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt, int64_t n,
+                        Stream s) {
+  if (n == 0) return "";
+  if (AnyF64(xdt, ydt)) {
+    LAUNCH(ScaleKernel<double>, Blocks(n), kThreads, S(s), x, xdt, factor, y, ydt, n);
+  } else {
+    LAUNCH(ScaleKernel<float>, Blocks(n), kThreads, S(s), x, xdt, static_cast<float>(factor), y,
+           ydt, n);
+  }
+  return Check("ScaleKernel");
+}
+
+std::string LaunchAddInPlace(void* x, int xdt, const void* y, int ydt, double alpha, int64_t n,
+                             Stream s) {
+  if (n == 0) return "";
+  LAUNCH(AddInPlaceKernel, Blocks(n), kThreads, S(s), x, xdt, y, ydt, alpha, n);
+  return Check("AddInPlaceKernel");
+}
+
+std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n,
+                          Stream s) {
+  if (n == 0) return "";
+  LAUNCH(DropoutKernel, Blocks(n), kThreads, S(s), x, dt, p, seed, y, n);
+  return Check("DropoutKernel");
+}
+
+}  // namespace ampd::engine::cuda

@@ -1,0 +1,132 @@
+#ifndef AMPD_ENGINE_CUDA_KERNELS_KERNEL_UTIL_H_
+#define AMPD_ENGINE_CUDA_KERNELS_KERNEL_UTIL_H_
+
+// What the CUDA kernel files (engine/cuda/kernels/*.cu) share: typed loads
+// and stores that widen to the compute type and round once, launch helpers,
+// block reductions in a fixed order. Includes CUDA's headers: only the .cu
+// files include it (and the CPU emulator, which compiles them as C++).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "engine/cuda/kernels.h"
+
+namespace ampd::engine::cuda::kernel_util {
+
+constexpr int kThreads = 256;
+enum DT { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3 };
+
+template <typename C>
+__device__ __forceinline__ C Load(const void* p, int dt, int64_t i) {
+  switch (dt) {
+    case kF32:
+      return static_cast<C>(static_cast<const float*>(p)[i]);
+    case kF16:
+      return static_cast<C>(__half2float(static_cast<const __half*>(p)[i]));
+    case kBF16:
+      return static_cast<C>(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+    default:
+      return static_cast<C>(static_cast<const double*>(p)[i]);
+  }
+}
+
+// Rounds once: f64 values bound for f16/bf16 go through f32, as on the CPU.
+template <typename C>
+__device__ __forceinline__ void Store(void* p, int dt, int64_t i, C v) {
+  switch (dt) {
+    case kF32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case kF16:
+      static_cast<__half*>(p)[i] = __float2half_rn(static_cast<float>(v));
+      break;
+    case kBF16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v));
+      break;
+    default:
+      static_cast<double*>(p)[i] = static_cast<double>(v);
+  }
+}
+
+__host__ __device__ inline int ElementSize(int dt) { return dt == kF32 ? 4 : dt == kF64 ? 8 : 2; }
+
+inline int Blocks(int64_t n) {
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8)));
+}
+
+inline std::string Check(const char* kernel) {
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return "";
+  return std::string(kernel) + " launch: " + cudaGetErrorString(err);
+}
+
+inline cudaStream_t S(Stream s) { return static_cast<cudaStream_t>(s); }
+
+// Kernel launches go through one macro so that the CPU emulator
+// (tests/engine/cuda/emu) can run these files unchanged.
+#ifdef AMPD_CUDA_EMU
+#define LAUNCH(kernel, grid, block, stream, ...) \
+  AMPD_EMU_LAUNCH(kernel, grid, block, stream)(__VA_ARGS__)
+#else
+#define LAUNCH(kernel, grid, block, stream, ...) kernel<<<grid, block, 0, stream>>>(__VA_ARGS__)
+#endif
+
+#define GRID_STRIDE(i, n)                                                                \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// A fixed-order tree sum over the block's kThreads values (result in thread 0).
+template <typename T>
+__device__ T BlockSum(T v) {
+  __shared__ T shared[kThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  T result = shared[0];
+  __syncthreads();
+  return result;
+}
+
+template <typename T>
+__device__ T BlockMax(T v) {
+  __shared__ T shared[kThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (static_cast<int>(threadIdx.x) < stride)
+      shared[threadIdx.x] = max(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  T result = shared[0];
+  __syncthreads();
+  return result;
+}
+
+inline bool AnyF64(int a, int b, int c = kF32) { return a == kF64 || b == kF64 || c == kF64; }
+
+// The blocks a two-stage sum over n values uses (at most kMaxReduceBlocks).
+inline int ReduceBlocks(int64_t n) {
+  return static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>(kMaxReduceBlocks, (n + 4 * kThreads - 1) / (4 * kThreads))));
+}
+// The two stages (reductions.cu). Stage 1: each of `blocks` blocks sums a
+// fixed grid-stride share of x (or of x², `squares`) in f64 into partial.
+void LaunchPartialSums(const void* x, int xdt, int64_t n, bool squares, double* partial, int blocks,
+                       Stream s);
+// Stage 2: the partials in order; out = (carry + sum) * multiplier, carry (if
+// given) updated to carry + sum.
+void LaunchFinishSum(const double* partial, int count, double multiplier, double* carry, void* out,
+                     int odt, Stream s);
+
+}  // namespace ampd::engine::cuda::kernel_util
+
+#endif  // AMPD_ENGINE_CUDA_KERNELS_KERNEL_UTIL_H_
