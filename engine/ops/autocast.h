@@ -34,7 +34,7 @@ std::optional<OpId> FindOp(std::string_view name);
 
 struct AutocastOverrides {
   std::map<OpId, CastPolicy> op_policies;  // kGelu -> kFp32, ...
-  std::set<std::string> fp32_layers;              // layers kept entirely in f32 ("head")
+  std::set<std::string> fp32_layers;       // layers kept entirely in f32 ("head")
 };
 
 struct AutocastOptions {

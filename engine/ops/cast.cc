@@ -1,9 +1,9 @@
 #include "engine/ops/cast.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/cast.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/grad_util.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -12,9 +12,11 @@ using ops_internal::AsDType;
 Tensor Cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor y = Kernel<CastKernel>(x.device())(x, dtype);
-  const DType from = x.dtype();
-  return Record(y, OpId::kCast, {x},
-                [from](const Tensor& g) -> std::vector<Tensor> { return {AsDType(g, from)}; });
+  return RecordOp(y, OpId::kCast, {.inputs = {x}});
+}
+
+std::vector<Tensor> CastGradient(const SavedForBackward& s, const Tensor& g) {
+  return {AsDType(g, s.inputs[0].dtype())};
 }
 
 }  // namespace ampd::engine

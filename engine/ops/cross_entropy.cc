@@ -1,8 +1,8 @@
 #include "engine/ops/cross_entropy.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -11,11 +11,14 @@ Tensor SoftmaxCrossEntropy(Tensor logits, const std::vector<int32_t>& labels) {
   CrossEntropyResult r = Kernel<CrossEntropyKernel>(logits.device())(logits, labels);
   Tensor loss = r.loss, lse = r.row_logsumexp;
   d.Finish(loss);
-  return Record(
-      loss, OpId::kCrossEntropy, {logits},
-      [logits, labels, lse](const Tensor& g) -> std::vector<Tensor> {
-        return {Kernel<CrossEntropyBackwardKernel>(logits.device())(logits, labels, lse, g)};
-      });
+  return RecordOp(loss, OpId::kCrossEntropy, {.inputs = {logits}, .tensors = {lse}, .ids = labels});
+}
+
+// g: the upstream gradient where the logits are (on a device, the scaled
+// loss's gradient stays there: the kernel reads it).
+std::vector<Tensor> CrossEntropyGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor& logits = s.inputs[0];
+  return {Kernel<CrossEntropyBackwardKernel>(logits.device())(logits, s.ids, s.tensors[0], g)};
 }
 
 }  // namespace ampd::engine

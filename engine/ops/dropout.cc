@@ -1,8 +1,8 @@
 #include "engine/ops/dropout.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/dropout.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -11,10 +11,12 @@ Tensor Dropout(Tensor x, double p, uint64_t seed, bool training) {
   OpDispatch d(OpId::kDropout, {&x});
   Tensor y = Kernel<DropoutKernel>(x.device())(x, p, seed);
   d.Finish(y);
-  return Record(y, OpId::kDropout, {x}, [p, seed](const Tensor& g) -> std::vector<Tensor> {
-    // The mask is a function of (seed, index): applying it to g is the backward.
-    return {Kernel<DropoutKernel>(g.device())(g, p, seed)};
-  });
+  return RecordOp(y, OpId::kDropout, {.inputs = {x}, .scalar = p, .seed = seed});
+}
+
+// The mask is a function of (seed, index): applying it to g is the backward.
+std::vector<Tensor> DropoutGradient(const SavedForBackward& s, const Tensor& g) {
+  return {Kernel<DropoutKernel>(g.device())(g, s.scalar, s.seed)};
 }
 
 }  // namespace ampd::engine

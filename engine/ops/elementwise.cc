@@ -1,9 +1,9 @@
 #include "engine/ops/elementwise.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/grad_util.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -16,34 +16,40 @@ Tensor UnaryOpImpl(OpId op, Tensor x) {
   OpDispatch d(op, {&x});
   Tensor y = Kernel<UnaryKernel>(x.device())(op, x);
   d.Finish(y);
-  return Record(y, op, {x}, [x, op](const Tensor& g) -> std::vector<Tensor> {
-    return {Kernel<UnaryBackwardKernel>(x.device())(op, x, AsDType(g, x.dtype()))};
-  });
+  return RecordOp(y, op, {.inputs = {x}});
 }
 
 Tensor BinaryOpImpl(OpId op, Tensor a, Tensor b) {
   OpDispatch d(op, {&a, &b});
   Tensor y = Kernel<BinaryKernel>(a.device())(op, a, b, d.compute_dtype());
   d.Finish(y);
-  return Record(y, op, {a, b}, [a, b, op](const Tensor& g) -> std::vector<Tensor> {
-    switch (op) {
-      case OpId::kAdd:
-        return {AsDType(g, a.dtype()), ReduceTo(AsDType(g, b.dtype()), b)};
-      case OpId::kSub:
-        return {AsDType(g, a.dtype()),
-                ReduceTo(Kernel<ScaleKernel>(g.device())(g, -1.0, b.dtype()), b)};
-      case OpId::kMul: {
-        Tensor ga = Kernel<BinaryKernel>(g.device())(OpId::kMul, g, b, a.dtype());
-        Tensor gb_full = Kernel<BinaryKernel>(g.device())(OpId::kMul, g, a, g.dtype());
-        return {ga, ReduceTo(AsDType(gb_full, b.dtype()), b)};
-      }
-      default:  // BinaryOpImpl is only called with the binary family
-        return {};
-    }
-  });
+  return RecordOp(y, op, {.inputs = {a, b}});
 }
 
 }  // namespace
+
+std::vector<Tensor> UnaryGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor& x = s.inputs[0];
+  return {Kernel<UnaryBackwardKernel>(x.device())(s.op, x, AsDType(g, x.dtype()))};
+}
+
+std::vector<Tensor> BinaryGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor &a = s.inputs[0], &b = s.inputs[1];
+  switch (s.op) {
+    case OpId::kAdd:
+      return {AsDType(g, a.dtype()), ReduceTo(AsDType(g, b.dtype()), b)};
+    case OpId::kSub:
+      return {AsDType(g, a.dtype()),
+              ReduceTo(Kernel<ScaleKernel>(g.device())(g, -1.0, b.dtype()), b)};
+    case OpId::kMul: {
+      Tensor ga = Kernel<BinaryKernel>(g.device())(OpId::kMul, g, b, a.dtype());
+      Tensor gb_full = Kernel<BinaryKernel>(g.device())(OpId::kMul, g, a, g.dtype());
+      return {ga, ReduceTo(AsDType(gb_full, b.dtype()), b)};
+    }
+    default:  // the descriptor gives this gradient to the binary family only
+      return {};
+  }
+}
 
 Tensor Add(Tensor a, Tensor b) { return BinaryOpImpl(OpId::kAdd, a, b); }
 
@@ -63,9 +69,11 @@ Tensor Square(Tensor x) { return UnaryOpImpl(OpId::kSquare, x); }
 
 Tensor MulScalar(Tensor x, double factor) {
   Tensor y = Kernel<ScaleKernel>(x.device())(x, factor, x.dtype());
-  return Record(y, OpId::kMulScalar, {x}, [factor, x](const Tensor& g) -> std::vector<Tensor> {
-    return {Kernel<ScaleKernel>(g.device())(g, factor, x.dtype())};
-  });
+  return RecordOp(y, OpId::kMulScalar, {.inputs = {x}, .scalar = factor});
+}
+
+std::vector<Tensor> MulScalarGradient(const SavedForBackward& s, const Tensor& g) {
+  return {Kernel<ScaleKernel>(g.device())(g, s.scalar, s.inputs[0].dtype())};
 }
 
 void AddInPlace(const Tensor& x, const Tensor& y, double alpha) {

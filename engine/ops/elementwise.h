@@ -17,7 +17,7 @@ Tensor Relu(Tensor x);
 Tensor Gelu(Tensor x);
 Tensor Exp(Tensor x);
 Tensor Log(Tensor x);
-Tensor Square(Tensor x);      // pow(x, 2)
+Tensor Square(Tensor x);  // pow(x, 2)
 Tensor MulScalar(Tensor x, double factor);
 // In place, never autocast and never recorded (like torch's x.add_()).
 void AddInPlace(const Tensor& x, const Tensor& y, double alpha = 1.0);

@@ -1,8 +1,8 @@
 #include "engine/ops/embedding.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/embedding.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -10,10 +10,11 @@ Tensor Embedding(Tensor table, const std::vector<int32_t>& ids) {
   OpDispatch d(OpId::kEmbedding, {&table});
   Tensor y = Kernel<EmbeddingKernel>(table.device())(table, ids);
   d.Finish(y);
-  const int64_t rows = table.dim(0);
-  return Record(y, OpId::kEmbedding, {table}, [ids, rows](const Tensor& g) -> std::vector<Tensor> {
-    return {Kernel<EmbeddingBackwardKernel>(g.device())(g, ids, rows)};
-  });
+  return RecordOp(y, OpId::kEmbedding, {.inputs = {table}, .ids = ids, .count = table.dim(0)});
+}
+
+std::vector<Tensor> EmbeddingGradient(const SavedForBackward& s, const Tensor& g) {
+  return {Kernel<EmbeddingBackwardKernel>(g.device())(g, s.ids, s.count)};
 }
 
 }  // namespace ampd::engine

@@ -1,8 +1,8 @@
 #include "engine/ops/layer_norm.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -14,13 +14,14 @@ Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps) {
   const DType out = AutocastEnabled() ? d.compute_dtype() : x_dtype;
   LayerNormResult r = Kernel<LayerNormKernel>(x.device())(x, gamma, beta, eps, out);
   d.Finish(r.y);
-  LayerNormResult saved{Tensor(), r.mean, r.rstd};
-  return Record(r.y, OpId::kLayerNorm, {x, gamma, beta},
-                [x, gamma, saved](const Tensor& g) -> std::vector<Tensor> {
-                  LayerNormGrads gr =
-                      Kernel<LayerNormBackwardKernel>(x.device())(x, gamma, saved, g);
-                  return {gr.dx, gr.dgamma, gr.dbeta};
-                });
+  return RecordOp(r.y, OpId::kLayerNorm, {.inputs = {x, gamma, beta}, .tensors = {r.mean, r.rstd}});
+}
+
+std::vector<Tensor> LayerNormGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor &x = s.inputs[0], &gamma = s.inputs[1];
+  const LayerNormResult fwd{Tensor(), s.tensors[0], s.tensors[1]};
+  LayerNormGrads gr = Kernel<LayerNormBackwardKernel>(x.device())(x, gamma, fwd, g);
+  return {gr.dx, gr.dgamma, gr.dbeta};
 }
 
 }  // namespace ampd::engine

@@ -1,10 +1,10 @@
 #include "engine/ops/linear.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/grad_util.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -14,25 +14,31 @@ Tensor Matmul(Tensor a, Tensor b) {
   OpDispatch d(OpId::kMatmul, {&a, &b});
   Tensor y = Kernel<MatmulKernel>(a.device())(a, b, false, false, d.compute_dtype());
   d.Finish(y);
-  return Record(y, OpId::kMatmul, {a, b}, [a, b](const Tensor& g0) -> std::vector<Tensor> {
-    auto matmul = Kernel<MatmulKernel>(a.device());
-    Tensor g = AsDType(g0, a.dtype());
-    return {matmul(g, b, false, true, a.dtype()), matmul(a, g, true, false, b.dtype())};
-  });
+  return RecordOp(y, OpId::kMatmul, {.inputs = {a, b}});
+}
+
+std::vector<Tensor> MatmulGradient(const SavedForBackward& s, const Tensor& g0) {
+  const Tensor &a = s.inputs[0], &b = s.inputs[1];
+  auto matmul = Kernel<MatmulKernel>(a.device());
+  Tensor g = AsDType(g0, a.dtype());
+  return {matmul(g, b, false, true, a.dtype()), matmul(a, g, true, false, b.dtype())};
 }
 
 Tensor Linear(Tensor x, Tensor w, Tensor b) {
   OpDispatch d(OpId::kLinear, {&x, &w, &b});
   Tensor y = Kernel<LinearKernel>(x.device())(x, w, b, d.compute_dtype());
   d.Finish(y);
-  return Record(y, OpId::kLinear, {x, w, b}, [x, w, b](const Tensor& g0) -> std::vector<Tensor> {
-    auto matmul = Kernel<MatmulKernel>(x.device());
-    Tensor g = AsDType(g0, x.dtype());
-    Tensor dx = matmul(g, w, false, false, x.dtype());  // [M,out] @ [out,in]
-    Tensor dw = matmul(g, x, true, false, w.dtype());   // [out,M] @ [M,in]
-    Tensor db = b.defined() ? Kernel<SumRowsKernel>(x.device())(g, b.dtype()) : Tensor();
-    return {dx, dw, db};
-  });
+  return RecordOp(y, OpId::kLinear, {.inputs = {x, w, b}});
+}
+
+std::vector<Tensor> LinearGradient(const SavedForBackward& s, const Tensor& g0) {
+  const Tensor &x = s.inputs[0], &w = s.inputs[1], &b = s.inputs[2];
+  auto matmul = Kernel<MatmulKernel>(x.device());
+  Tensor g = AsDType(g0, x.dtype());
+  Tensor dx = matmul(g, w, false, false, x.dtype());  // [M,out] @ [out,in]
+  Tensor dw = matmul(g, x, true, false, w.dtype());   // [out,M] @ [M,in]
+  Tensor db = b.defined() ? Kernel<SumRowsKernel>(x.device())(g, b.dtype()) : Tensor();
+  return {dx, dw, db};
 }
 
 }  // namespace ampd::engine

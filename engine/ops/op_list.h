@@ -1,13 +1,14 @@
 #ifndef AMPD_ENGINE_OPS_OP_LIST_H_
 #define AMPD_ENGINE_OPS_OP_LIST_H_
 
-// Every op of the engine, once: its id, its name and its autocast cast
-// policy. This list is the op's descriptor; the name is what explain plans,
+// Every op of the engine, once: its id, its name, its autocast cast policy
+// and its gradient. This list is the op's descriptor; the name is what explain plans,
 // autograd nodes and precision overrides ("op_policies": {"gelu": "fp32"})
 // use, and the policy table of autocast is built from it, so there is no
 // other spelling to keep in sync. An op's forward and gradient live in
-// engine/ops, its kernels in each backend (which says which ops it has:
-// Backend::HasKernel). See engine/README.md, "How to add an op".
+// engine/ops (ops/op_def.h: the full descriptor, with the gradient), its
+// kernels in each backend (which says which ops it has: Backend::HasKernel). See engine/README.md,
+// "How to add an op".
 //
 // Plain C++ with no includes beyond <cstdint>: the CUDA kernels (.cu) include
 // it for the same op codes.
@@ -24,32 +25,34 @@ namespace ampd::engine {
 
 enum class CastPolicy : uint8_t { kLowerPrecision, kFp32, kPromote, kPassThrough };
 
-// X(id, name, cast policy).
-#define AMPD_ENGINE_OPS(X)                          \
-  X(kCast, "cast", kPassThrough)                    \
-  X(kMatmul, "matmul", kLowerPrecision)             \
-  X(kLinear, "linear", kLowerPrecision)             \
-  X(kAdd, "add", kPromote)                          \
-  X(kSub, "sub", kPromote)                          \
-  X(kMul, "mul", kPromote)                          \
-  X(kMulScalar, "mul_scalar", kPassThrough)         \
-  X(kRelu, "relu", kPassThrough)                    \
-  X(kGelu, "gelu", kPassThrough)                    \
-  X(kNeg, "neg", kPassThrough)                      \
-  X(kExp, "exp", kFp32)                             \
-  X(kLog, "log", kFp32)                             \
-  X(kSquare, "pow", kFp32) /* torch.pow(x, 2) */    \
-  X(kSoftmax, "softmax", kFp32)                     \
-  X(kLogSoftmax, "log_softmax", kFp32)              \
-  X(kLayerNorm, "layer_norm", kFp32)                \
-  X(kCrossEntropy, "cross_entropy", kFp32)          \
-  X(kSum, "sum", kFp32)                             \
-  X(kMean, "mean", kFp32)                           \
-  X(kEmbedding, "embedding", kPassThrough)          \
-  X(kDropout, "dropout", kPassThrough)
+// X(id, name, cast policy, gradient). The gradient is the function of
+// engine/ops that computes the op's backward (ops/op_def.h makes the table;
+// here, where CUDA includes the list, it is only a name).
+#define AMPD_ENGINE_OPS(X)                                       \
+  X(kCast, "cast", kPassThrough, CastGradient)                   \
+  X(kMatmul, "matmul", kLowerPrecision, MatmulGradient)          \
+  X(kLinear, "linear", kLowerPrecision, LinearGradient)          \
+  X(kAdd, "add", kPromote, BinaryGradient)                       \
+  X(kSub, "sub", kPromote, BinaryGradient)                       \
+  X(kMul, "mul", kPromote, BinaryGradient)                       \
+  X(kMulScalar, "mul_scalar", kPassThrough, MulScalarGradient)   \
+  X(kRelu, "relu", kPassThrough, UnaryGradient)                  \
+  X(kGelu, "gelu", kPassThrough, UnaryGradient)                  \
+  X(kNeg, "neg", kPassThrough, UnaryGradient)                    \
+  X(kExp, "exp", kFp32, UnaryGradient)                           \
+  X(kLog, "log", kFp32, UnaryGradient)                           \
+  X(kSquare, "pow", kFp32, UnaryGradient) /* torch.pow(x, 2) */  \
+  X(kSoftmax, "softmax", kFp32, SoftmaxGradient)                 \
+  X(kLogSoftmax, "log_softmax", kFp32, SoftmaxGradient)          \
+  X(kLayerNorm, "layer_norm", kFp32, LayerNormGradient)          \
+  X(kCrossEntropy, "cross_entropy", kFp32, CrossEntropyGradient) \
+  X(kSum, "sum", kFp32, SumGradient)                             \
+  X(kMean, "mean", kFp32, MeanGradient)                          \
+  X(kEmbedding, "embedding", kPassThrough, EmbeddingGradient)    \
+  X(kDropout, "dropout", kPassThrough, DropoutGradient)
 
 enum class OpId : uint8_t {
-#define AMPD_ENGINE_OP_ID(id, name, policy) id,
+#define AMPD_ENGINE_OP_ID(id, name, policy, gradient) id,
   AMPD_ENGINE_OPS(AMPD_ENGINE_OP_ID)
 #undef AMPD_ENGINE_OP_ID
 };
@@ -61,7 +64,7 @@ struct OpDescriptor {
 };
 
 inline constexpr OpDescriptor kOpDescriptors[] = {
-#define AMPD_ENGINE_OP_DESCRIPTOR(id, name, policy) {OpId::id, name, CastPolicy::policy},
+#define AMPD_ENGINE_OP_DESCRIPTOR(id, name, policy, gradient) {OpId::id, name, CastPolicy::policy},
     AMPD_ENGINE_OPS(AMPD_ENGINE_OP_DESCRIPTOR)
 #undef AMPD_ENGINE_OP_DESCRIPTOR
 };

@@ -1,9 +1,9 @@
 #include "engine/ops/reductions.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -11,10 +11,13 @@ Tensor Sum(Tensor x) {
   OpDispatch d(OpId::kSum, {&x});
   Tensor y = Kernel<SumAllKernel>(x.device())(x, d.compute_dtype());
   d.Finish(y);
-  return Record(y, OpId::kSum, {x}, [x](const Tensor& g) -> std::vector<Tensor> {
-    return {Kernel<BinaryKernel>(x.device())(
-        OpId::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0, x.device()), g, x.dtype())};
-  });
+  return RecordOp(y, OpId::kSum, {.inputs = {x}});
+}
+
+std::vector<Tensor> SumGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor& x = s.inputs[0];
+  return {Kernel<BinaryKernel>(x.device())(
+      OpId::kMul, Tensor::Full(x.shape(), x.dtype(), 1.0, x.device()), g, x.dtype())};
 }
 
 Tensor Mean(Tensor x) {
@@ -23,10 +26,13 @@ Tensor Mean(Tensor x) {
   Tensor y = Kernel<ScaleKernel>(x.device())(Kernel<SumAllKernel>(x.device())(x, DType::kF64),
                                              inv_n, d.compute_dtype());
   d.Finish(y);
-  return Record(y, OpId::kMean, {x}, [x, inv_n](const Tensor& g) -> std::vector<Tensor> {
-    Tensor ones = Tensor::Full(x.shape(), x.dtype(), inv_n, x.device());
-    return {Kernel<BinaryKernel>(x.device())(OpId::kMul, ones, g, x.dtype())};
-  });
+  return RecordOp(y, OpId::kMean, {.inputs = {x}, .scalar = inv_n});
+}
+
+std::vector<Tensor> MeanGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor& x = s.inputs[0];
+  Tensor ones = Tensor::Full(x.shape(), x.dtype(), s.scalar, x.device());
+  return {Kernel<BinaryKernel>(x.device())(OpId::kMul, ones, g, x.dtype())};
 }
 
 }  // namespace ampd::engine

@@ -1,8 +1,8 @@
 #include "engine/ops/softmax.h"
 
-#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/softmax.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/op_def.h"
 
 namespace ampd::engine {
 
@@ -12,13 +12,16 @@ Tensor SoftmaxImpl(OpId op, bool log, Tensor x) {
   OpDispatch d(op, {&x});
   Tensor y = Kernel<SoftmaxKernel>(x.device())(x, log, d.compute_dtype());
   d.Finish(y);
-  Tensor saved = y.Detach();
-  return Record(y, op, {x}, [saved, log, x](const Tensor& g) -> std::vector<Tensor> {
-    return {Kernel<SoftmaxBackwardKernel>(saved.device())(saved, g, log, x.dtype())};
-  });
+  return RecordOp(y, op, {.inputs = {x}, .tensors = {y.Detach()}, .flag = log});
 }
 
 }  // namespace
+
+// From the output (y, kept detached), as torch's softmax backward.
+std::vector<Tensor> SoftmaxGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor& y = s.tensors[0];
+  return {Kernel<SoftmaxBackwardKernel>(y.device())(y, g, s.flag, s.inputs[0].dtype())};
+}
 
 Tensor Softmax(Tensor x) { return SoftmaxImpl(OpId::kSoftmax, false, x); }
 

@@ -8,7 +8,7 @@
 namespace ampd::engine {
 
 // pow(x, 2)
-Tensor Softmax(Tensor x);     // along the last dim
+Tensor Softmax(Tensor x);  // along the last dim
 // along the last dim
 Tensor LogSoftmax(Tensor x);  // along the last dim
 

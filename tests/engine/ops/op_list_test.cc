@@ -1,5 +1,6 @@
 // The op descriptors: one name per op, the autocast table built from them,
-// and the backends saying which ops they have.
+// each op's gradient in its descriptor, and the backends saying which ops
+// they have.
 
 #include "engine/ops/op_list.h"
 
@@ -8,7 +9,10 @@
 
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/autograd/autograd.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/op_def.h"
+#include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
@@ -57,6 +61,39 @@ TEST(OpListTest, TheFamiliesAreDisjointAndNamed) {
   }
   EXPECT_EQ(unary, 6);   // relu gelu neg exp log pow
   EXPECT_EQ(binary, 3);  // add sub mul
+}
+
+TEST(OpListTest, EveryOpsFullDescriptorHasItsGradient) {
+  ASSERT_EQ(static_cast<int>(std::size(kOpDefs)), kNumOps);
+  for (const OpDef& def : kOpDefs) {
+    EXPECT_EQ(def.descriptor.id, Describe(def.descriptor.id).id);
+    EXPECT_STREQ(def.descriptor.name, OpName(def.descriptor.id));
+    EXPECT_EQ(def.descriptor.policy, Describe(def.descriptor.id).policy) << def.descriptor.name;
+    EXPECT_NE(def.gradient, nullptr) << def.descriptor.name;
+  }
+  // The family shares one gradient, told apart by the op it saved.
+  EXPECT_EQ(Define(OpId::kGelu).gradient, Define(OpId::kExp).gradient);
+  EXPECT_NE(Define(OpId::kGelu).gradient, Define(OpId::kLinear).gradient);
+}
+
+// What autograd runs is the descriptor's gradient on what the forward saved.
+TEST(OpListTest, BackwardRunsTheGradientOfTheDescriptor) {
+  Tensor x = Tensor::FromVector({-1.5f, 0.25f, 2.0f}, {3}, DType::kF32);
+  x.set_requires_grad(true);
+  Tensor y = Gelu(x);
+  ASSERT_NE(y.grad_fn(), nullptr);
+  EXPECT_EQ(y.grad_fn()->op, OpId::kGelu);
+  const Tensor g = Tensor::FromVector({1.0f, -2.0f, 0.5f}, {3}, DType::kF32);
+  Backward(y, g);
+  SavedForBackward saved;
+  saved.op = OpId::kGelu;
+  saved.inputs = {x.Detach()};
+  const std::vector<Tensor> direct = Define(OpId::kGelu).gradient(saved, g);
+  ASSERT_EQ(direct.size(), 1u);
+  EXPECT_EQ(x.grad().ToFloats(), direct[0].ToFloats());
+  // and that is GELU's derivative, not another function's
+  saved.op = OpId::kExp;
+  EXPECT_NE(Define(OpId::kExp).gradient(saved, g)[0].ToFloats(), direct[0].ToFloats());
 }
 
 TEST(OpListTest, TheCpuBackendIsRegisteredAndHasEveryOp) {
