@@ -178,11 +178,11 @@ void PrintMeta(const Options& o) {
     std::printf(
         "{\"bench\":\"meta\",\"onednn\":\"%d.%d.%d\",\"onednn_isa\":\"%s\","
         "\"half_conversions\":\"%s\",\"hardware_threads\":%u,\"omp_num_threads\":\"%s\"}\n",
-        v->major, v->minor, v->patch, isa.c_str(), engine::HalfConversionPath(),
+        v->major, v->minor, v->patch, isa.c_str(), engine::core::HalfConversionPath(),
         std::thread::hardware_concurrency(), omp ? omp : "");
   } else {
     std::printf("oneDNN %d.%d.%d, ISA %s; half conversions: %s; %u hardware threads%s%s\n\n",
-                v->major, v->minor, v->patch, isa.c_str(), engine::HalfConversionPath(),
+                v->major, v->minor, v->patch, isa.c_str(), engine::core::HalfConversionPath(),
                 std::thread::hardware_concurrency(), omp ? ", OMP_NUM_THREADS=" : "",
                 omp ? omp : "");
   }
@@ -194,7 +194,7 @@ void PrintMeta(const Options& o) {
 
 struct ModeRun {
   std::string name;
-  std::unique_ptr<engine::Trainer> trainer;
+  std::unique_ptr<engine::train::Trainer> trainer;
   std::vector<double> round_step_s;  // mean step time of each round
   int64_t skipped = 0;               // timed steps the scaler skipped
 };
@@ -213,25 +213,25 @@ int RunMlp(const Options& o) {
 
   std::vector<ModeRun> runs;
   for (const std::string& name : o.precisions) {
-    absl::StatusOr<engine::PrecisionConfig> precision = engine::ResolvePrecision(name);
+    absl::StatusOr<engine::amp::PrecisionConfig> precision = engine::amp::ResolvePrecision(name);
     if (!precision.ok()) {
       std::fprintf(stderr, "%s\n", std::string(precision.status().message()).c_str());
       return 1;
     }
-    engine::TrainerConfig config;
-    engine::MlpSpec mlp;
+    engine::train::TrainerConfig config;
+    engine::nn::MlpSpec mlp;
     mlp.input_dim = kInputDim;
     mlp.hidden = o.hidden;
     mlp.num_classes = kClasses;
     config.model = mlp;
     config.precision = *precision;
-    config.optimizer.kind = engine::OptimizerSpec::Kind::kAdamW;
+    config.optimizer.kind = engine::optim::OptimizerSpec::Kind::kAdamW;
     config.optimizer.lr = 1e-3;
     config.training.steps = 1 << 30;  // constant schedule; never reached
     config.training.batch_size = o.batch;
     config.training.seed = 0;
-    absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
-        engine::Trainer::Create(config, &*data, nullptr);
+    absl::StatusOr<std::unique_ptr<engine::train::Trainer>> trainer =
+        engine::train::Trainer::Create(config, &*data, nullptr);
     if (!trainer.ok()) {
       std::fprintf(stderr, "%s: %s\n", name.c_str(),
                    std::string(trainer.status().message()).c_str());
@@ -310,7 +310,7 @@ struct GemmShape {
   std::vector<int64_t> a_shape, b_shape;  // as the engine stores them
 };
 
-// The GEMMs engine::Linear runs for x [B, in], w [out, in].
+// The GEMMs engine::ops::Linear runs for x [B, in], w [out, in].
 std::vector<GemmShape> StepGemms(const Options& o) {
   std::vector<int64_t> dims = {kInputDim};
   dims.insert(dims.end(), o.hidden.begin(), o.hidden.end());
@@ -382,7 +382,7 @@ struct GemmTotals {
 
 int RunGemm(const Options& o) {
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  const auto matmul = engine::Kernel<engine::MatmulKernel>(engine::Device::kCpu);
+  const auto matmul = engine::backend::Kernel<engine::backend::MatmulKernel>(engine::Device::kCpu);
   const std::vector<GemmShape> shapes = StepGemms(o);
   const std::vector<std::pair<DType, dnnl::memory::data_type>> dtypes = {
       {DType::kF32, dnnl::memory::data_type::f32}, {DType::kBF16, dnnl::memory::data_type::bf16}};

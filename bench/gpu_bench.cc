@@ -78,7 +78,7 @@ double Median(std::vector<double> v) {
 }
 
 // Returns the cuBLAS rate (TFLOP/s), for the fractions in the MLP table.
-double BenchGemm(engine::Backend& gpu, int64_t size) {
+double BenchGemm(engine::backend::Backend& gpu, int64_t size) {
   const int64_t m = size, n = size, k = size;
   Tensor a = engine::Tensor::Full({m, k}, DType::kBF16, 0.01, engine::Device::kCuda);
   Tensor b = engine::Tensor::Full({k, n}, DType::kBF16, 0.02, engine::Device::kCuda);
@@ -102,7 +102,9 @@ double BenchGemm(engine::Backend& gpu, int64_t size) {
   };
   auto time_engine = [&](int reps) {
     const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) engine::Kernel<engine::MatmulKernel>(engine::Device::kCuda)(a, b, false, true, DType::kBF16);
+    for (int i = 0; i < reps; ++i)
+      engine::backend::Kernel<engine::backend::MatmulKernel>(engine::Device::kCuda)(
+          a, b, false, true, DType::kBF16);
     engine::cuda::SynchronizeThisThread();
     return Seconds(t0, Clock::now()) / reps;
   };
@@ -123,15 +125,15 @@ double BenchGemm(engine::Backend& gpu, int64_t size) {
   return cublas;
 }
 
-engine::TrainerConfig Config(const std::string& precision, int64_t hidden, int64_t batch) {
-  engine::TrainerConfig c;
-  engine::MlpSpec mlp;
+engine::train::TrainerConfig Config(const std::string& precision, int64_t hidden, int64_t batch) {
+  engine::train::TrainerConfig c;
+  engine::nn::MlpSpec mlp;
   mlp.input_dim = kInput;
   mlp.hidden = {hidden, hidden};
   mlp.num_classes = kClasses;
   c.model = mlp;
-  c.precision = *engine::ResolvePrecision(precision);
-  c.optimizer.kind = engine::OptimizerSpec::Kind::kAdamW;
+  c.precision = *engine::amp::ResolvePrecision(precision);
+  c.optimizer.kind = engine::optim::OptimizerSpec::Kind::kAdamW;
   c.optimizer.lr = 1e-4;
   c.training.steps = 1 << 30;
   c.training.batch_size = batch;
@@ -143,7 +145,8 @@ engine::TrainerConfig Config(const std::string& precision, int64_t hidden, int64
 }  // namespace
 
 int RunBenchmarks(const Options& o) {
-  absl::StatusOr<engine::Backend*> gpu = engine::BackendFor(engine::Device::kCuda);
+  absl::StatusOr<engine::backend::Backend*> gpu =
+      engine::backend::BackendFor(engine::Device::kCuda);
   if (!gpu.ok()) {
     std::printf("SKIPPED gpu_bench: no usable GPU: %s\n",
                 std::string(gpu.status().message()).c_str());
@@ -178,10 +181,10 @@ int RunBenchmarks(const Options& o) {
   for (int64_t h : o.hidden) {
     const double weights = double(kInput) * h + double(h) * h + double(h) * kClasses;
     const double flops_per_step = 6.0 * o.batch * weights;
-    std::vector<std::unique_ptr<engine::Trainer>> trainers;
+    std::vector<std::unique_ptr<engine::train::Trainer>> trainers;
     for (const std::string& mode : modes) {
-      absl::StatusOr<std::unique_ptr<engine::Trainer>> t =
-          engine::Trainer::Create(Config(mode, h, o.batch), &*data, nullptr);
+      absl::StatusOr<std::unique_ptr<engine::train::Trainer>> t =
+          engine::train::Trainer::Create(Config(mode, h, o.batch), &*data, nullptr);
       if (!t.ok()) {
         std::fprintf(stderr, "gpu_bench: %s: %s\n", mode.c_str(),
                      std::string(t.status().message()).c_str());

@@ -125,7 +125,7 @@ grpc::Status ArtifactServiceImpl::UploadDataset(
     return InvalidField("header", "the first message must carry the upload header");
   }
   const v1::UploadHeader header = message.header();
-  std::vector<engine::FieldViolation> violations;
+  std::vector<engine::runner::FieldViolation> violations;
   if (!SafeRelative(header.path())) {
     violations.push_back(
         {"header.path", "must be a relative path of plain names ([A-Za-z0-9._-], no \"..\")"});

@@ -30,17 +30,17 @@ using google::protobuf::util::TimeUtil;
 
 struct JobManager::JobRecord {
   v1::Job job;
-  engine::ResolvedJob resolved;
+  engine::runner::ResolvedJob resolved;
   int64_t sequence = 0;
   std::vector<v1::MetricsEvent> events;
-  engine::CancellationToken cancel;
+  engine::train::CancellationToken cancel;
   std::chrono::steady_clock::time_point started;
   // Persistence: events[0, persisted_events) are in the store; `dirty` when
   // the job record or its events changed since the last flush.
   size_t persisted_events = 0;
   bool dirty = true;
   // Set at recovery: the checkpoint the next run continues from.
-  std::optional<engine::TrainerState> resume;
+  std::optional<engine::train::TrainerState> resume;
 };
 
 namespace {
@@ -48,10 +48,10 @@ namespace {
 // A server limit (RESOURCE_EXHAUSTED, a google.rpc.QuotaFailure for clients)
 // or a state precondition, with its subject as the engine's errors carry it.
 absl::Status Quota(const std::string& limit, const std::string& description) {
-  return engine::SubjectError(absl::StatusCode::kResourceExhausted, limit, description);
+  return engine::core::SubjectError(absl::StatusCode::kResourceExhausted, limit, description);
 }
 absl::Status Precondition(const std::string& subject, const std::string& description) {
-  return engine::SubjectError(absl::StatusCode::kFailedPrecondition, subject, description);
+  return engine::core::SubjectError(absl::StatusCode::kFailedPrecondition, subject, description);
 }
 
 // Wall-clock time with sub-second precision. protobuf 3.21's
@@ -107,7 +107,7 @@ absl::Status JobManager::CheckConfined(const v1::DataSpec& data, const std::stri
     if (ec || r.compare(0, base.size(), base) != 0) {
       LogWarning("refused a data path outside the data root",
                  {{"field", field}, {"path", value}, {"resolves_to", r}});
-      return engine::FieldError(
+      return engine::core::FieldError(
           field, absl::StrCat("\"", value, "\" resolves outside the server's data root"));
     }
   }
@@ -142,7 +142,7 @@ void JobManager::Recover() {
              {{"error", std::string(stored.status().message())}});
     return;
   }
-  engine::JobSpecContext context;
+  engine::runner::JobSpecContext context;
   context.data_root = options_.data_root;
   context.fashion_mnist_dir = options_.fashion_mnist_dir;
   if (options_.profiles) {
@@ -167,8 +167,8 @@ void JobManager::Recover() {
     }
     const v1::JobState state = record->job.state();
     if (IsTerminal(state)) continue;
-    absl::StatusOr<engine::ResolvedJob> resolved =
-        engine::ResolveJobSpec(record->job.spec(), context);
+    absl::StatusOr<engine::runner::ResolvedJob> resolved =
+        engine::runner::ResolveJobSpec(record->job.spec(), context);
     if (!resolved.ok()) {
       Transition(*record, v1::FAILED,
                  absl::StrCat("cannot resume after restart: ", resolved.status().message()));
@@ -272,7 +272,7 @@ std::shared_ptr<JobManager::JobRecord> JobManager::Find(const std::string& id) c
 
 absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& request_id,
                                            const std::string& owner, bool admin) {
-  engine::JobSpecContext context;
+  engine::runner::JobSpecContext context;
   context.data_root = options_.data_root;
   context.fashion_mnist_dir = options_.fashion_mnist_dir;
   if (options_.profiles) {
@@ -282,24 +282,27 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
       return options_.profiles(name, viewer);
     };
   }
-  absl::StatusOr<engine::ResolvedJob> resolved = engine::ResolveJobSpec(spec, context);
+  absl::StatusOr<engine::runner::ResolvedJob> resolved =
+      engine::runner::ResolveJobSpec(spec, context);
   if (!resolved.ok()) return resolved.status();
   {
-    absl::StatusOr<engine::Backend*> backend = engine::BackendFor(resolved->device);
+    absl::StatusOr<engine::backend::Backend*> backend =
+        engine::backend::BackendFor(resolved->device);
     if (!backend.ok()) return backend.status();
-    if (absl::Status s = engine::CheckKernels(resolved->config, **backend); !s.ok()) return s;
+    if (absl::Status s = engine::train::CheckKernels(resolved->config, **backend); !s.ok())
+      return s;
   }
   if (absl::Status s = CheckConfined(spec.data(), owner); !s.ok()) return s;
-  if (engine::DataDimsKnown(resolved->config.model)) {
-    const int64_t params = engine::ParameterCount(resolved->config.model);
+  if (engine::nn::DataDimsKnown(resolved->config.model)) {
+    const int64_t params = engine::nn::ParameterCount(resolved->config.model);
     if (params > options_.max_model_parameters) {
       return Quota("max_model_parameters",
                    absl::StrCat("the model has ", params, " parameters; this server allows ",
                                 options_.max_model_parameters));
     }
-    const engine::TrainerConfig& c = resolved->config;
+    const engine::train::TrainerConfig& c = resolved->config;
     const int64_t bytes =
-        engine::EstimateMemory(c.model, c.precision, c.optimizer, c.training.batch_size)
+        engine::train::EstimateMemory(c.model, c.precision, c.optimizer, c.training.batch_size)
             .total_bytes();
     if (bytes > options_.max_job_memory_bytes) {
       return Quota(
@@ -318,7 +321,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
       auto existing = jobs_.find(it->second);
       if (existing != jobs_.end()) {
         if (existing->second->job.spec().SerializeAsString() != spec.SerializeAsString()) {
-          return engine::FieldError(
+          return engine::core::FieldError(
               "request_id", "already used for a different job spec (job " + it->second + ")");
         }
         return existing->second->job;
@@ -363,7 +366,7 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
 absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState>& states,
                                                   int page_size, const std::string& page_token,
                                                   const std::optional<std::string>& owner) const {
-  if (page_size < 0) return engine::FieldError("page_size", "must be >= 0");
+  if (page_size < 0) return engine::core::FieldError("page_size", "must be >= 0");
   if (page_size == 0) page_size = 50;
   page_size = std::min(page_size, 1000);
   const std::string signature = FilterSignature(states);
@@ -373,11 +376,11 @@ absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState
     std::vector<std::string> parts;
     if (absl::WebSafeBase64Unescape(page_token, &raw)) parts = absl::StrSplit(raw, '|');
     if (parts.size() != 3 || parts[0] != "v1" || !absl::SimpleAtoi(parts[1], &before)) {
-      return engine::FieldError("page_token", "not a token this server issued");
+      return engine::core::FieldError("page_token", "not a token this server issued");
     }
     if (parts[2] != signature) {
-      return engine::FieldError("page_token",
-                                "was issued for a different filter; start again without a token");
+      return engine::core::FieldError(
+          "page_token", "was issued for a different filter; start again without a token");
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -3,11 +3,11 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/cpu/capabilities.h"
-#include "engine/train/explain.h"
-#include "engine/amp/precision.h"
 #include "engine/runner/job_spec.h"
+#include "engine/train/explain.h"
 #include "server/rpc_status.h"
 
 namespace ampd::server {
@@ -52,14 +52,14 @@ std::string ProfileId(const std::string& name) {
   return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
 }
 
-bool IsBuiltinName(const std::string& id) { return engine::ResolvePrecision(id).ok(); }
+bool IsBuiltinName(const std::string& id) { return engine::amp::ResolvePrecision(id).ok(); }
 
 v1::PrecisionProfile BuiltinProfile(const std::string& name) {
   v1::PrecisionProfile p;
   p.set_name("profiles/" + name);
   p.set_builtin(true);
   p.mutable_config()->set_base(name);
-  const engine::PrecisionConfig c = *engine::ResolvePrecision(name);
+  const engine::amp::PrecisionConfig c = *engine::amp::ResolvePrecision(name);
   p.set_description(absl::StrCat(
       c.autocast ? absl::StrCat("autocast ", std::string(engine::DTypeName(c.autocast_dtype)))
                  : std::string("no autocast"),
@@ -75,8 +75,8 @@ v1::PrecisionProfile BuiltinProfile(const std::string& name) {
 
 // Every built-in mode, less those computing in bf16 where bf16 is unavailable.
 void AddPrecisionModes(bool bf16_available, v1::DeviceInfo* d) {
-  for (const std::string& mode : engine::BuiltinPrecisionNames()) {
-    const engine::PrecisionConfig c = *engine::ResolvePrecision(mode);
+  for (const std::string& mode : engine::amp::BuiltinPrecisionNames()) {
+    const engine::amp::PrecisionConfig c = *engine::amp::ResolvePrecision(mode);
     const bool uses_bf16 = (c.autocast && c.autocast_dtype == engine::DType::kBF16) ||
                            c.param_dtype == engine::DType::kBF16;
     if (uses_bf16 && !bf16_available) continue;
@@ -84,7 +84,7 @@ void AddPrecisionModes(bool bf16_available, v1::DeviceInfo* d) {
   }
 }
 
-v1::DeviceInfo CudaDeviceInfo(const engine::DeviceProperties& gpu) {
+v1::DeviceInfo CudaDeviceInfo(const engine::backend::DeviceProperties& gpu) {
   v1::DeviceInfo d;
   d.set_kind(v1::DEVICE_CUDA);
   d.set_name(absl::StrCat("cuda:", gpu.index, " ", gpu.name));
@@ -105,7 +105,7 @@ v1::DeviceInfo CudaDeviceInfo(const engine::DeviceProperties& gpu) {
 }  // namespace
 
 v1::DeviceInfo CpuDeviceInfo() {
-  const engine::CpuCapabilities& cpu = engine::ProbeCpu();
+  const engine::cpu::CpuCapabilities& cpu = engine::cpu::ProbeCpu();
   v1::DeviceInfo d;
   d.set_kind(v1::DEVICE_CPU);
   d.set_name(cpu.name);
@@ -127,11 +127,12 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::GetCapabilities(grpc::CallbackSe
   Principal who;
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   *response->add_devices() = CpuDeviceInfo();
-  absl::StatusOr<engine::Backend*> backend = engine::BackendFor(engine::Device::kCuda);
+  absl::StatusOr<engine::backend::Backend*> backend =
+      engine::backend::BackendFor(engine::Device::kCuda);
   if (!backend.ok()) {
     response->add_unavailable(std::string(backend.status().message()));
   } else {
-    for (const engine::DeviceProperties& gpu : (*backend)->Devices()) {
+    for (const engine::backend::DeviceProperties& gpu : (*backend)->Devices()) {
       *response->add_devices() = CudaDeviceInfo(gpu);
     }
   }
@@ -150,37 +151,38 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
   *spec.mutable_data() = request->data();
   *spec.mutable_optimizer() = request->optimizer();
   *spec.mutable_precision() = request->precision();
-  engine::JobSpecContext context;
+  engine::runner::JobSpecContext context;
   context.profiles = [this, &who](const std::string& name) -> std::optional<v1::PrecisionConfig> {
     auto p = profiles_->Get(name);
     if (!p || !who.CanSee(p->owner())) return std::nullopt;
     return p->config();
   };
-  std::vector<engine::FieldViolation> violations = engine::ValidateJobSpec(spec, context);
+  std::vector<engine::runner::FieldViolation> violations =
+      engine::runner::ValidateJobSpec(spec, context);
   if (!violations.empty()) return Done(ctx, InvalidArgument(violations));
-  absl::StatusOr<engine::ResolvedJob> job = engine::ResolveJobSpec(spec, context);
+  absl::StatusOr<engine::runner::ResolvedJob> job = engine::runner::ResolveJobSpec(spec, context);
   if (!job.ok()) return Done(ctx, ToGrpc(job.status()));
-  if (!engine::DataDimsKnown(job->config.model)) {
+  if (!engine::nn::DataDimsKnown(job->config.model)) {
     return Done(ctx, InvalidField("model.mlp.input_dim",
                                   "required (with num_classes) when the data is a file"));
   }
-  std::vector<engine::PrecisionConfig> modes;
+  std::vector<engine::amp::PrecisionConfig> modes;
   if (request->has_precision()) {
     modes.push_back(job->config.precision);
   } else {
-    for (const std::string& name : engine::BuiltinPrecisionNames()) {
-      modes.push_back(*engine::ResolvePrecision(name));
+    for (const std::string& name : engine::amp::BuiltinPrecisionNames()) {
+      modes.push_back(*engine::amp::ResolvePrecision(name));
     }
   }
   const int64_t batch = request->batch_size() ? request->batch_size() : 128;
-  for (const engine::PrecisionConfig& mode : modes) {
-    absl::StatusOr<engine::PrecisionPlan> plan =
-        engine::ExplainPrecision(job->config.model, mode, job->config.optimizer, batch);
+  for (const engine::amp::PrecisionConfig& mode : modes) {
+    absl::StatusOr<engine::train::PrecisionPlan> plan =
+        engine::train::ExplainPrecision(job->config.model, mode, job->config.optimizer, batch);
     if (!plan.ok()) return Done(ctx, ToGrpc(plan.status()));
     v1::PrecisionExplanation* e = response->add_explanations();
     e->set_precision(plan->precision);
     e->set_parameter_count(plan->parameter_count);
-    for (const engine::PlanEntry& op : plan->ops) {
+    for (const engine::ops::PlanEntry& op : plan->ops) {
       v1::OpPlan* o = e->add_ops();
       o->set_op(op.op);
       o->set_layer(op.layer);
@@ -189,7 +191,7 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
       o->set_compute_dtype(ToProto(op.compute_dtype));
       o->set_output_dtype(ToProto(op.output_dtype));
     }
-    const engine::MemoryEstimate& m = plan->memory;
+    const engine::train::MemoryEstimate& m = plan->memory;
     v1::MemoryEstimate* pm = e->mutable_memory();
     pm->set_weights_bytes(m.weights_bytes);
     pm->set_master_weights_bytes(m.master_weights_bytes);
@@ -208,13 +210,13 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::CreateProfile(
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
   static const std::regex kId("[a-z][a-z0-9-]{0,62}");
   const std::string& id = request->profile_id();
-  std::vector<engine::FieldViolation> violations;
+  std::vector<engine::runner::FieldViolation> violations;
   if (!std::regex_match(id, kId)) {
     violations.push_back({"profile_id", "must match [a-z][a-z0-9-]{0,62}"});
   } else if (IsBuiltinName(id)) {
     violations.push_back({"profile_id", absl::StrCat("\"", id, "\" is a built-in mode name")});
   }
-  engine::PrecisionFromProto(request->profile().config(), "profile.config", &violations);
+  engine::runner::PrecisionFromProto(request->profile().config(), "profile.config", &violations);
   if (!violations.empty()) return Done(ctx, InvalidArgument(violations));
   v1::PrecisionProfile profile = request->profile();
   profile.set_name("profiles/" + id);
@@ -234,7 +236,7 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::GetProfile(grpc::CallbackServerC
   const std::string id = ProfileId(request->name());
   if (id.empty()) return Done(ctx, InvalidField("name", "required"));
   if (IsBuiltinName(id)) {
-    *response = BuiltinProfile(engine::ResolvePrecision(id)->name);
+    *response = BuiltinProfile(engine::amp::ResolvePrecision(id)->name);
     return Done(ctx, grpc::Status::OK);
   }
   auto p = profiles_->Get(id);
@@ -248,7 +250,7 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ListProfiles(grpc::CallbackServe
                                                              v1::ListProfilesResponse* response) {
   Principal who;
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return Done(ctx, a);
-  for (const std::string& name : engine::BuiltinPrecisionNames()) {
+  for (const std::string& name : engine::amp::BuiltinPrecisionNames()) {
     *response->add_profiles() = BuiltinProfile(name);
   }
   for (auto& p : profiles_->List()) {

@@ -19,7 +19,7 @@ grpc::Status WithDetail(grpc::StatusCode code, const std::string& message, const
 
 }  // namespace
 
-grpc::Status InvalidArgument(const std::vector<engine::FieldViolation>& violations,
+grpc::Status InvalidArgument(const std::vector<engine::runner::FieldViolation>& violations,
                              const std::string& prefix) {
   google::rpc::BadRequest bad;
   std::vector<std::string> parts;

@@ -15,7 +15,7 @@ namespace ampd::server {
 
 // INVALID_ARGUMENT with one BadRequest.FieldViolation per entry; `prefix` is
 // prepended to each field ("spec.").
-grpc::Status InvalidArgument(const std::vector<engine::FieldViolation>& violations,
+grpc::Status InvalidArgument(const std::vector<engine::runner::FieldViolation>& violations,
                              const std::string& prefix = "");
 grpc::Status InvalidField(const std::string& field, const std::string& description);
 grpc::Status NotFound(const std::string& resource_type, const std::string& resource_name);

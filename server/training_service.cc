@@ -5,8 +5,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/util/time_util.h"
 #include "engine/core/error_subject.h"
+#include "google/protobuf/util/time_util.h"
 #include "server/log.h"
 #include "server/rpc_status.h"
 
@@ -35,7 +35,7 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Sta
 grpc::Status JobError(const absl::Status& s, const std::string& name,
                       const std::string& spec_prefix = "") {
   if (s.code() == absl::StatusCode::kNotFound) return NotFound("job", name);
-  const std::vector<engine::ErrorSubject> subjects = engine::GetErrorSubjects(s);
+  const std::vector<engine::core::ErrorSubject> subjects = engine::core::GetErrorSubjects(s);
   if (subjects.empty()) return ToGrpc(s);
   auto path = [&](const std::string& subject) {
     return subject == "request_id" ? subject : spec_prefix + subject;
@@ -46,8 +46,8 @@ grpc::Status JobError(const absl::Status& s, const std::string& name,
     case absl::StatusCode::kFailedPrecondition:
       return FailedPrecondition(path(subjects[0].subject), subjects[0].description);
     case absl::StatusCode::kInvalidArgument: {
-      std::vector<engine::FieldViolation> violations;
-      for (const engine::ErrorSubject& e : subjects) {
+      std::vector<engine::runner::FieldViolation> violations;
+      for (const engine::core::ErrorSubject& e : subjects) {
         violations.push_back({path(e.subject), e.description});
       }
       return InvalidArgument(violations);
@@ -79,9 +79,9 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerCon
   if (request->request_id().size() > 128) {
     return Done(ctx, InvalidField("request_id", "must be at most 128 characters"));
   }
-  engine::JobSpecContext context;  // profiles are resolved by the manager
-  std::vector<engine::FieldViolation> violations =
-      engine::ValidateJobSpec(request->spec(), context);
+  engine::runner::JobSpecContext context;  // profiles are resolved by the manager
+  std::vector<engine::runner::FieldViolation> violations =
+      engine::runner::ValidateJobSpec(request->spec(), context);
   // Unknown profile names are checked by the manager (it knows user profiles).
   violations.erase(std::remove_if(violations.begin(), violations.end(),
                                   [](const auto& v) { return v.field == "precision.profile"; }),

@@ -4,11 +4,17 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engine/core/error_subject.h"
 #include "engine/backend/backend.h"
+#include "engine/core/error_subject.h"
 #include "engine/ops/ops.h"
 
-namespace ampd::engine {
+namespace ampd::engine::amp {
+
+using backend::AmpUpdateScale;
+using backend::BackendOf;
+using backend::NonFiniteCheck;
+using core::FieldError;
+using ops::MulScalar;
 
 absl::Status ValidateGradScalerOptions(const GradScalerOptions& o) {
   auto bad = [](const char* field, const std::string& why) {
@@ -95,4 +101,4 @@ std::optional<SkipEvent> GradScaler::Update(int64_t step) {
   return event;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::amp

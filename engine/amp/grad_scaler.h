@@ -21,7 +21,7 @@
 #include "engine/backend/scale_update.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::amp {
 
 struct GradScalerOptions {
   bool enabled = true;
@@ -67,17 +67,17 @@ class GradScaler {
   // event when this step was skipped.
   std::optional<SkipEvent> Update(int64_t step);
 
-  GradScalerState state() const { return state_; }
-  void LoadState(const GradScalerState& state) { state_ = state; }
+  backend::GradScalerState state() const { return state_; }
+  void LoadState(const backend::GradScalerState& state) { state_ = state; }
 
  private:
   GradScalerOptions options_;
-  GradScalerState state_;
+  backend::GradScalerState state_;
   bool unscaled_ = false;
   bool found_inf_ = false;
   std::string first_bad_;
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::amp
 
 #endif  // AMPD_ENGINE_AMP_GRAD_SCALER_H_

@@ -7,7 +7,12 @@
 #include "absl/strings/str_join.h"
 #include "engine/core/error_subject.h"
 
-namespace ampd::engine {
+namespace ampd::engine::amp {
+
+using core::FieldError;
+using core::IsLowPrecision;
+using core::PrefixSubject;
+
 namespace {
 
 PrecisionConfig Mode(const char* name, bool autocast, DType autocast_dtype, DType params,
@@ -109,4 +114,4 @@ absl::Status ValidatePrecision(const PrecisionConfig& c) {
   return absl::OkStatus();
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::amp

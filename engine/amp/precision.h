@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/ops/autocast.h"
-#include "engine/core/dtype.h"
 #include "engine/amp/grad_scaler.h"
+#include "engine/core/dtype.h"
+#include "engine/ops/autocast.h"
 
-namespace ampd::engine {
+namespace ampd::engine::amp {
 
 struct PrecisionConfig {
   static GradScalerOptions Disabled() {
@@ -38,8 +38,8 @@ struct PrecisionConfig {
   bool master_weights = false;      // f32 master copy when param_dtype is low
   bool keep_norms_fp32 = false;     // norm parameters stay f32 (Apex O2)
   GradScalerOptions loss_scaling = Disabled();
-  AutocastOverrides overrides;  // per-op policies, layers kept in f32
-  bool allow_tf32 = false;      // CUDA f32 GEMMs; off by default
+  ops::AutocastOverrides overrides;  // per-op policies, layers kept in f32
+  bool allow_tf32 = false;           // CUDA f32 GEMMs; off by default
 };
 
 // "bf16-mixed", "O2", "16", ... -> the config. Unknown names list the valid ones.
@@ -53,6 +53,6 @@ inline DType UpdateDType(const PrecisionConfig& c) {
   return c.master_weights ? DType::kF32 : c.param_dtype;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::amp
 
 #endif  // AMPD_ENGINE_AMP_PRECISION_H_

@@ -6,7 +6,13 @@
 #include "engine/backend/kernels/cast.h"
 #include "engine/backend/kernels/elementwise.h"
 
-namespace ampd::engine {
+namespace ampd::engine::autograd {
+
+using backend::AddInPlaceKernel;
+using backend::BinaryKernel;
+using backend::CastKernel;
+using backend::Kernel;
+
 namespace {
 
 thread_local bool grad_enabled = true;
@@ -41,7 +47,8 @@ void Accumulate(std::unordered_map<TensorImpl*, Tensor>& grads, const Tensor& ta
   if (it == grads.end()) {
     grads.emplace(target.impl(), grad);
   } else {
-    it->second = Kernel<BinaryKernel>(it->second.device())(OpId::kAdd, it->second, grad, it->second.dtype());
+    it->second =
+        Kernel<BinaryKernel>(it->second.device())(OpId::kAdd, it->second, grad, it->second.dtype());
   }
 }
 
@@ -98,4 +105,4 @@ void Backward(const Tensor& root, const Tensor& grad) {
   }
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::autograd

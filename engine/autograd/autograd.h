@@ -13,7 +13,7 @@
 #include "engine/core/tensor.h"
 #include "engine/ops/op_list.h"
 
-namespace ampd::engine {
+namespace ampd::engine::autograd {
 
 // Gradients with respect to each input, in input order (undefined = none).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
@@ -45,6 +45,6 @@ Tensor Record(Tensor output, OpId op, std::vector<Tensor> inputs, BackwardFn bac
 // with requires_grad accumulate their gradient, in their own dtype.
 void Backward(const Tensor& root, const Tensor& grad = Tensor());
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::autograd
 
 #endif  // AMPD_ENGINE_AUTOGRAD_AUTOGRAD_H_

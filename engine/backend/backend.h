@@ -24,7 +24,7 @@
 #include "engine/core/tensor.h"
 #include "engine/ops/op_list.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 // One physical device behind a backend, as GetCapabilities describes it.
 struct DeviceProperties {
@@ -46,7 +46,7 @@ struct DeviceMemoryStats {
   int64_t device_allocations = 0;
 };
 
-class Backend : public DeviceMemory, public DeviceAmp {
+class Backend : public core::DeviceMemory, public DeviceAmp {
  public:
   ~Backend() override = default;
   virtual Device device() const = 0;
@@ -72,7 +72,7 @@ class Backend : public DeviceMemory, public DeviceAmp {
   virtual void SetMatmulOptions(bool allow_tf32) {}
 
  protected:
-  DeviceMemory& amp_memory() final { return *this; }
+  core::DeviceMemory& amp_memory() final { return *this; }
 };
 
 // The registry: each backend registers itself when linked in (its target is
@@ -86,6 +86,6 @@ absl::StatusOr<Backend*> BackendFor(Device device);
 // The backend that holds `t` (tensors only exist on registered devices).
 Backend& BackendOf(const Tensor& t);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_BACKEND_H_

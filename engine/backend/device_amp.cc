@@ -9,7 +9,10 @@
 
 #include "engine/backend/scale_update.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
+
+using core::DeviceMemory;
+
 namespace {
 
 // grads *= factor on the backend; found_inf = 1 when a result is inf/NaN.
@@ -76,4 +79,4 @@ void DeviceAmp::AdamWStepFused(const Tensor& param, const Tensor& grad, const Te
   if (args.model_copy.defined()) amp_memory().CopyInto(args.model_copy, param);
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend

@@ -14,7 +14,7 @@
 #include "engine/core/device_memory.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 struct NonFiniteCheck {
   bool found_inf = false;
@@ -98,9 +98,9 @@ class DeviceAmp {
 
  protected:
   // The memory the reference implementations read and write through.
-  virtual DeviceMemory& amp_memory() = 0;
+  virtual core::DeviceMemory& amp_memory() = 0;
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_DEVICE_AMP_H_

@@ -31,7 +31,7 @@
 #include "engine/core/tensor.h"
 #include "engine/ops/op_list.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 // Whether every kernel `op` needs is registered for `device` (false for an
 // op no kernel lists: nothing could run it).
@@ -171,8 +171,8 @@ struct KernelMethod<Method> {
 // At namespace scope in a kernel file (its target is alwayslink).
 #define AMPD_REGISTER_KERNEL(K, device, fn)                                       \
   [[maybe_unused]] static const bool AMPD_KERNEL_CONCAT(kRegistered_, __LINE__) = \
-      ::ampd::engine::RegisterKernel<K>(device, fn)
+      ::ampd::engine::backend::RegisterKernel<K>(device, fn)
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNEL_REGISTRY_H_

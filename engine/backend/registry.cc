@@ -11,7 +11,13 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/error_subject.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
+
+using core::RegisterDeviceMemory;
+using core::SubjectError;
+using ops::kNumOps;
+using ops::OpName;
+
 namespace {
 
 std::array<Backend*, kNumDevices>& Registered() {
@@ -67,7 +73,7 @@ const char* MissingKernelFor(OpId op, Device device) {
 
 bool HasKernel(OpId op, Device device) { return *MissingKernelFor(op, device) == 0; }
 
-bool Backend::HasKernel(OpId op) const { return engine::HasKernel(op, device()); }
+bool Backend::HasKernel(OpId op) const { return engine::backend::HasKernel(op, device()); }
 
 void MirrorHostKernels(Device device, HostMirror mirror) {
   kernel_registry_internal::Mirror() = mirror;
@@ -106,4 +112,4 @@ Backend& BackendOf(const Tensor& t) {
   return *be;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 GradScalerState AmpUpdateScale(GradScalerState s, bool found_inf, double growth_factor,
                                double backoff_factor, int64_t growth_interval) {
@@ -24,4 +24,4 @@ GradScalerState AmpUpdateScale(GradScalerState s, bool found_inf, double growth_
   return s;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 struct GradScalerState {
   double scale = 65536.0;
@@ -19,6 +19,6 @@ struct GradScalerState {
 GradScalerState AmpUpdateScale(GradScalerState state, bool found_inf, double growth_factor,
                                double backoff_factor, int64_t growth_interval);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_SCALE_UPDATE_H_

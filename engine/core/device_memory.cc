@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 namespace {
 
 std::array<DeviceMemory*, kNumDevices>& Registered() {
@@ -44,4 +44,4 @@ DeviceMemory& DeviceMemoryFor(Device device) {
   return *m;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core

@@ -3,7 +3,7 @@
 
 // Memory on a device: what Tensor needs to create, copy and read device
 // tensors. Defined here, below the backends, so that core never depends on
-// them: every engine::Backend is a DeviceMemory and the backend registry
+// them: every engine::backend::Backend is a DeviceMemory and the backend registry
 // (engine/backend/registry.cc) registers it here too. The defaults are the
 // host's (plain CPU tensors).
 
@@ -12,7 +12,7 @@
 
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 
 class DeviceMemory {
  public:
@@ -32,6 +32,6 @@ void RegisterDeviceMemory(Device device, DeviceMemory* memory);
 // and aborts.
 DeviceMemory& DeviceMemoryFor(Device device);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core
 
 #endif  // AMPD_ENGINE_CORE_DEVICE_MEMORY_H_

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
@@ -58,4 +58,4 @@ DType PromoteTypes(DType a, DType b) {
   return DType::kF32;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 
 // Element types. f64 exists for reference computations and gradient checks;
 // autocast never touches it (as in torch.autocast).
@@ -19,6 +19,13 @@ size_t DTypeSize(DType dtype);
 bool IsLowPrecision(DType dtype);  // f16 or bf16
 // torch.result_type-style promotion: the wider type; f16 with bf16 gives f32.
 DType PromoteTypes(DType a, DType b);
+
+}  // namespace ampd::engine::core
+
+namespace ampd::engine {  // vocabulary (see core/tensor.h)
+using core::DType;
+using core::DTypeName;
+using core::DTypeSize;
 
 }  // namespace ampd::engine
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 namespace {
 
 // Not a protobuf type: an engine-internal payload the server reads. Its value
@@ -50,4 +50,4 @@ absl::Status PrefixSubject(const absl::Status& status, const std::string& prefix
   return SubjectsError(status.code(), subjects);
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core

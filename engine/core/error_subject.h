@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 
 // `code` with message "subject: description" and the subject payload.
 absl::Status SubjectError(absl::StatusCode code, const std::string& subject,
@@ -37,6 +37,6 @@ std::vector<ErrorSubject> GetErrorSubjects(const absl::Status& status);
 // returned unchanged).
 absl::Status PrefixSubject(const absl::Status& status, const std::string& prefix);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core
 
 #endif  // AMPD_ENGINE_CORE_ERROR_SUBJECT_H_

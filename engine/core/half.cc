@@ -16,7 +16,7 @@
 #define AMPD_HALF_X86 1
 #endif
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 namespace {
 
 // memcpy rather than a union or reinterpret_cast: the only type pun that is
@@ -362,4 +362,4 @@ void CapHalfConversionIsa(HalfIsaCap cap) {
   g_cap.store(static_cast<int>(cap), std::memory_order_relaxed);
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core

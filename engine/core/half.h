@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 
 uint16_t F32ToF16Bits(float value);
 float F16BitsToF32(uint16_t bits);
@@ -48,6 +48,6 @@ void ForceScalarHalfConversions(bool force);
 enum class HalfIsaCap { kScalar, kAvx2, kAvx512 };
 void CapHalfConversionIsa(HalfIsaCap cap);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core
 
 #endif  // AMPD_ENGINE_CORE_HALF_H_

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 
 class Rng {
  public:
@@ -27,6 +27,6 @@ class Rng {
   uint64_t state_;
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core
 
 #endif  // AMPD_ENGINE_CORE_RNG_H_

@@ -9,7 +9,7 @@
 #include "engine/core/device_memory.h"
 #include "engine/core/half.h"
 
-namespace ampd::engine {
+namespace ampd::engine::core {
 namespace {
 
 int64_t Numel(const std::vector<int64_t>& shape) {
@@ -310,4 +310,4 @@ void Tensor::CopyFrom(const Tensor& src) const {
   }
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::core

@@ -8,9 +8,12 @@
 
 #include "engine/core/dtype.h"
 
-namespace ampd::engine {
+namespace ampd::engine::autograd {
+struct Node;  // a recorded op (engine/autograd), kept on its output
+}  // namespace ampd::engine::autograd
 
-struct Node;
+namespace ampd::engine::core {
+
 class Tensor;
 
 enum class Device { kCpu, kCuda };
@@ -28,7 +31,7 @@ struct TensorImpl {
   // carries the node that produced it.
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<Node> grad_fn;
+  std::shared_ptr<autograd::Node> grad_fn;
   std::string name;  // parameters are named ("fc1.weight"), for reports
 };
 
@@ -93,7 +96,7 @@ class Tensor {
   }
   Tensor grad() const { return Tensor(impl_->grad); }
   void set_grad(const Tensor& grad) const { impl_->grad = grad.impl_; }
-  const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl_->grad_fn; }
   bool is_leaf() const { return impl_->grad_fn == nullptr; }
   const std::string& name() const { return impl_->name; }
   Tensor& set_name(std::string name) {
@@ -109,6 +112,17 @@ class Tensor {
 };
 
 std::string ShapeString(const std::vector<int64_t>& shape);
+
+}  // namespace ampd::engine::core
+
+// The engine's vocabulary: every layer (and the server) speaks of tensors,
+// dtypes and devices, so they are also ampd::engine's names. Everything else
+// is named by its folder (ops::Linear, backend::Kernel, train::Trainer).
+namespace ampd::engine {
+using core::Device;
+using core::kNumDevices;
+using core::Tensor;
+using core::TensorImpl;
 
 }  // namespace ampd::engine
 

@@ -5,7 +5,7 @@
 
 #include "oneapi/dnnl/dnnl.hpp"
 
-namespace ampd::engine {
+namespace ampd::engine::cpu {
 namespace {
 
 std::string CpuModelName() {
@@ -49,4 +49,4 @@ const CpuCapabilities& ProbeCpu() {
   return *caps;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::cpu

@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace ampd::engine {
+namespace ampd::engine::cpu {
 
 struct CpuCapabilities {
   std::string name;  // /proc/cpuinfo's model name
@@ -17,6 +17,6 @@ struct CpuCapabilities {
 
 const CpuCapabilities& ProbeCpu();
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::cpu
 
 #endif  // AMPD_ENGINE_CPU_CAPABILITIES_H_

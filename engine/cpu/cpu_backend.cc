@@ -5,16 +5,17 @@
 
 #include "engine/cpu/cpu_backend_impl.h"
 
-namespace ampd::engine {
+namespace ampd::engine::cpu {
 
-namespace cpu {
+using backend::Backend;
+using backend::RegisterBackend;
+
 CpuBackendImpl& CpuBackendImpl::Instance() {
   static CpuBackendImpl* backend = new CpuBackendImpl();
   return *backend;
 }
-}  // namespace cpu
 
-Backend& CpuBackend() { return cpu::CpuBackendImpl::Instance(); }
+Backend& CpuBackend() { return CpuBackendImpl::Instance(); }
 
 namespace {
 // The CPU backend registers itself like every other backend (this target is
@@ -22,4 +23,4 @@ namespace {
 [[maybe_unused]] const bool kRegistered = (RegisterBackend(Device::kCpu, &CpuBackend()), true);
 }  // namespace
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::cpu

@@ -8,10 +8,10 @@
 
 #include "engine/backend/backend.h"
 
-namespace ampd::engine {
+namespace ampd::engine::cpu {
 
-Backend& CpuBackend();
+backend::Backend& CpuBackend();
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::cpu
 
 #endif  // AMPD_ENGINE_CPU_CPU_BACKEND_H_

@@ -17,7 +17,7 @@
 
 namespace ampd::engine::cpu {
 
-class CpuBackendImpl final : public Backend {
+class CpuBackendImpl final : public backend::Backend {
  public:
   static CpuBackendImpl& Instance();
   Device device() const override { return Device::kCpu; }
@@ -43,16 +43,17 @@ class CpuBackendImpl final : public Backend {
   Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out);
   template <typename C>
   Tensor SoftmaxBackwardImpl(const Tensor& y, const Tensor& dy, bool log, DType out);
-  LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                            DType out);
+  backend::LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                     double eps, DType out);
   template <typename C>
-  LayerNormResult LayerNormImpl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                double eps, DType out);
-  LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const LayerNormResult& fwd,
-                                   const Tensor& dy);
+  backend::LayerNormResult LayerNormImpl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         double eps, DType out);
+  backend::LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma,
+                                            const backend::LayerNormResult& fwd, const Tensor& dy);
   template <typename C>
-  LayerNormGrads LayerNormBackwardImpl(const Tensor& x, const Tensor& gamma,
-                                       const LayerNormResult& fwd, const Tensor& dy);
+  backend::LayerNormGrads LayerNormBackwardImpl(const Tensor& x, const Tensor& gamma,
+                                                const backend::LayerNormResult& fwd,
+                                                const Tensor& dy);
   Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
                              Tensor* row_logsumexp);
   Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
@@ -60,17 +61,18 @@ class CpuBackendImpl final : public Backend {
   template <typename C>
   Tensor SceBackwardImpl(const Tensor& logits, const std::vector<int32_t>& labels,
                          const Tensor& row_logsumexp, double dloss);
-  CrossEntropyResult CrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels);
+  backend::CrossEntropyResult CrossEntropy(const Tensor& logits,
+                                           const std::vector<int32_t>& labels);
   Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
                               const Tensor& row_logsumexp, const Tensor& dloss);
   Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids);
-  Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
-                           int64_t num_rows);
+  Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids, int64_t num_rows);
   Tensor Dropout(const Tensor& x, double p, uint64_t seed);  // DropoutKernel
   template <typename C>
   Tensor DropoutImpl(const Tensor& x, double p, uint64_t seed);
   void AddInPlace(const Tensor& x, const Tensor& y, double alpha);
-  NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads, float inv_scale) override;
+  backend::NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads,
+                                          float inv_scale) override;
   double SumOfSquares(const std::vector<Tensor>& tensors) override;
   // Both updates write the parameter in place, a block at a time: each block
   // is read before it is written, so the math (f32, one rounding to the param

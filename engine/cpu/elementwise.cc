@@ -1,13 +1,26 @@
 // The CPU backend: Elementwise kernels: casts, the unary and binary families, scaling, dropout.
 
-#include "engine/cpu/cpu_backend_impl.h"
-#include "engine/backend/kernels/cast.h"
 #include "engine/backend/kernels/elementwise.h"
+
+#include "engine/backend/kernels/cast.h"
 #include "engine/backend/kernels/dropout.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
+
+using backend::AddInPlaceKernel;
+using backend::BinaryKernel;
+using backend::CastKernel;
+using backend::DropoutKeep;
+using backend::DropoutKernel;
+using backend::KernelMethod;
+using backend::ScaleKernel;
+using backend::UnaryBackwardKernel;
+using backend::UnaryKernel;
+using ops::IsBinaryOp;
+using ops::IsUnaryOp;
 
 Tensor CpuBackendImpl::Cast(const Tensor& x, DType dtype) {
   Tensor y = Tensor::Uninitialized(x.shape(), dtype);
@@ -53,8 +66,7 @@ Tensor CpuBackendImpl::UnaryImpl(OpId op, const Tensor& x) {
 
 Tensor CpuBackendImpl::UnaryBackward(OpId op, const Tensor& x, const Tensor& dy) {
   if (!IsUnaryOp(op)) NotInFamily(op, "unary");
-  return UsesDouble(x) ? UnaryBackwardImpl<double>(op, x, dy)
-                       : UnaryBackwardImpl<float>(op, x, dy);
+  return UsesDouble(x) ? UnaryBackwardImpl<double>(op, x, dy) : UnaryBackwardImpl<float>(op, x, dy);
 }
 
 template <typename C>
@@ -83,9 +95,8 @@ Tensor CpuBackendImpl::UnaryBackwardImpl(OpId op, const Tensor& x, const Tensor&
 
 Tensor CpuBackendImpl::Binary(OpId op, const Tensor& a, const Tensor& b, DType out) {
   if (!IsBinaryOp(op)) NotInFamily(op, "binary");
-  return (UsesDouble(a) || UsesDouble(b) || out == DType::kF64)
-             ? BinaryImpl<double>(op, a, b, out)
-             : BinaryImpl<float>(op, a, b, out);
+  return (UsesDouble(a) || UsesDouble(b) || out == DType::kF64) ? BinaryImpl<double>(op, a, b, out)
+                                                                : BinaryImpl<float>(op, a, b, out);
 }
 
 template <typename C>
@@ -182,8 +193,7 @@ void CpuBackendImpl::AddInPlace(const Tensor& x, const Tensor& y, double alpha) 
     float* out = DestBlock(x, begin, x_buf);  // same index in place: no overlap issue
     AMPD_SIMD
     for (int64_t i = 0; i < len; ++i) {
-      out[i] =
-          static_cast<float>(static_cast<double>(xs[i]) + alpha * static_cast<double>(ys[i]));
+      out[i] = static_cast<float>(static_cast<double>(xs[i]) + alpha * static_cast<double>(ys[i]));
     }
     StoreBlock(out, x, begin, len);
   });
@@ -221,10 +231,12 @@ Tensor CpuBackendImpl::DropoutImpl(const Tensor& x, double p, uint64_t seed) {
 
 AMPD_REGISTER_KERNEL(CastKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Cast>::Call);
 AMPD_REGISTER_KERNEL(UnaryKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Unary>::Call);
-AMPD_REGISTER_KERNEL(UnaryBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::UnaryBackward>::Call);
+AMPD_REGISTER_KERNEL(UnaryBackwardKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::UnaryBackward>::Call);
 AMPD_REGISTER_KERNEL(BinaryKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Binary>::Call);
 AMPD_REGISTER_KERNEL(ScaleKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Scale>::Call);
-AMPD_REGISTER_KERNEL(AddInPlaceKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::AddInPlace>::Call);
+AMPD_REGISTER_KERNEL(AddInPlaceKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::AddInPlace>::Call);
 AMPD_REGISTER_KERNEL(DropoutKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Dropout>::Call);
 
 }  // namespace ampd::engine::cpu

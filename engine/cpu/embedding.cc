@@ -1,10 +1,15 @@
 // The CPU backend: Embedding lookup and its deterministic backward (rows accumulated in id order).
 
-#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/backend/kernels/embedding.h"
+
+#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
+
+using backend::EmbeddingBackwardKernel;
+using backend::EmbeddingKernel;
+using backend::KernelMethod;
 
 Tensor CpuBackendImpl::Embedding(const Tensor& table, const std::vector<int32_t>& ids) {
   const int64_t dim = table.dim(1);
@@ -18,7 +23,8 @@ Tensor CpuBackendImpl::Embedding(const Tensor& table, const std::vector<int32_t>
   return y;
 }
 
-Tensor CpuBackendImpl::EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids, int64_t num_rows) {
+Tensor CpuBackendImpl::EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids,
+                                         int64_t num_rows) {
   const int64_t dim = dy.dim(-1);
   Values<double> gv(dy);
   std::vector<double> acc(num_rows * dim, 0.0);
@@ -29,6 +35,7 @@ Tensor CpuBackendImpl::EmbeddingBackward(const Tensor& dy, const std::vector<int
 }
 
 AMPD_REGISTER_KERNEL(EmbeddingKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Embedding>::Call);
-AMPD_REGISTER_KERNEL(EmbeddingBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::EmbeddingBackward>::Call);
+AMPD_REGISTER_KERNEL(EmbeddingBackwardKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::EmbeddingBackward>::Call);
 
 }  // namespace ampd::engine::cpu

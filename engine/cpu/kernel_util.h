@@ -36,7 +36,6 @@
 
 namespace ampd::engine::cpu {
 
-
 // A read-only view of a tensor's values as C, copying only when the storage
 // type differs from C. (Row-wise kernels; elementwise ones stream blocks.)
 template <typename C>
@@ -121,10 +120,10 @@ inline const float* LoadBlock(const Tensor& t, int64_t begin, int64_t len, float
     case DType::kF32:
       return t.data<float>() + begin;
     case DType::kF16:
-      ConvertF16ToF32(t.data<uint16_t>() + begin, buf, len);
+      core::ConvertF16ToF32(t.data<uint16_t>() + begin, buf, len);
       break;
     case DType::kBF16:
-      ConvertBF16ToF32(t.data<uint16_t>() + begin, buf, len);
+      core::ConvertBF16ToF32(t.data<uint16_t>() + begin, buf, len);
       break;
     case DType::kF64:
       for (int64_t i = 0; i < len; ++i) buf[i] = static_cast<float>(t.data<double>()[begin + i]);
@@ -149,10 +148,10 @@ inline void StoreBlock(const float* src, const Tensor& t, int64_t begin, int64_t
       }
       break;
     case DType::kF16:
-      ConvertF32ToF16(src, t.data<uint16_t>() + begin, len);
+      core::ConvertF32ToF16(src, t.data<uint16_t>() + begin, len);
       break;
     case DType::kBF16:
-      ConvertF32ToBF16(src, t.data<uint16_t>() + begin, len);
+      core::ConvertF32ToBF16(src, t.data<uint16_t>() + begin, len);
       break;
     case DType::kF64:
       for (int64_t i = 0; i < len; ++i) t.data<double>()[begin + i] = src[i];
@@ -267,7 +266,7 @@ C ApplyBinary(OpId op, C a, C b) {
 // Ops reach Unary/Binary only from engine/ops, each with its own family: any
 // other op here is a bug in the engine, not bad input.
 [[noreturn]] inline void NotInFamily(OpId op, const char* family) {
-  std::fprintf(stderr, "ampd: op %s is not a %s op of the CPU backend\n", OpName(op), family);
+  std::fprintf(stderr, "ampd: op %s is not a %s op of the CPU backend\n", ops::OpName(op), family);
   std::abort();
 }
 

@@ -1,18 +1,27 @@
 // The CPU backend: LayerNorm forward and backward over the last dim.
 
-#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/backend/kernels/layer_norm.h"
+
+#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
 
-LayerNormResult CpuBackendImpl::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, DType out) {
+using backend::KernelMethod;
+using backend::LayerNormBackwardKernel;
+using backend::LayerNormGrads;
+using backend::LayerNormKernel;
+using backend::LayerNormResult;
+
+LayerNormResult CpuBackendImpl::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                          double eps, DType out) {
   return UsesDouble(x) ? LayerNormImpl<double>(x, gamma, beta, eps, out)
                        : LayerNormImpl<float>(x, gamma, beta, eps, out);
 }
 
 template <typename C>
-LayerNormResult CpuBackendImpl::LayerNormImpl(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, DType out) {
+LayerNormResult CpuBackendImpl::LayerNormImpl(const Tensor& x, const Tensor& gamma,
+                                              const Tensor& beta, double eps, DType out) {
   const int64_t cols = x.dim(-1), rows = Rows(x);
   const DType stat = std::is_same_v<C, double> ? DType::kF64 : DType::kF32;
   Values<C> xv(x), gv(gamma), bv(beta);
@@ -33,13 +42,15 @@ LayerNormResult CpuBackendImpl::LayerNormImpl(const Tensor& x, const Tensor& gam
   return {y.Finish(), mean.Finish(), rstd.Finish()};
 }
 
-LayerNormGrads CpuBackendImpl::LayerNormBackward(const Tensor& x, const Tensor& gamma, const LayerNormResult& fwd, const Tensor& dy) {
+LayerNormGrads CpuBackendImpl::LayerNormBackward(const Tensor& x, const Tensor& gamma,
+                                                 const LayerNormResult& fwd, const Tensor& dy) {
   return UsesDouble(x) ? LayerNormBackwardImpl<double>(x, gamma, fwd, dy)
                        : LayerNormBackwardImpl<float>(x, gamma, fwd, dy);
 }
 
 template <typename C>
-LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tensor& gamma, const LayerNormResult& fwd, const Tensor& dy) {
+LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tensor& gamma,
+                                                     const LayerNormResult& fwd, const Tensor& dy) {
   const int64_t cols = x.dim(-1), rows = Rows(x);
   Values<C> xv(x), gv(gamma), dv(dy), mv(fwd.mean), rv(fwd.rstd);
   Output<C> dx(x.shape(), x.dtype());
@@ -65,6 +76,7 @@ LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tens
 }
 
 AMPD_REGISTER_KERNEL(LayerNormKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::LayerNorm>::Call);
-AMPD_REGISTER_KERNEL(LayerNormBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::LayerNormBackward>::Call);
+AMPD_REGISTER_KERNEL(LayerNormBackwardKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::LayerNormBackward>::Call);
 
 }  // namespace ampd::engine::cpu

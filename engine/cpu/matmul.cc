@@ -1,14 +1,21 @@
 // The CPU backend: GEMMs through oneDNN matmul primitives.
 
+#include "engine/backend/kernels/matmul.h"
+
 #include <map>
 #include <tuple>
 
 #include "engine/cpu/cpu_backend_impl.h"
-#include "engine/backend/kernels/matmul.h"
 #include "engine/cpu/kernel_util.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace ampd::engine::cpu {
+
+using backend::KernelMethod;
+using backend::LinearByMatmul;
+using backend::LinearKernel;
+using backend::MatmulKernel;
+
 namespace {
 
 // oneDNN matmul primitives, cached per shape and layout: creating a primitive
@@ -66,7 +73,8 @@ class DnnlMatmul {
 
 }  // namespace
 
-Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out) {
+Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                              DType out) {
   const int64_t m = trans_a ? a.dim(1) : a.dim(0);
   const int64_t k = trans_a ? a.dim(0) : a.dim(1);
   const int64_t n = trans_b ? b.dim(0) : b.dim(1);

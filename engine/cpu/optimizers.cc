@@ -1,9 +1,12 @@
-// The CPU backend: AMP unscale with the non-finite check, and the SGD / AdamW updates (torch.optim semantics).
+// The CPU backend: AMP unscale with the non-finite check, and the SGD / AdamW updates (torch.optim
+// semantics).
 
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
+
+using backend::NonFiniteCheck;
 
 NonFiniteCheck CpuBackendImpl::UnscaleAndCheck(const std::vector<Tensor>& grads, float inv_scale) {
   NonFiniteCheck check;
@@ -52,7 +55,8 @@ NonFiniteCheck CpuBackendImpl::UnscaleAndCheck(const std::vector<Tensor>& grads,
 // Both updates write the parameter in place, a block at a time: each block
 // is read before it is written, so the math (f32, one rounding to the param
 // dtype) is that of computing a new tensor and copying it over.
-void CpuBackendImpl::SgdStep(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdHyper& h, bool first) {
+void CpuBackendImpl::SgdStep(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                             const SgdHyper& h, bool first) {
   float* mom = h.momentum != 0 ? momentum_buf.data<float>() : nullptr;
   ForBlocks(param.numel(), [&](int64_t begin, int64_t len) {
     float g_buf[kBlock], p_buf[kBlock];
@@ -79,7 +83,8 @@ void CpuBackendImpl::SgdStep(const Tensor& param, const Tensor& grad, const Tens
   });
 }
 
-void CpuBackendImpl::AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamWHyper& h) {
+void CpuBackendImpl::AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                               const Tensor& exp_avg_sq, const AdamWHyper& h) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
   const float step_size = static_cast<float>(h.lr / bc1);

@@ -1,10 +1,15 @@
 // The CPU backend: Reductions, deterministic whatever the thread count (fixed chunks, fixed order).
 
-#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/backend/kernels/reductions.h"
+
+#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
+
+using backend::KernelMethod;
+using backend::SumAllKernel;
+using backend::SumRowsKernel;
 
 Tensor CpuBackendImpl::SumAll(const Tensor& x, DType out) {
   // Accumulate in double: a long f32 sum would otherwise drift with length.
@@ -14,10 +19,9 @@ Tensor CpuBackendImpl::SumAll(const Tensor& x, DType out) {
     for (int64_t i = 0; i < x.numel(); ++i) s += xv[i];
     return Tensor::Full({}, out, s);
   }
-  const double s =
-      ChunkedSum(x.numel(), [&](int64_t begin, int64_t len, float* buf, double* acc) {
-        Accumulate8<false>(LoadBlock(x, begin, len, buf), len, acc);
-      });
+  const double s = ChunkedSum(x.numel(), [&](int64_t begin, int64_t len, float* buf, double* acc) {
+    Accumulate8<false>(LoadBlock(x, begin, len, buf), len, acc);
+  });
   return Tensor::Full({}, out, s);
 }
 

@@ -1,11 +1,19 @@
 // The CPU backend: Softmax along the last dim, and the cross-entropy built on its log-sum-exp.
 
-#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/backend/kernels/softmax.h"
+
 #include "engine/backend/kernels/cross_entropy.h"
+#include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 
 namespace ampd::engine::cpu {
+
+using backend::CrossEntropyBackwardKernel;
+using backend::CrossEntropyKernel;
+using backend::CrossEntropyResult;
+using backend::KernelMethod;
+using backend::SoftmaxBackwardKernel;
+using backend::SoftmaxKernel;
 
 Tensor CpuBackendImpl::Softmax(const Tensor& x, bool log, DType out) {
   return UsesDouble(x) ? SoftmaxImpl<double>(x, log, out) : SoftmaxImpl<float>(x, log, out);
@@ -51,7 +59,8 @@ Tensor CpuBackendImpl::SoftmaxBackwardImpl(const Tensor& y, const Tensor& dy, bo
   return dx.Finish();
 }
 
-Tensor CpuBackendImpl::SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels, Tensor* row_logsumexp) {
+Tensor CpuBackendImpl::SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
+                                           Tensor* row_logsumexp) {
   const int64_t cols = logits.dim(-1), rows = Rows(logits);
   const bool dbl = UsesDouble(logits);
   Values<double> xv(logits);
@@ -71,13 +80,16 @@ Tensor CpuBackendImpl::SoftmaxCrossEntropy(const Tensor& logits, const std::vect
   return Tensor::Full({}, dbl ? DType::kF64 : DType::kF32, total / rows);
 }
 
-Tensor CpuBackendImpl::SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels, const Tensor& row_logsumexp, float dloss) {
+Tensor CpuBackendImpl::SoftmaxCrossEntropyBackward(const Tensor& logits,
+                                                   const std::vector<int32_t>& labels,
+                                                   const Tensor& row_logsumexp, float dloss) {
   return UsesDouble(logits) ? SceBackwardImpl<double>(logits, labels, row_logsumexp, dloss)
                             : SceBackwardImpl<float>(logits, labels, row_logsumexp, dloss);
 }
 
 template <typename C>
-Tensor CpuBackendImpl::SceBackwardImpl(const Tensor& logits, const std::vector<int32_t>& labels, const Tensor& row_logsumexp, double dloss) {
+Tensor CpuBackendImpl::SceBackwardImpl(const Tensor& logits, const std::vector<int32_t>& labels,
+                                       const Tensor& row_logsumexp, double dloss) {
   const int64_t cols = logits.dim(-1), rows = Rows(logits);
   Values<C> xv(logits), lv(row_logsumexp);
   Output<C> dx(logits.shape(), logits.dtype());
@@ -107,8 +119,11 @@ Tensor CpuBackendImpl::CrossEntropyBackward(const Tensor& logits,
 }
 
 AMPD_REGISTER_KERNEL(SoftmaxKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Softmax>::Call);
-AMPD_REGISTER_KERNEL(SoftmaxBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::SoftmaxBackward>::Call);
-AMPD_REGISTER_KERNEL(CrossEntropyKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::CrossEntropy>::Call);
-AMPD_REGISTER_KERNEL(CrossEntropyBackwardKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::CrossEntropyBackward>::Call);
+AMPD_REGISTER_KERNEL(SoftmaxBackwardKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::SoftmaxBackward>::Call);
+AMPD_REGISTER_KERNEL(CrossEntropyKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::CrossEntropy>::Call);
+AMPD_REGISTER_KERNEL(CrossEntropyBackwardKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::CrossEntropyBackward>::Call);
 
 }  // namespace ampd::engine::cpu

@@ -120,11 +120,11 @@ std::vector<double> CudaBackend::ReadScalars(const std::vector<Tensor>& scalars)
         break;
       case DType::kF16:
         std::memcpy(&h, p, 2);
-        out[i] = engine::F16BitsToF32(h);
+        out[i] = engine::core::F16BitsToF32(h);
         break;
       case DType::kBF16:
         std::memcpy(&h, p, 2);
-        out[i] = engine::BF16BitsToF32(h);
+        out[i] = engine::core::BF16BitsToF32(h);
         break;
     }
   }
@@ -226,7 +226,7 @@ CudaBackend* Instance() { return &CudaBackend::Instance(); }
 // Safe without a GPU: nothing touches the device until a job asks, and jobs
 // that ask for CUDA then get FAILED_PRECONDITION with the probe's reason.
 [[maybe_unused]] const bool kRegistered =
-    (engine::RegisterBackend(engine::Device::kCuda, Instance()), true);
+    (engine::backend::RegisterBackend(engine::Device::kCuda, Instance()), true);
 
 }  // namespace
 

@@ -1,7 +1,7 @@
 #ifndef AMPD_ENGINE_CUDA_CUDA_BACKEND_H_
 #define AMPD_ENGINE_CUDA_CUDA_BACKEND_H_
 
-// The CUDA backend: every engine op on an NVIDIA GPU behind engine::Backend
+// The CUDA backend: every engine op on an NVIDIA GPU behind engine::backend::Backend
 // (cuBLASLt GEMMs, the kernels of kernels/*.cu, device-side AMP). Plain C++;
 // built from a fallback that registers nothing when CUDA is disabled.
 //
@@ -25,7 +25,7 @@ namespace ampd::engine::cuda {
 // engine/backend/backend.h); there is nothing to call.
 
 // One GPU: name, compute capability, memory, SMs and its bf16/f16/FP8 units.
-using CudaDeviceInfo = engine::DeviceProperties;
+using CudaDeviceInfo = engine::backend::DeviceProperties;
 
 // Empty with *why_none set when no device is usable.
 std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none);

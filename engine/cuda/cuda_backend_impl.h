@@ -26,11 +26,11 @@
 
 namespace ampd::engine::cuda {
 
-using engine::Backend;
 using engine::DType;
-using engine::KernelMethod;
 using engine::OpId;
 using engine::Tensor;
+using engine::backend::Backend;
+using engine::backend::KernelMethod;
 
 inline int Dt(DType d) { return static_cast<int>(d); }
 inline int Dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
@@ -58,7 +58,7 @@ struct ThreadContext {
   Tensor labels_on_device;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public backend::Backend {
  public:
   CudaBackend()
       : allocator_(CachingAllocator::RawOps{[](void** p, size_t bytes) { return Malloc(p, bytes); },
@@ -73,8 +73,10 @@ class CudaBackend final : public Backend {
 
   AllocatorStats stats() const { return allocator_.stats(); }
 
-  std::vector<engine::DeviceProperties> Devices() override { return ListCudaDevices(nullptr); }
-  engine::DeviceMemoryStats MemoryStats() override {
+  std::vector<engine::backend::DeviceProperties> Devices() override {
+    return ListCudaDevices(nullptr);
+  }
+  engine::backend::DeviceMemoryStats MemoryStats() override {
     const AllocatorStats a = stats();
     return {a.in_use_bytes, a.peak_in_use_bytes, a.cached_bytes, a.device_allocations};
   }
@@ -111,10 +113,11 @@ class CudaBackend final : public Backend {
   Tensor Softmax(const Tensor& x, bool log, DType out);
   Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, bool log, DType out);
   // layer_norm.cc
-  engine::LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                    double eps, DType out);
-  engine::LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma,
-                                           const engine::LayerNormResult& fwd, const Tensor& dy);
+  engine::backend::LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma,
+                                             const Tensor& beta, double eps, DType out);
+  engine::backend::LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma,
+                                                    const engine::backend::LayerNormResult& fwd,
+                                                    const Tensor& dy);
   Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
                              Tensor* row_logsumexp);
   Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
@@ -124,7 +127,8 @@ class CudaBackend final : public Backend {
   Tensor SoftmaxCrossEntropyBackwardOnDevice(const Tensor& logits,
                                              const std::vector<int32_t>& labels,
                                              const Tensor& row_logsumexp, const Tensor& dloss);
-  engine::CrossEntropyResult CrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels);
+  engine::backend::CrossEntropyResult CrossEntropy(const Tensor& logits,
+                                                   const std::vector<int32_t>& labels);
   Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
                               const Tensor& row_logsumexp, const Tensor& dloss);
   // embedding.cc
@@ -133,19 +137,19 @@ class CudaBackend final : public Backend {
 
   // ---- device AMP and optimizers (device_amp.cc)
 
-  engine::NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads,
-                                         float inv_scale) override;
+  engine::backend::NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads,
+                                                  float inv_scale) override;
   double SumOfSquares(const std::vector<Tensor>& tensors) override;
   void SgdStep(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                const SgdHyper& h, bool first) override;
   void AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const Tensor& exp_avg_sq, const AdamWHyper& h) override;
   void UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads,
-                               const engine::DeviceAmpState& amp) override;
+                               const engine::backend::DeviceAmpState& amp) override;
   void MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
                                 const Tensor& found_inf) override;
-  void UpdateScaleOnDevice(const engine::DeviceAmpState& amp,
-                           const engine::ScaleUpdateOptions& o) override;
+  void UpdateScaleOnDevice(const engine::backend::DeviceAmpState& amp,
+                           const engine::backend::ScaleUpdateOptions& o) override;
   void SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const Tensor& out) override;
   void SgdStepFused(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                     const SgdHyper& h, bool first, const FusedStepArgs& args) override;
@@ -191,7 +195,7 @@ class CudaBackend final : public Backend {
 
 // Registers a CudaBackend member function as the CUDA kernel K.
 #define AMPD_CUDA_KERNEL(K, method) \
-  AMPD_REGISTER_KERNEL(engine::K, engine::Device::kCuda, KernelMethod<&CudaBackend::method>::Call)
+  AMPD_REGISTER_KERNEL(backend::K, engine::Device::kCuda, KernelMethod<&CudaBackend::method>::Call)
 
 }  // namespace ampd::engine::cuda
 

@@ -5,9 +5,9 @@
 
 namespace ampd::engine::cuda {
 
-engine::NonFiniteCheck CudaBackend::UnscaleAndCheck(const std::vector<Tensor>& grads,
-                                                    float inv_scale) {
-  engine::NonFiniteCheck check;
+engine::backend::NonFiniteCheck CudaBackend::UnscaleAndCheck(const std::vector<Tensor>& grads,
+                                                             float inv_scale) {
+  engine::backend::NonFiniteCheck check;
   Tensor found = Allocate({1}, DType::kF32, true);
   for (const TensorList& list : Lists(grads)) {
     if (Ok()) Record(LaunchMultiplyAndCheck(list, inv_scale, found.data<float>(), S()));
@@ -45,7 +45,7 @@ void CudaBackend::AdamWStep(const Tensor& param, const Tensor& grad, const Tenso
 }
 
 void CudaBackend::UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads,
-                                          const engine::DeviceAmpState& amp) {
+                                          const engine::backend::DeviceAmpState& amp) {
   for (const TensorList& list : Lists(grads)) {
     if (Ok()) {
       Record(
@@ -61,8 +61,8 @@ void CudaBackend::MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, flo
   }
 }
 
-void CudaBackend::UpdateScaleOnDevice(const engine::DeviceAmpState& amp,
-                                      const engine::ScaleUpdateOptions& o) {
+void CudaBackend::UpdateScaleOnDevice(const engine::backend::DeviceAmpState& amp,
+                                      const engine::backend::ScaleUpdateOptions& o) {
   if (!o.dynamic || !Ok()) return;
   Record(LaunchUpdateScale(amp.scale.data<float>(), amp.growth_tracker.data<float>(),
                            amp.found_inf.data<float>(), o.growth_factor, o.backoff_factor,

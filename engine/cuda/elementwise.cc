@@ -9,6 +9,14 @@
 
 namespace ampd::engine::cuda {
 
+using backend::AddInPlaceKernel;
+using backend::BinaryKernel;
+using backend::CastKernel;
+using backend::DropoutKernel;
+using backend::ScaleKernel;
+using backend::UnaryBackwardKernel;
+using backend::UnaryKernel;
+
 Tensor CudaBackend::Cast(const Tensor& x, DType dtype) {
   Tensor y = Allocate(x.shape(), dtype, false);
   CopyInto(y, x);

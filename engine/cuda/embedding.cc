@@ -6,6 +6,9 @@
 
 namespace ampd::engine::cuda {
 
+using backend::EmbeddingBackwardKernel;
+using backend::EmbeddingKernel;
+
 Tensor CudaBackend::Embedding(const Tensor& table, const std::vector<int32_t>& ids) {
   const int64_t dim = table.dim(1), n = static_cast<int64_t>(ids.size());
   Tensor y = Allocate({n, dim}, table.dtype(), false);

@@ -25,12 +25,12 @@ constexpr int kMaxReduceBlocks = 1024;
 
 std::string LaunchFill(void* y, int dt, int64_t n, double value, Stream s);
 std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, Stream s);
-// op: one of the unary family (engine::IsUnaryOp); any other is refused.
+// op: one of the unary family (engine::ops::IsUnaryOp); any other is refused.
 std::string LaunchUnary(OpId op, const void* x, int xdt, void* y, int ydt, int64_t n, Stream s);
 std::string LaunchUnaryBackward(OpId op, const void* x, int xdt, const void* dy, int gdt, void* dx,
                                 int64_t n, Stream s);
-// op: one of the binary family (engine::IsBinaryOp). b has n elements, 1 (scalar), or bn (a row
-// broadcast over the last dim).
+// op: one of the binary family (engine::ops::IsBinaryOp). b has n elements, 1 (scalar), or bn (a
+// row broadcast over the last dim).
 std::string LaunchBinary(OpId op, const void* a, int adt, const void* b, int bdt, int64_t bn,
                          void* y, int ydt, int64_t n, Stream s);
 std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt, int64_t n,

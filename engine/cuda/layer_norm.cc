@@ -6,12 +6,15 @@
 
 namespace ampd::engine::cuda {
 
-engine::LayerNormResult CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma,
-                                               const Tensor& beta, double eps, DType out) {
+using backend::LayerNormBackwardKernel;
+using backend::LayerNormKernel;
+
+engine::backend::LayerNormResult CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma,
+                                                        const Tensor& beta, double eps, DType out) {
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
   const DType stat = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-  engine::LayerNormResult r{Allocate(x.shape(), out, false), Allocate({rows}, stat, false),
-                            Allocate({rows}, stat, false)};
+  engine::backend::LayerNormResult r{Allocate(x.shape(), out, false), Allocate({rows}, stat, false),
+                                     Allocate({rows}, stat, false)};
   if (Ok()) {
     Record(LaunchLayerNorm(x.raw(), Dt(x), gamma.raw(), Dt(gamma), beta.raw(), rows, cols, eps,
                            r.y.raw(), Dt(out), r.mean.raw(), r.rstd.raw(), Dt(stat), S()));
@@ -19,13 +22,13 @@ engine::LayerNormResult CudaBackend::LayerNorm(const Tensor& x, const Tensor& ga
   return r;
 }
 
-engine::LayerNormGrads CudaBackend::LayerNormBackward(const Tensor& x, const Tensor& gamma,
-                                                      const engine::LayerNormResult& fwd,
-                                                      const Tensor& dy) {
+engine::backend::LayerNormGrads CudaBackend::LayerNormBackward(
+    const Tensor& x, const Tensor& gamma, const engine::backend::LayerNormResult& fwd,
+    const Tensor& dy) {
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
-  engine::LayerNormGrads g{Allocate(x.shape(), x.dtype(), false),
-                           Allocate({cols}, gamma.dtype(), false),
-                           Allocate({cols}, gamma.dtype(), false)};
+  engine::backend::LayerNormGrads g{Allocate(x.shape(), x.dtype(), false),
+                                    Allocate({cols}, gamma.dtype(), false),
+                                    Allocate({cols}, gamma.dtype(), false)};
   if (Ok()) {
     Record(LaunchLayerNormBackward(x.raw(), Dt(x), gamma.raw(), Dt(gamma), fwd.mean.raw(),
                                    fwd.rstd.raw(), Dt(fwd.mean), dy.raw(), Dt(dy), rows, cols,

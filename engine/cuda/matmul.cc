@@ -9,6 +9,10 @@
 
 namespace ampd::engine::cuda {
 
+using backend::LinearByMatmul;
+using backend::LinearKernel;
+using backend::MatmulKernel;
+
 Tensor CudaBackend::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                            DType out) {
   return Gemm(a, b, trans_a, trans_b, out, Tensor());

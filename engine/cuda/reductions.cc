@@ -6,6 +6,9 @@
 
 namespace ampd::engine::cuda {
 
+using backend::SumAllKernel;
+using backend::SumRowsKernel;
+
 Tensor CudaBackend::SumAll(const Tensor& x, DType out) {
   Tensor y = Allocate({}, out, false);
   if (Ok()) Record(LaunchSumAll(x.raw(), Dt(x), x.numel(), Scratch(), y.raw(), Dt(out), S()));

@@ -8,6 +8,11 @@
 
 namespace ampd::engine::cuda {
 
+using backend::CrossEntropyBackwardKernel;
+using backend::CrossEntropyKernel;
+using backend::SoftmaxBackwardKernel;
+using backend::SoftmaxKernel;
+
 Tensor CudaBackend::Softmax(const Tensor& x, bool log, DType out) {
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
   Tensor y = Allocate(x.shape(), out, false);
@@ -70,9 +75,9 @@ Tensor CudaBackend::SoftmaxCrossEntropyBackwardOnDevice(const Tensor& logits,
   return dx;
 }
 
-engine::CrossEntropyResult CudaBackend::CrossEntropy(const Tensor& logits,
-                                                     const std::vector<int32_t>& labels) {
-  engine::CrossEntropyResult r;
+engine::backend::CrossEntropyResult CudaBackend::CrossEntropy(const Tensor& logits,
+                                                              const std::vector<int32_t>& labels) {
+  engine::backend::CrossEntropyResult r;
   r.loss = SoftmaxCrossEntropy(logits, labels, &r.row_logsumexp);
   return r;
 }

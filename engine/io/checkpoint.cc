@@ -15,6 +15,9 @@
 #include "engine/io/sha256.h"
 
 namespace ampd::engine::io {
+
+using train::TrainerState;
+
 namespace {
 
 namespace fs = std::filesystem;

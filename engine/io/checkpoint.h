@@ -21,10 +21,10 @@ namespace ampd::engine::io {
 
 // Writes the checkpoint for `state.step` into `dir` (created if missing), then
 // removes all but the newest `keep` checkpoints.
-absl::Status WriteCheckpoint(const std::string& dir, const TrainerState& state, int keep);
+absl::Status WriteCheckpoint(const std::string& dir, const train::TrainerState& state, int keep);
 
 struct LoadedCheckpoint {
-  TrainerState state;
+  train::TrainerState state;
   std::string path;
 };
 
@@ -35,7 +35,7 @@ std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
 
 // Final model weights under their parameter names ("fc1.weight", ...), in the
 // dtype the model computes with, for safetensors.torch.load_file & co.
-absl::Status WriteModelWeights(const std::string& path, const TrainerState& state);
+absl::Status WriteModelWeights(const std::string& path, const train::TrainerState& state);
 
 }  // namespace ampd::engine::io
 

@@ -10,7 +10,19 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 
-namespace ampd::engine {
+namespace ampd::engine::nn {
+
+using amp::PrecisionConfig;
+using core::FieldError;
+using core::Rng;
+using ops::Cast;
+using ops::Dropout;
+using ops::Gelu;
+using ops::LayerNorm;
+using ops::LayerScope;
+using ops::Linear;
+using ops::Relu;
+
 namespace {
 
 class Mlp final : public Model {
@@ -118,7 +130,8 @@ ModelShape DescribeMlp(const MlpSpec& m) {
   linear("head", in, m.num_classes);
   s.activation_elements_per_example += m.num_classes;
   s.ops = {OpId::kLinear, OpId::kCast};
-  if (!m.hidden.empty()) s.ops.push_back(m.activation == Activation::kRelu ? OpId::kRelu : OpId::kGelu);
+  if (!m.hidden.empty())
+    s.ops.push_back(m.activation == Activation::kRelu ? OpId::kRelu : OpId::kGelu);
   if (m.layer_norm) s.ops.push_back(OpId::kLayerNorm);
   if (m.dropout > 0) s.ops.push_back(OpId::kDropout);
   return s;
@@ -129,4 +142,4 @@ std::unique_ptr<Model> BuildMlp(const MlpSpec& spec, const PrecisionConfig& prec
   return std::make_unique<Mlp>(spec, precision, seed);
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::nn

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "engine/amp/precision.h"
 
-namespace ampd::engine {
+namespace ampd::engine::nn {
 
 enum class Activation { kRelu, kGelu };
 
@@ -31,9 +31,9 @@ class Model;
 
 absl::Status ValidateMlp(const MlpSpec& spec);
 ModelShape DescribeMlp(const MlpSpec& spec);
-std::unique_ptr<Model> BuildMlp(const MlpSpec& spec, const PrecisionConfig& precision,
+std::unique_ptr<Model> BuildMlp(const MlpSpec& spec, const amp::PrecisionConfig& precision,
                                 uint64_t seed);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::nn
 
 #endif  // AMPD_ENGINE_NN_MLP_H_

@@ -5,7 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/error_subject.h"
 
-namespace ampd::engine {
+namespace ampd::engine::nn {
+
+using amp::PrecisionConfig;
+using amp::ValidatePrecision;
+using core::FieldError;
 
 int64_t ParameterShape::numel() const {
   int64_t n = 1;
@@ -53,9 +57,9 @@ absl::Status CheckDataDims(const ModelSpec& spec, int64_t feature_dim, int64_t n
                                          " features per example"));
         }
         if (num_classes > m.num_classes) {
-          return FieldError("model.mlp.num_classes",
-                            absl::StrCat("is ", m.num_classes, " but the data has ", num_classes,
-                                         " classes"));
+          return FieldError(
+              "model.mlp.num_classes",
+              absl::StrCat("is ", m.num_classes, " but the data has ", num_classes, " classes"));
         }
         return absl::OkStatus();
       },
@@ -69,4 +73,4 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
   return std::visit([&](const MlpSpec& m) { return BuildMlp(m, precision, seed); }, spec);
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::nn

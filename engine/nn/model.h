@@ -22,7 +22,7 @@
 #include "engine/nn/mlp.h"
 #include "engine/ops/op_list.h"
 
-namespace ampd::engine {
+namespace ampd::engine::nn {
 
 using ModelSpec = std::variant<MlpSpec>;
 
@@ -78,7 +78,8 @@ class Model {
 // norms), then cast to the precision's param dtype (norms stay f32 when the
 // precision keeps them).
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
-                                                  const PrecisionConfig& precision, uint64_t seed);
+                                                  const amp::PrecisionConfig& precision,
+                                                  uint64_t seed);
 
 int64_t ParameterCount(const ModelSpec& spec);
 std::vector<OpId> ModelOps(const ModelSpec& spec);
@@ -90,6 +91,6 @@ void FillDataDims(ModelSpec* spec, int64_t feature_dim, int64_t num_classes);
 // INVALID_ARGUMENT naming the field when the data does not fit the model.
 absl::Status CheckDataDims(const ModelSpec& spec, int64_t feature_dim, int64_t num_classes);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::nn
 
 #endif  // AMPD_ENGINE_NN_MODEL_H_

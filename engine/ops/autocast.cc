@@ -5,7 +5,11 @@
 #include "engine/autograd/autograd.h"
 #include "engine/ops/ops.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
+
+using autograd::GradEnabled;
+using core::PromoteTypes;
+
 namespace {
 
 struct Region {
@@ -158,4 +162,4 @@ void OpDispatch::Finish(const Tensor& output) {
       {OpName(op_), CurrentLayer(), input_dtypes_, policy_, compute_, output.dtype()});
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

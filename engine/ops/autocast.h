@@ -23,7 +23,7 @@
 #include "engine/core/tensor.h"
 #include "engine/ops/op_list.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 std::string_view CastPolicyName(CastPolicy policy);
 
@@ -110,6 +110,6 @@ class OpDispatch {
   DType compute_;
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_AUTOCAST_H_

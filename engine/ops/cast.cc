@@ -5,9 +5,12 @@
 #include "engine/ops/grad_util.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
-using ops_internal::AsDType;
+using backend::CastKernel;
+using backend::Kernel;
+
+using internal::AsDType;
 
 Tensor Cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
@@ -19,4 +22,4 @@ std::vector<Tensor> CastGradient(const SavedForBackward& s, const Tensor& g) {
   return {AsDType(g, s.inputs[0].dtype())};
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

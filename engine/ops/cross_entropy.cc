@@ -4,7 +4,12 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
+
+using backend::CrossEntropyBackwardKernel;
+using backend::CrossEntropyKernel;
+using backend::CrossEntropyResult;
+using backend::Kernel;
 
 Tensor SoftmaxCrossEntropy(Tensor logits, const std::vector<int32_t>& labels) {
   OpDispatch d(OpId::kCrossEntropy, {&logits});
@@ -21,4 +26,4 @@ std::vector<Tensor> CrossEntropyGradient(const SavedForBackward& s, const Tensor
   return {Kernel<CrossEntropyBackwardKernel>(logits.device())(logits, s.ids, s.tensors[0], g)};
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

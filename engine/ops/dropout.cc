@@ -4,7 +4,10 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
+
+using backend::DropoutKernel;
+using backend::Kernel;
 
 Tensor Dropout(Tensor x, double p, uint64_t seed, bool training) {
   if (!training || p == 0.0) return x;
@@ -19,4 +22,4 @@ std::vector<Tensor> DropoutGradient(const SavedForBackward& s, const Tensor& g) 
   return {Kernel<DropoutKernel>(g.device())(g, s.scalar, s.seed)};
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

@@ -8,11 +8,11 @@
 
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 // Inverted dropout; identity when !training or p == 0. Same seed, same mask.
 Tensor Dropout(Tensor x, double p, uint64_t seed, bool training);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_DROPOUT_H_

@@ -5,10 +5,17 @@
 #include "engine/ops/grad_util.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
-using ops_internal::AsDType;
-using ops_internal::ReduceTo;
+using backend::AddInPlaceKernel;
+using backend::BinaryKernel;
+using backend::Kernel;
+using backend::ScaleKernel;
+using backend::UnaryBackwardKernel;
+using backend::UnaryKernel;
+
+using internal::AsDType;
+using internal::ReduceTo;
 
 namespace {
 
@@ -80,4 +87,4 @@ void AddInPlace(const Tensor& x, const Tensor& y, double alpha) {
   Kernel<AddInPlaceKernel>(x.device())(x, y, alpha);
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

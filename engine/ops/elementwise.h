@@ -7,7 +7,7 @@
 
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 // b has a's shape, is a row vector over a's last dim, or a scalar.
 Tensor Add(Tensor a, Tensor b);
@@ -22,6 +22,6 @@ Tensor MulScalar(Tensor x, double factor);
 // In place, never autocast and never recorded (like torch's x.add_()).
 void AddInPlace(const Tensor& x, const Tensor& y, double alpha = 1.0);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_ELEMENTWISE_H_

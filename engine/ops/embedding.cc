@@ -4,7 +4,11 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
+
+using backend::EmbeddingBackwardKernel;
+using backend::EmbeddingKernel;
+using backend::Kernel;
 
 Tensor Embedding(Tensor table, const std::vector<int32_t>& ids) {
   OpDispatch d(OpId::kEmbedding, {&table});
@@ -17,4 +21,4 @@ std::vector<Tensor> EmbeddingGradient(const SavedForBackward& s, const Tensor& g
   return {Kernel<EmbeddingBackwardKernel>(g.device())(g, s.ids, s.count)};
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

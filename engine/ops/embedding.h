@@ -8,10 +8,10 @@
 
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 Tensor Embedding(Tensor table, const std::vector<int32_t>& ids);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_EMBEDDING_H_

@@ -4,7 +4,13 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
+
+using backend::Kernel;
+using backend::LayerNormBackwardKernel;
+using backend::LayerNormGrads;
+using backend::LayerNormKernel;
+using backend::LayerNormResult;
 
 Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps) {
   const DType x_dtype = x.dtype();
@@ -24,4 +30,4 @@ std::vector<Tensor> LayerNormGradient(const SavedForBackward& s, const Tensor& g
   return {gr.dx, gr.dgamma, gr.dbeta};
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

@@ -5,11 +5,11 @@
 
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 // along the last dim
 Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps = 1e-5);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_LAYER_NORM_H_

@@ -6,9 +6,14 @@
 #include "engine/ops/grad_util.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
-using ops_internal::AsDType;
+using backend::Kernel;
+using backend::LinearKernel;
+using backend::MatmulKernel;
+using backend::SumRowsKernel;
+
+using internal::AsDType;
 
 Tensor Matmul(Tensor a, Tensor b) {
   OpDispatch d(OpId::kMatmul, {&a, &b});
@@ -41,4 +46,4 @@ std::vector<Tensor> LinearGradient(const SavedForBackward& s, const Tensor& g0) 
   return {dx, dw, db};
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

@@ -5,13 +5,13 @@
 
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 // a [M, K] @ b [K, N].
 Tensor Matmul(Tensor a, Tensor b);
 // x [M, in] @ w[out, in]^T + b[out] (b may be undefined), as torch.nn.functional.linear.
 Tensor Linear(Tensor x, Tensor w, Tensor b);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_LINEAR_H_

@@ -5,7 +5,10 @@
 
 #include "engine/autograd/autograd.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
+
+using autograd::GradEnabled;
+using autograd::Record;
 
 Tensor RecordOp(Tensor output, OpId op, SavedForBackward saved) {
   // What Record checks, before anything is kept (evaluation records nothing).
@@ -21,4 +24,4 @@ Tensor RecordOp(Tensor output, OpId op, SavedForBackward saved) {
                 [gradient, kept](const Tensor& g) { return gradient(*kept, g); });
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

@@ -14,7 +14,7 @@
 #include "engine/core/tensor.h"
 #include "engine/ops/op_list.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 // What a forward keeps for its gradient (torch.autograd.Function's ctx).
 struct SavedForBackward {
@@ -57,6 +57,6 @@ constexpr const OpDef& Define(OpId op) { return kOpDefs[static_cast<int>(op)]; }
 // is on and an input requires grad; saved.op is set to `op`.
 Tensor RecordOp(Tensor output, OpId op, SavedForBackward saved);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_OP_DEF_H_

@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 enum class CastPolicy : uint8_t { kLowerPrecision, kFp32, kPromote, kPassThrough };
 
@@ -106,6 +106,13 @@ constexpr bool IsUnaryOp(OpId op) {
 constexpr bool IsBinaryOp(OpId op) {
   return op == OpId::kAdd || op == OpId::kSub || op == OpId::kMul;
 }
+
+}  // namespace ampd::engine::ops
+
+// Op ids are vocabulary too (the backends' kernels take them): ampd::engine's.
+namespace ampd::engine {
+using ops::CastPolicy;
+using ops::OpId;
 
 }  // namespace ampd::engine
 

@@ -5,7 +5,12 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
+
+using backend::BinaryKernel;
+using backend::Kernel;
+using backend::ScaleKernel;
+using backend::SumAllKernel;
 
 Tensor Sum(Tensor x) {
   OpDispatch d(OpId::kSum, {&x});
@@ -35,4 +40,4 @@ std::vector<Tensor> MeanGradient(const SavedForBackward& s, const Tensor& g) {
   return {Kernel<BinaryKernel>(x.device())(OpId::kMul, ones, g, x.dtype())};
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

@@ -5,11 +5,11 @@
 
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 Tensor Sum(Tensor x);
 Tensor Mean(Tensor x);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_REDUCTIONS_H_

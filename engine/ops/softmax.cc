@@ -4,7 +4,11 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/op_def.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
+
+using backend::Kernel;
+using backend::SoftmaxBackwardKernel;
+using backend::SoftmaxKernel;
 
 namespace {
 
@@ -27,4 +31,4 @@ Tensor Softmax(Tensor x) { return SoftmaxImpl(OpId::kSoftmax, false, x); }
 
 Tensor LogSoftmax(Tensor x) { return SoftmaxImpl(OpId::kLogSoftmax, true, x); }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops

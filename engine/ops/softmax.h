@@ -5,13 +5,13 @@
 
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::ops {
 
 // pow(x, 2)
 Tensor Softmax(Tensor x);  // along the last dim
 // along the last dim
 Tensor LogSoftmax(Tensor x);  // along the last dim
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::ops
 
 #endif  // AMPD_ENGINE_OPS_SOFTMAX_H_

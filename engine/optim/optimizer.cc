@@ -4,11 +4,19 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "engine/core/error_subject.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/cast.h"
+#include "engine/core/error_subject.h"
 
-namespace ampd::engine {
+namespace ampd::engine::optim {
+
+using backend::Backend;
+using backend::BackendOf;
+using backend::CastKernel;
+using backend::Kernel;
+using core::FieldError;
+using core::ShapeString;
+using nn::Parameter;
 
 absl::Status ValidateOptimizerSpec(const OptimizerSpec& s) {
   auto bad = [](const char* field, double v, const char* why) {
@@ -187,4 +195,4 @@ void Optimizer::ZeroGrad() {
   grads_.clear();
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::optim

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/nn/model.h"
 #include "engine/core/tensor.h"
+#include "engine/nn/model.h"
 
-namespace ampd::engine {
+namespace ampd::engine::optim {
 
 struct OptimizerSpec {
   enum class Kind { kSgd, kAdamW };
@@ -43,7 +43,7 @@ double ScheduledLearningRate(const ScheduleSpec& schedule, double base_lr, int64
 
 class Optimizer {
  public:
-  Optimizer(const OptimizerSpec& spec, std::vector<Parameter>* params, bool master_weights);
+  Optimizer(const OptimizerSpec& spec, std::vector<nn::Parameter>* params, bool master_weights);
 
   // The gradients the step will use, as f32 (or the param dtype without
   // master weights). With master weights these are fresh f32 copies of the
@@ -72,7 +72,7 @@ class Optimizer {
 
  private:
   OptimizerSpec spec_;
-  std::vector<Parameter>* params_;
+  std::vector<nn::Parameter>* params_;
   bool master_;
   std::vector<Tensor> weights_;  // master f32 copies, or aliases of the params
   std::vector<Tensor> grads_;
@@ -81,6 +81,6 @@ class Optimizer {
   int64_t steps_ = 0;
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::optim
 
 #endif  // AMPD_ENGINE_OPTIM_OPTIMIZER_H_

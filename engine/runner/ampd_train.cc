@@ -10,11 +10,23 @@
 
 #include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/train/explain.h"
 #include "engine/runner/job_spec.h"
+#include "engine/train/explain.h"
 #include "engine/train/trainer.h"
 
-namespace ampd::engine {
+namespace ampd::engine::runner {
+
+using amp::SkipEvent;
+using backend::BackendFor;
+using ops::CastPolicyName;
+using ops::PlanEntry;
+using train::EvalMetrics;
+using train::ExplainPrecision;
+using train::MemoryEstimate;
+using train::StepMetrics;
+using train::Trainer;
+using train::TrainerCallbacks;
+
 namespace {
 
 class Printer : public TrainerCallbacks {
@@ -166,6 +178,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace ampd::engine
+}  // namespace ampd::engine::runner
 
-int main(int argc, char** argv) { return ampd::engine::Main(argc, argv); }
+int main(int argc, char** argv) { return ampd::engine::runner::Main(argc, argv); }

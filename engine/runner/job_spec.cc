@@ -9,7 +9,24 @@
 #include "engine/core/error_subject.h"
 #include "google/protobuf/util/json_util.h"
 
-namespace ampd::engine {
+namespace ampd::engine::runner {
+
+using amp::BuiltinPrecisionNames;
+using amp::PrecisionConfig;
+using amp::ResolvePrecision;
+using amp::ValidatePrecision;
+using core::ErrorSubject;
+using core::SubjectsError;
+using nn::Activation;
+using nn::FillDataDims;
+using nn::MlpSpec;
+using ops::FindOp;
+using ops::kOpDescriptors;
+using ops::OpDescriptor;
+using optim::OptimizerSpec;
+using optim::ScheduleSpec;
+using train::TrainerConfig;
+
 namespace {
 
 namespace v1 = ::ampd::v1;
@@ -444,4 +461,4 @@ absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext&
   return data;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::runner

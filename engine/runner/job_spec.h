@@ -17,7 +17,7 @@
 #include "engine/data/dataset.h"
 #include "engine/train/trainer.h"
 
-namespace ampd::engine {
+namespace ampd::engine::runner {
 
 struct FieldViolation {
   std::string field;
@@ -44,19 +44,20 @@ absl::StatusOr<ampd::v1::JobSpec> ParseJobSpecJson(const std::string& json,
 absl::StatusOr<ampd::v1::JobSpec> ReadJobSpecFile(const std::string& path);
 
 // A precision config from its proto form (base mode + overrides).
-PrecisionConfig PrecisionFromProto(const ampd::v1::PrecisionConfig& proto, const std::string& field,
-                                   std::vector<FieldViolation>* violations);
+amp::PrecisionConfig PrecisionFromProto(const ampd::v1::PrecisionConfig& proto,
+                                        const std::string& field,
+                                        std::vector<FieldViolation>* violations);
 // The precision a spec asks for (profile name, custom config, or default).
-PrecisionConfig ResolveJobPrecision(const ampd::v1::PrecisionSpec& spec,
-                                    const JobSpecContext& context,
-                                    std::vector<FieldViolation>* violations);
+amp::PrecisionConfig ResolveJobPrecision(const ampd::v1::PrecisionSpec& spec,
+                                         const JobSpecContext& context,
+                                         std::vector<FieldViolation>* violations);
 
 // Everything checkable without reading data. Empty: valid.
 std::vector<FieldViolation> ValidateJobSpec(const ampd::v1::JobSpec& spec,
                                             const JobSpecContext& context);
 
 struct ResolvedJob {
-  TrainerConfig config;
+  train::TrainerConfig config;
   Device device = Device::kCpu;
 };
 // INVALID_ARGUMENT (all violations) when the spec is not valid. Model sizes
@@ -70,12 +71,12 @@ struct JobData {
 };
 // Loads the data and fills model.mlp.input_dim / num_classes when unset.
 absl::StatusOr<JobData> LoadJobData(const ampd::v1::DataSpec& spec, const JobSpecContext& context,
-                                    TrainerConfig* config);
+                                    train::TrainerConfig* config);
 
 // The data set's shape without loading it, when the spec alone tells
 // (builtin, synthetic): for explain and memory estimates.
 std::optional<std::pair<int64_t, int>> KnownDataShape(const ampd::v1::DataSpec& spec);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::runner
 
 #endif  // AMPD_ENGINE_RUNNER_JOB_SPEC_H_

@@ -1,10 +1,26 @@
 #include "engine/train/explain.h"
 
 #include "engine/autograd/autograd.h"
-#include "engine/ops/ops.h"
 #include "engine/core/error_subject.h"
+#include "engine/ops/ops.h"
 
-namespace ampd::engine {
+namespace ampd::engine::train {
+
+using amp::PrecisionConfig;
+using autograd::NoGradGuard;
+using core::FieldError;
+using nn::BuildModel;
+using nn::DescribeModel;
+using nn::Model;
+using nn::ModelShape;
+using nn::ModelSpec;
+using nn::Parameter;
+using nn::ParameterShape;
+using ops::AutocastOptions;
+using ops::AutocastScope;
+using ops::PlanRecorder;
+using ops::SoftmaxCrossEntropy;
+using optim::OptimizerSpec;
 
 MemoryEstimate EstimateMemory(const ModelSpec& model_spec, const PrecisionConfig& precision,
                               const OptimizerSpec& optimizer, int64_t batch_size) {
@@ -12,7 +28,8 @@ MemoryEstimate EstimateMemory(const ModelSpec& model_spec, const PrecisionConfig
   MemoryEstimate m;
   for (const ParameterShape& p : shape.parameters) {
     const int64_t n = p.numel();
-    const DType dtype = p.is_norm && precision.keep_norms_fp32 ? DType::kF32 : precision.param_dtype;
+    const DType dtype =
+        p.is_norm && precision.keep_norms_fp32 ? DType::kF32 : precision.param_dtype;
     m.weights_bytes += n * static_cast<int64_t>(DTypeSize(dtype));
     m.gradients_bytes += n * static_cast<int64_t>(DTypeSize(dtype));
     if (precision.master_weights && dtype != DType::kF32) {
@@ -58,4 +75,4 @@ absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
   return plan;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::train

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/ops/autocast.h"
-#include "engine/nn/model.h"
-#include "engine/optim/optimizer.h"
 #include "engine/amp/precision.h"
+#include "engine/nn/model.h"
+#include "engine/ops/autocast.h"
+#include "engine/optim/optimizer.h"
 
-namespace ampd::engine {
+namespace ampd::engine::train {
 
 struct MemoryEstimate {
   int64_t weights_bytes = 0;          // the parameters the model computes with
@@ -31,20 +31,21 @@ struct MemoryEstimate {
 
 struct PrecisionPlan {
   std::string precision;
-  std::vector<PlanEntry> ops;  // forward pass and loss, in execution order
+  std::vector<ops::PlanEntry> ops;  // forward pass and loss, in execution order
   MemoryEstimate memory;
   int64_t parameter_count = 0;
 };
 
 // The memory estimate alone, computed from the spec without building the
 // model (cheap enough to check every job against a limit before queueing).
-MemoryEstimate EstimateMemory(const ModelSpec& model, const PrecisionConfig& precision,
-                              const OptimizerSpec& optimizer, int64_t batch_size);
+MemoryEstimate EstimateMemory(const nn::ModelSpec& model, const amp::PrecisionConfig& precision,
+                              const optim::OptimizerSpec& optimizer, int64_t batch_size);
 
-absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model,
-                                               const PrecisionConfig& precision,
-                                               const OptimizerSpec& optimizer, int64_t batch_size);
+absl::StatusOr<PrecisionPlan> ExplainPrecision(const nn::ModelSpec& model,
+                                               const amp::PrecisionConfig& precision,
+                                               const optim::OptimizerSpec& optimizer,
+                                               int64_t batch_size);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::train
 
 #endif  // AMPD_ENGINE_TRAIN_EXPLAIN_H_

@@ -15,7 +15,39 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 
-namespace ampd::engine {
+namespace ampd::engine::train {
+
+using amp::GradScalerOptions;
+using amp::PrecisionConfig;
+using amp::SkipEvent;
+using amp::ValidatePrecision;
+using autograd::Backward;
+using autograd::NoGradGuard;
+using backend::AddInPlaceKernel;
+using backend::Backend;
+using backend::BackendFor;
+using backend::BackendOf;
+using backend::EmbeddingKernel;
+using backend::Kernel;
+using backend::ScaleUpdateOptions;
+using core::FieldError;
+using core::SubjectError;
+using nn::BuildModel;
+using nn::CheckDataDims;
+using nn::Model;
+using nn::ModelOps;
+using nn::Parameter;
+using nn::ValidateModelSpec;
+using ops::AutocastOptions;
+using ops::AutocastScope;
+using ops::Mul;
+using ops::MulScalar;
+using ops::OpName;
+using ops::SoftmaxCrossEntropy;
+using optim::Optimizer;
+using optim::ScheduledLearningRate;
+using optim::ValidateOptimizerSpec;
+
 namespace {
 
 AutocastOptions RegionFor(const PrecisionConfig& p) {
@@ -187,7 +219,8 @@ void Trainer::PushScalerStateToDevice() {
 // The batch's features on the device: gathered there from the resident
 // training set (the same rows, bit for bit), or else uploaded.
 Tensor Trainer::UploadBatch(const data::Batch& batch) {
-  if (device_features_.defined()) return Kernel<EmbeddingKernel>(device_features_.device())(device_features_, batch.rows);
+  if (device_features_.defined())
+    return Kernel<EmbeddingKernel>(device_features_.device())(device_features_, batch.rows);
   return ToDevice(batch.features, batch.size, train_->feature_dim);
 }
 
@@ -460,4 +493,4 @@ absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
   return result;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::train

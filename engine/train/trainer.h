@@ -21,7 +21,7 @@
 #include "engine/nn/model.h"
 #include "engine/optim/optimizer.h"
 
-namespace ampd::engine {
+namespace ampd::engine::train {
 
 struct TrainingSpec {
   int64_t steps = 0;  // optimizer steps; when 0, `epochs` decides
@@ -39,10 +39,10 @@ struct TrainingSpec {
 inline constexpr int64_t kDeviceDatasetMaxBytes = int64_t{2} << 30;
 
 struct TrainerConfig {
-  ModelSpec model;
-  PrecisionConfig precision;
-  OptimizerSpec optimizer;
-  ScheduleSpec schedule;
+  nn::ModelSpec model;
+  amp::PrecisionConfig precision;
+  optim::OptimizerSpec optimizer;
+  optim::ScheduleSpec schedule;
   TrainingSpec training;
   // Where the model lives and the step runs; Trainer::Create fails with
   // FAILED_PRECONDITION when the device is not available.
@@ -57,7 +57,7 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& config);
 // FAILED_PRECONDITION ("device: op gelu has no CUDA kernel") when `backend`
 // lacks a kernel for an op the job runs: its model's (ModelOps) and the
 // training step's own (the loss, loss scaling, gradient accumulation).
-absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend);
+absl::Status CheckKernels(const TrainerConfig& config, const backend::Backend& backend);
 
 struct StepMetrics {
   int64_t step = 0;  // 1-based
@@ -84,7 +84,7 @@ class TrainerCallbacks {
   virtual ~TrainerCallbacks() = default;
   virtual void OnStep(const StepMetrics&) {}
   virtual void OnEval(const EvalMetrics&) {}
-  virtual void OnSkip(const SkipEvent&) {}
+  virtual void OnSkip(const amp::SkipEvent&) {}
 };
 
 class CancellationToken {
@@ -111,7 +111,7 @@ struct TrainerState {
   int64_t step = 0;
   int64_t skipped_total = 0;
   data::Batcher::Position data_position;
-  GradScalerState scaler;
+  backend::GradScalerState scaler;
   int64_t optimizer_steps = 0;
   // "param/NAME" for the model, plus the optimizer's state tensors.
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -141,13 +141,13 @@ class Trainer {
 
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_done() const { return step_; }
-  Model& model() { return *model_; }
-  GradScaler& scaler() { return scaler_; }
-  Optimizer& optimizer() { return *optimizer_; }
+  nn::Model& model() { return *model_; }
+  amp::GradScaler& scaler() { return scaler_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
 
  private:
   Trainer(const TrainerConfig& config, const data::Dataset* train, const data::Dataset* test,
-          std::unique_ptr<Model> model);
+          std::unique_ptr<nn::Model> model);
 
   StepMetrics Step(TrainerCallbacks* callbacks);
   // The same step on a device backend: unscale, skip and scale update stay on
@@ -163,13 +163,13 @@ class Trainer {
   TrainerConfig config_;
   const data::Dataset* train_;
   const data::Dataset* test_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Optimizer> optimizer_;
-  GradScaler scaler_;
+  std::unique_ptr<nn::Model> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  amp::GradScaler scaler_;
   data::Batcher batcher_;
   data::Batch batch_;
-  Backend* device_backend_ = nullptr;  // null on the CPU
-  DeviceAmpState amp_;                 // device path: scale, growth tracker, found_inf
+  backend::Backend* device_backend_ = nullptr;  // null on the CPU
+  backend::DeviceAmpState amp_;                 // device path: scale, growth tracker, found_inf
   Tensor scale_used_, sum_sq_, loss_sum_;
   // Device path: the next step's first batch, uploaded before this step's
   // closing read so the copy overlaps the device's work. Checkpoints record
@@ -187,6 +187,6 @@ class Trainer {
   int64_t skipped_total_ = 0;
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::train
 
 #endif  // AMPD_ENGINE_TRAIN_TRAINER_H_

@@ -8,13 +8,13 @@ namespace ampd::server::jobs {
 absl::Status JobQueue::CheckAdmission(const std::string& owner) const {
   const int by_owner = QueuedBy(owner);
   if (by_owner >= limits_.max_jobs_per_principal) {
-    return engine::SubjectError(absl::StatusCode::kResourceExhausted,
-                                "max_queued_jobs_per_principal",
-                                absl::StrCat(owner.empty() ? "you" : owner, " already have ",
-                                             by_owner, " queued jobs (the limit)"));
+    return engine::core::SubjectError(absl::StatusCode::kResourceExhausted,
+                                      "max_queued_jobs_per_principal",
+                                      absl::StrCat(owner.empty() ? "you" : owner, " already have ",
+                                                   by_owner, " queued jobs (the limit)"));
   }
   if (static_cast<int>(entries_.size()) >= limits_.max_jobs) {
-    return engine::SubjectError(
+    return engine::core::SubjectError(
         absl::StatusCode::kResourceExhausted, "max_queued_jobs",
         absl::StrCat("the queue already holds ", entries_.size(), " jobs (the limit)"));
   }

@@ -15,24 +15,24 @@ namespace v1 = ::ampd::v1;
 
 // The trainer's callbacks as metric events; after_step/after_eval run once
 // the event is out (the outputs: scalars, checkpoints).
-class TrainerEvents : public engine::TrainerCallbacks {
+class TrainerEvents : public engine::train::TrainerCallbacks {
  public:
   explicit TrainerEvents(std::function<void(v1::MetricsEvent)> append)
       : append_(std::move(append)) {}
   // Called after each step's and eval's event is recorded.
-  std::function<void(const engine::StepMetrics&)> after_step;
-  std::function<void(const engine::EvalMetrics&)> after_eval;
-  void OnStep(const engine::StepMetrics& m) override {
+  std::function<void(const engine::train::StepMetrics&)> after_step;
+  std::function<void(const engine::train::EvalMetrics&)> after_eval;
+  void OnStep(const engine::train::StepMetrics& m) override {
     Record(m);
     if (after_step) after_step(m);
   }
-  void OnEval(const engine::EvalMetrics& m) override {
+  void OnEval(const engine::train::EvalMetrics& m) override {
     RecordEval(m);
     if (after_eval) after_eval(m);
   }
 
  private:
-  void Record(const engine::StepMetrics& m) {
+  void Record(const engine::train::StepMetrics& m) {
     v1::MetricsEvent e;
     e.set_step(m.step);
     auto* r = e.mutable_step_record();
@@ -48,7 +48,7 @@ class TrainerEvents : public engine::TrainerCallbacks {
     r->set_skipped_total(m.skipped_total);
     append_(std::move(e));
   }
-  void RecordEval(const engine::EvalMetrics& m) {
+  void RecordEval(const engine::train::EvalMetrics& m) {
     v1::MetricsEvent e;
     e.set_step(m.step);
     auto* r = e.mutable_eval();
@@ -60,7 +60,7 @@ class TrainerEvents : public engine::TrainerCallbacks {
   }
 
  public:
-  void OnSkip(const engine::SkipEvent& s) override {
+  void OnSkip(const engine::amp::SkipEvent& s) override {
     v1::MetricsEvent e;
     e.set_step(s.step);
     auto* r = e.mutable_skip();
@@ -81,7 +81,7 @@ RunResult Failed(std::string reason) { return {RunResult::Outcome::kFailed, std:
 }  // namespace
 
 absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
-                                                const engine::JobSpecContext& context) {
+                                                const engine::runner::JobSpecContext& context) {
   const bool cacheable = !data.has_file();
   const std::string key = data.SerializeAsString();
   if (cacheable) {
@@ -90,7 +90,8 @@ absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
     if (it != sets_.end()) return it->second;
   }
   // Loaded outside the lock: a large set must not hold up other jobs' hits.
-  absl::StatusOr<engine::JobData> loaded = engine::LoadJobData(data, context, nullptr);
+  absl::StatusOr<engine::runner::JobData> loaded =
+      engine::runner::LoadJobData(data, context, nullptr);
   if (!loaded.ok()) return loaded.status();
   Sets sets;
   sets.train = std::make_shared<const engine::data::Dataset>(std::move(loaded->train));
@@ -110,18 +111,18 @@ size_t DataCache::cached() const {
 }
 
 RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* data,
-                 engine::CancellationToken* cancel) {
+                 engine::train::CancellationToken* cancel) {
   try {
     if (hooks.check_data) {
       if (absl::Status s = hooks.check_data(); !s.ok()) return Failed(std::string(s.message()));
     }
     absl::StatusOr<DataCache::Sets> sets = data->Load(request.spec.data(), request.context);
     if (!sets.ok()) return Failed(std::string(sets.status().message()));
-    engine::TrainerConfig config = request.resolved.config;
-    engine::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes);
-    auto created = engine::Trainer::Create(config, sets->train.get(), sets->test.get());
+    engine::train::TrainerConfig config = request.resolved.config;
+    engine::nn::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes);
+    auto created = engine::train::Trainer::Create(config, sets->train.get(), sets->test.get());
     if (!created.ok()) return Failed(std::string(created.status().message()));
-    engine::Trainer& trainer = **created;
+    engine::train::Trainer& trainer = **created;
     if (hooks.started) hooks.started(trainer.total_steps());
     if (request.resume) {
       if (absl::Status s = trainer.LoadState(*request.resume); !s.ok()) {
@@ -134,12 +135,13 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
     TrainerEvents events([&](v1::MetricsEvent e) {
       if (hooks.event) hooks.event(std::move(e));
     });
-    events.after_step = [&](const engine::StepMetrics& m) { (*outputs)->AfterStep(m); };
-    events.after_eval = [&](const engine::EvalMetrics& e) { (*outputs)->AfterEval(e); };
+    events.after_step = [&](const engine::train::StepMetrics& m) { (*outputs)->AfterStep(m); };
+    events.after_eval = [&](const engine::train::EvalMetrics& e) { (*outputs)->AfterEval(e); };
     auto result = trainer.Run(&events, cancel);
-    absl::StatusOr<engine::Backend*> backend = engine::BackendFor(request.resolved.device);
+    absl::StatusOr<engine::backend::Backend*> backend =
+        engine::backend::BackendFor(request.resolved.device);
     if (request.resolved.device != engine::Device::kCpu && backend.ok()) {
-      const engine::DeviceMemoryStats mem = (*backend)->MemoryStats();
+      const engine::backend::DeviceMemoryStats mem = (*backend)->MemoryStats();
       LogInfo("device memory after the job (process-wide allocator)",
               {{"job", request.job_id},
                {"peak_in_use_bytes", std::to_string(mem.peak_in_use_bytes)},

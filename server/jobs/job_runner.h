@@ -32,7 +32,8 @@ class DataCache {
     std::shared_ptr<const engine::data::Dataset> train;
     std::shared_ptr<const engine::data::Dataset> test;  // null without a test set
   };
-  absl::StatusOr<Sets> Load(const ampd::v1::DataSpec& data, const engine::JobSpecContext& context);
+  absl::StatusOr<Sets> Load(const ampd::v1::DataSpec& data,
+                            const engine::runner::JobSpecContext& context);
   size_t cached() const;
 
  private:
@@ -43,9 +44,9 @@ class DataCache {
 struct RunRequest {
   std::string job_id;
   ampd::v1::JobSpec spec;
-  engine::ResolvedJob resolved;
-  std::optional<engine::TrainerState> resume;
-  engine::JobSpecContext context;  // data root, built-in data, path resolution
+  engine::runner::ResolvedJob resolved;
+  std::optional<engine::train::TrainerState> resume;
+  engine::runner::JobSpecContext context;  // data root, built-in data, path resolution
   RunOutputOptions outputs;
 };
 
@@ -66,7 +67,7 @@ struct RunResult {
 };
 
 RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* data,
-                 engine::CancellationToken* cancel);
+                 engine::train::CancellationToken* cancel);
 
 }  // namespace ampd::server::jobs
 

@@ -7,10 +7,9 @@
 
 namespace ampd::server::jobs {
 
-absl::StatusOr<std::unique_ptr<RunOutputs>> RunOutputs::Open(const std::string& job_id,
-                                                             engine::Trainer* trainer,
-                                                             engine::CancellationToken* cancel,
-                                                             RunOutputOptions options) {
+absl::StatusOr<std::unique_ptr<RunOutputs>> RunOutputs::Open(
+    const std::string& job_id, engine::train::Trainer* trainer,
+    engine::train::CancellationToken* cancel, RunOutputOptions options) {
   absl::StatusOr<std::unique_ptr<engine::io::EventFileWriter>> tensorboard =
       engine::io::EventFileWriter::Open(options.data_root + "/tensorboard/" + job_id);
   if (!tensorboard.ok()) {
@@ -21,8 +20,8 @@ absl::StatusOr<std::unique_ptr<RunOutputs>> RunOutputs::Open(const std::string& 
       new RunOutputs(job_id, trainer, cancel, std::move(options), *std::move(tensorboard)));
 }
 
-RunOutputs::RunOutputs(std::string job_id, engine::Trainer* trainer,
-                       engine::CancellationToken* cancel, RunOutputOptions options,
+RunOutputs::RunOutputs(std::string job_id, engine::train::Trainer* trainer,
+                       engine::train::CancellationToken* cancel, RunOutputOptions options,
                        std::unique_ptr<engine::io::EventFileWriter> tensorboard)
     : job_id_(std::move(job_id)),
       trainer_(trainer),
@@ -46,7 +45,7 @@ void RunOutputs::Fail(const absl::Status& s) {
   cancel_->Cancel();
 }
 
-void RunOutputs::AfterStep(const engine::StepMetrics& m) {
+void RunOutputs::AfterStep(const engine::train::StepMetrics& m) {
   const double now = engine::io::WallTimeSeconds();
   engine::io::EventFileWriter& tb = *tensorboard_;
   absl::Status s = tb.AddScalar("train/loss", m.step, m.loss, now);
@@ -64,7 +63,7 @@ void RunOutputs::AfterStep(const engine::StepMetrics& m) {
   if ((by_steps || by_time) && m.step < m.total_steps) Checkpoint();
 }
 
-void RunOutputs::AfterEval(const engine::EvalMetrics& e) {
+void RunOutputs::AfterEval(const engine::train::EvalMetrics& e) {
   const double now = engine::io::WallTimeSeconds();
   absl::Status s = tensorboard_->AddScalar("eval/accuracy", e.step, e.accuracy, now);
   if (s.ok()) s = tensorboard_->AddScalar("eval/loss", e.step, e.loss, now);

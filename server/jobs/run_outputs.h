@@ -43,14 +43,14 @@ class RunOutputs {
  public:
   // Opens the TensorBoard log; `trainer` and `cancel` must outlive this.
   static absl::StatusOr<std::unique_ptr<RunOutputs>> Open(const std::string& job_id,
-                                                          engine::Trainer* trainer,
-                                                          engine::CancellationToken* cancel,
+                                                          engine::train::Trainer* trainer,
+                                                          engine::train::CancellationToken* cancel,
                                                           RunOutputOptions options);
 
   // After a step's event was recorded: its scalars, and a checkpoint when
   // one is due (never at the last step: Finish writes the weights then).
-  void AfterStep(const engine::StepMetrics& m);
-  void AfterEval(const engine::EvalMetrics& e);
+  void AfterStep(const engine::train::StepMetrics& m);
+  void AfterEval(const engine::train::EvalMetrics& e);
   // A checkpoint now, unless no step has run since the last one.
   void Checkpoint();
   // The end of the run: a checkpoint when it was cancelled (it may resume),
@@ -62,13 +62,14 @@ class RunOutputs {
   std::string checkpoint_dir() const;
 
  private:
-  RunOutputs(std::string job_id, engine::Trainer* trainer, engine::CancellationToken* cancel,
-             RunOutputOptions options, std::unique_ptr<engine::io::EventFileWriter> tensorboard);
+  RunOutputs(std::string job_id, engine::train::Trainer* trainer,
+             engine::train::CancellationToken* cancel, RunOutputOptions options,
+             std::unique_ptr<engine::io::EventFileWriter> tensorboard);
   void Fail(const absl::Status& s);
 
   const std::string job_id_;
-  engine::Trainer* const trainer_;
-  engine::CancellationToken* const cancel_;
+  engine::train::Trainer* const trainer_;
+  engine::train::CancellationToken* const cancel_;
   const RunOutputOptions options_;
   std::unique_ptr<engine::io::EventFileWriter> tensorboard_;
   absl::Status error_;

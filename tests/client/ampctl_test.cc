@@ -321,7 +321,7 @@ TEST_F(AmpctlTest, PrecisionCommands) {
 }
 
 TEST_F(AmpctlTest, AGpuJobWithoutAGpuIsRefusedWithTheReason) {
-  if (engine::BackendFor(engine::Device::kCuda).ok()) {
+  if (engine::backend::BackendFor(engine::Device::kCuda).ok()) {
     GTEST_SKIP() << "this machine has a usable GPU: the job would be accepted";
   }
   Result r = Ampctl({server_flag_, "submit", Runfile("examples/fashion_mlp_bf16_cuda.json")});

@@ -24,14 +24,14 @@
 
 namespace ampd::engine::testing {
 
-class FakeDeviceBackend final : public Backend {
+class FakeDeviceBackend final : public backend::Backend {
  public:
   // Every kernel (kernel_registry.h) runs here as its CPU version on host
   // aliases, generically: nothing to add per op. Each call is counted under
   // the kernel's name (calls["embedding"]).
   FakeDeviceBackend() {
     Current() = this;
-    MirrorHostKernels(Device::kCuda, {&HostAlias, &DeviceTag, &CountCall});
+    backend::MirrorHostKernels(Device::kCuda, {&HostAlias, &DeviceTag, &CountCall});
   }
   ~FakeDeviceBackend() override {
     if (Current() == this) Current() = nullptr;
@@ -46,7 +46,7 @@ class FakeDeviceBackend final : public Backend {
   // Every op the CPU has (the mirror registers all its kernels), less those
   // a test takes away.
   bool HasKernel(OpId op) const override {
-    return missing.count(op) == 0 && Backend::HasKernel(op);
+    return missing.count(op) == 0 && backend::Backend::HasKernel(op);
   }
   std::set<OpId> missing;
 
@@ -105,7 +105,8 @@ class FakeDeviceBackend final : public Backend {
     return out;
   }
 
-  NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads, float inv_scale) override {
+  backend::NonFiniteCheck UnscaleAndCheck(const std::vector<Tensor>& grads,
+                                          float inv_scale) override {
     ++calls["UnscaleAndCheck"];
     return cpu().UnscaleAndCheck(H(grads), inv_scale);
   }
@@ -124,44 +125,45 @@ class FakeDeviceBackend final : public Backend {
     cpu().AdamWStep(H(p), H(g), H(m), H(v), h);
   }
   void UnscaleAndCheckOnDevice(const std::vector<Tensor>& grads,
-                               const DeviceAmpState& amp) override {
+                               const backend::DeviceAmpState& amp) override {
     ++calls["UnscaleAndCheckOnDevice"];
     ++inside_reference_;
-    Backend::UnscaleAndCheckOnDevice(grads, amp);
+    backend::Backend::UnscaleAndCheckOnDevice(grads, amp);
     --inside_reference_;
   }
   void MultiplyAndCheckOnDevice(const std::vector<Tensor>& grads, float factor,
                                 const Tensor& found_inf) override {
     ++calls["MultiplyAndCheckOnDevice"];
     ++inside_reference_;
-    Backend::MultiplyAndCheckOnDevice(grads, factor, found_inf);
+    backend::Backend::MultiplyAndCheckOnDevice(grads, factor, found_inf);
     --inside_reference_;
   }
-  void UpdateScaleOnDevice(const DeviceAmpState& amp, const ScaleUpdateOptions& o) override {
+  void UpdateScaleOnDevice(const backend::DeviceAmpState& amp,
+                           const backend::ScaleUpdateOptions& o) override {
     ++calls["UpdateScaleOnDevice"];
     ++inside_reference_;
-    Backend::UpdateScaleOnDevice(amp, o);
+    backend::Backend::UpdateScaleOnDevice(amp, o);
     --inside_reference_;
   }
   void AdamWStepFused(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                       const AdamWHyper& h, const FusedStepArgs& args) override {
     ++calls["AdamWStepFused"];
     ++inside_reference_;
-    Backend::AdamWStepFused(p, g, m, v, h, args);
+    backend::Backend::AdamWStepFused(p, g, m, v, h, args);
     --inside_reference_;
   }
 
   void SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const Tensor& out) override {
     ++calls["SumOfSquaresOnDevice"];
     ++inside_reference_;
-    Backend::SumOfSquaresOnDevice(tensors, out);
+    backend::Backend::SumOfSquaresOnDevice(tensors, out);
     --inside_reference_;
   }
   void SgdStepFused(const Tensor& p, const Tensor& g, const Tensor& m, const SgdHyper& h,
                     bool first, const FusedStepArgs& args) override {
     ++calls["SgdStepFused"];
     ++inside_reference_;
-    Backend::SgdStepFused(p, g, m, h, first, args);
+    backend::Backend::SgdStepFused(p, g, m, h, first, args);
     --inside_reference_;
   }
 
@@ -171,7 +173,7 @@ class FakeDeviceBackend final : public Backend {
     return current;
   }
   int inside_reference_ = 0;
-  static Backend& cpu() { return CpuBackend(); }
+  static backend::Backend& cpu() { return cpu::CpuBackend(); }
 };
 
 }  // namespace ampd::engine::testing

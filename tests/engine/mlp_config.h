@@ -16,17 +16,17 @@
 
 namespace ampd::engine::testing {
 
-inline TrainerConfig MlpTrainerConfig(int64_t input_dim, std::vector<int64_t> hidden,
-                                      int num_classes, const std::string& precision,
-                                      Device device) {
-  TrainerConfig c;
-  MlpSpec mlp;
+inline train::TrainerConfig MlpTrainerConfig(int64_t input_dim, std::vector<int64_t> hidden,
+                                             int num_classes, const std::string& precision,
+                                             Device device) {
+  train::TrainerConfig c;
+  nn::MlpSpec mlp;
   mlp.input_dim = input_dim;
   mlp.hidden = std::move(hidden);
   mlp.num_classes = num_classes;
   mlp.layer_norm = true;
   c.model = mlp;
-  absl::StatusOr<PrecisionConfig> p = ResolvePrecision(precision);
+  absl::StatusOr<amp::PrecisionConfig> p = amp::ResolvePrecision(precision);
   if (!p.ok()) std::abort();  // a test names a mode that does not exist
   c.precision = *p;
   c.device = device;

@@ -8,9 +8,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string json(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<ampd::v1::JobSpec> spec = ampd::engine::ParseJobSpecJson(json, "fuzz.json");
+  absl::StatusOr<ampd::v1::JobSpec> spec =
+      ampd::engine::runner::ParseJobSpecJson(json, "fuzz.json");
   if (!spec.ok()) return 0;
-  ampd::engine::JobSpecContext context;
+  ampd::engine::runner::JobSpecContext context;
   context.data_root = "/nonexistent/ampd-fuzz";
   context.fashion_mnist_dir = "/nonexistent/ampd-fuzz/fashion-mnist";
   // One user profile, so profile lookups exercise both outcomes.
@@ -18,8 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (name != "fuzz-profile") return std::nullopt;
     return ampd::v1::PrecisionConfig();
   };
-  (void)ampd::engine::ValidateJobSpec(*spec, context);
-  (void)ampd::engine::ResolveJobSpec(*spec, context);
-  (void)ampd::engine::KnownDataShape(spec->data());
+  (void)ampd::engine::runner::ValidateJobSpec(*spec, context);
+  (void)ampd::engine::runner::ResolveJobSpec(*spec, context);
+  (void)ampd::engine::runner::KnownDataShape(spec->data());
   return 0;
 }

@@ -16,7 +16,7 @@ struct DropoutWithoutCudaKernel {
 };
 
 engine::Tensor CpuDropout(const engine::Tensor& x, double p, uint64_t seed) {
-  return engine::Kernel<engine::DropoutKernel>(engine::Device::kCpu)(x, p, seed);
+  return engine::backend::Kernel<engine::backend::DropoutKernel>(engine::Device::kCpu)(x, p, seed);
 }
 
 AMPD_REGISTER_KERNEL(DropoutWithoutCudaKernel, engine::Device::kCpu, CpuDropout);

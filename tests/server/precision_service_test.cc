@@ -114,7 +114,7 @@ TEST_F(PrecisionServiceTest, CapabilitiesListTheCpuAndWhyCudaIsMissing) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(caps.server_version().empty());
 
-  const engine::CpuCapabilities& cpu = engine::ProbeCpu();
+  const engine::cpu::CpuCapabilities& cpu = engine::cpu::ProbeCpu();
   const v1::DeviceInfo* cpu_info = nullptr;
   bool cuda_listed = false;
   for (const auto& d : caps.devices()) {
@@ -376,7 +376,7 @@ TEST_F(PrecisionServiceTest, JobsRunWithAUserProfileUntilItIsDeleted) {
   EXPECT_EQ(job.precision(), "my-bf16");
   v1::Job done =
       WaitForState(training_.get(), job.name(), {v1::SUCCEEDED, v1::FAILED, v1::CANCELLED});
-  if (engine::ProbeCpu().bf16_matmul) {
+  if (engine::cpu::ProbeCpu().bf16_matmul) {
     EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << "\n" << server_->log();
     EXPECT_EQ(done.progress().step(), 20);
   }

@@ -7,7 +7,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 struct CastKernel {
   static constexpr const char* kName = "cast";
@@ -15,6 +15,6 @@ struct CastKernel {
   using Fn = Tensor (*)(const Tensor& x, DType dtype);
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_CAST_H_

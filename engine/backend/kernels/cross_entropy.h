@@ -9,7 +9,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 // The mean over rows of -log softmax(logits)[label], and the per-row
 // logsumexp (f32; f64 for f64 logits) the backward uses instead of keeping
@@ -38,6 +38,6 @@ struct CrossEntropyBackwardKernel {
                         const Tensor& row_logsumexp, const Tensor& dloss);
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_CROSS_ENTROPY_H_

@@ -11,7 +11,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 struct DropoutKernel {
   static constexpr const char* kName = "dropout";
@@ -30,6 +30,6 @@ inline bool DropoutKeep(uint64_t seed, uint64_t index, double p) {
   return static_cast<double>(DropoutHash(seed, index) >> 11) * 0x1.0p-53 >= p;
 }
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_DROPOUT_H_

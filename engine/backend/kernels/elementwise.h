@@ -7,7 +7,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 inline constexpr OpId kUnaryOps[] = {OpId::kRelu, OpId::kGelu, OpId::kNeg,
                                      OpId::kExp,  OpId::kLog,  OpId::kSquare};
@@ -46,6 +46,6 @@ struct AddInPlaceKernel {
   using Fn = void (*)(const Tensor& x, const Tensor& y, double alpha);
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_ELEMENTWISE_H_

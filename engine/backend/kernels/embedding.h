@@ -10,7 +10,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 struct EmbeddingKernel {
   static constexpr const char* kName = "embedding";
@@ -23,6 +23,6 @@ struct EmbeddingBackwardKernel {
   using Fn = Tensor (*)(const Tensor& dy, const std::vector<int32_t>& ids, int64_t num_rows);
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_EMBEDDING_H_

@@ -6,7 +6,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 struct LayerNormResult {
   Tensor y;
@@ -38,6 +38,6 @@ struct LayerNormBackwardKernel {
                                 const Tensor& dy);
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_LAYER_NORM_H_

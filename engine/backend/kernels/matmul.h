@@ -7,7 +7,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 // op(a) @ op(b).
 struct MatmulKernel {
@@ -28,6 +28,6 @@ struct LinearKernel {
 // backend runs where it has no fused form.
 Tensor LinearByMatmul(const Tensor& x, const Tensor& w, const Tensor& b, DType out);
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_MATMUL_H_

@@ -6,7 +6,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 // The sum of all elements: a 0-d tensor. Also the gradient of a binary op's
 // scalar operand.
@@ -22,6 +22,6 @@ struct SumRowsKernel {
   using Fn = Tensor (*)(const Tensor& x, DType out);
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_REDUCTIONS_H_

@@ -7,7 +7,7 @@
 #include "engine/backend/kernel_registry.h"
 #include "engine/core/tensor.h"
 
-namespace ampd::engine {
+namespace ampd::engine::backend {
 
 struct SoftmaxKernel {
   static constexpr const char* kName = "softmax";
@@ -20,6 +20,6 @@ struct SoftmaxBackwardKernel {
   using Fn = Tensor (*)(const Tensor& y, const Tensor& dy, bool log, DType out);
 };
 
-}  // namespace ampd::engine
+}  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_SOFTMAX_H_

@@ -11,9 +11,9 @@ namespace {
 
 using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
 
-using engine::IsBinaryOp;
-using engine::IsUnaryOp;
-using engine::OpName;
+using engine::ops::IsBinaryOp;
+using engine::ops::IsUnaryOp;
+using engine::ops::OpName;
 
 // The switches name every op they compute and nothing else: the launchers
 // refuse an op outside the family (IsUnaryOp / IsBinaryOp) before any launch,
@@ -136,7 +136,7 @@ __global__ void DropoutKernel(const void* x, int dt, double p, uint64_t seed, vo
   const double keep_scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
   const float keep_scale_f = static_cast<float>(keep_scale);
   GRID_STRIDE(i, n) {
-    // engine::DropoutHash, bit for bit.
+    // engine::backend::DropoutHash, bit for bit.
     uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(i) + 1);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

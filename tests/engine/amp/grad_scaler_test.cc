@@ -11,14 +11,30 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/amp/precision.h"
 #include "engine/autograd/autograd.h"
 #include "engine/core/half.h"
-#include "engine/ops/ops.h"
-#include "engine/amp/precision.h"
 #include "engine/core/tensor.h"
+#include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using amp::GradScaler;
+using amp::GradScalerOptions;
+using amp::PrecisionConfig;
+using amp::ResolvePrecision;
+using amp::SkipEvent;
+using amp::ValidateGradScalerOptions;
+using autograd::Backward;
+using backend::AmpUpdateScale;
+using backend::GradScalerState;
+using core::BF16BitsToF32;
+using core::F16BitsToF32;
+using core::F32ToBF16Bits;
+using core::F32ToF16Bits;
+using ops::Sum;
+
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();

@@ -19,6 +19,23 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using amp::PrecisionConfig;
+using amp::ResolvePrecision;
+using amp::SkipEvent;
+using backend::AmpUpdateScale;
+using backend::GradScalerState;
+using nn::MlpSpec;
+using nn::Parameter;
+using optim::OptimizerSpec;
+using optim::ScheduledLearningRate;
+using optim::ScheduleSpec;
+using train::StepMetrics;
+using train::Trainer;
+using train::TrainerCallbacks;
+using train::TrainerConfig;
+using train::TrainResult;
+
 namespace {
 
 constexpr int64_t kSteps = 240;

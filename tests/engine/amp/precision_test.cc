@@ -13,6 +13,18 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using amp::BuiltinPrecisionNames;
+using amp::GradScalerOptions;
+using amp::PrecisionConfig;
+using amp::ResolvePrecision;
+using amp::UpdateDType;
+using amp::ValidatePrecision;
+using nn::BuildModel;
+using nn::MlpSpec;
+using nn::Model;
+using nn::Parameter;
+
 namespace {
 
 PrecisionConfig Resolve(const std::string& name) {

@@ -6,6 +6,11 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using core::IsLowPrecision;
+using core::ParseDType;
+using core::PromoteTypes;
+
 namespace {
 
 constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64};

@@ -3,6 +3,14 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using core::ErrorSubject;
+using core::FieldError;
+using core::GetErrorSubjects;
+using core::PrefixSubject;
+using core::SubjectError;
+using core::SubjectsError;
+
 namespace {
 
 TEST(ErrorSubjectTest, TheSubjectTravelsBesideTheMessage) {

@@ -14,6 +14,22 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using core::BF16BitsToF32;
+using core::CapHalfConversionIsa;
+using core::ConvertBF16ToF32;
+using core::ConvertF16ToF32;
+using core::ConvertF32ToBF16;
+using core::ConvertF32ToF16;
+using core::F16BitsToF32;
+using core::F32ToBF16Bits;
+using core::F32ToF16Bits;
+using core::ForceScalarHalfConversions;
+using core::HalfConversionPath;
+using core::HalfIsaCap;
+using core::RoundTripBF16;
+using core::RoundTripF16;
+
 namespace {
 
 uint32_t Bits(float value) {

@@ -41,6 +41,45 @@
 #include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
+
+using backend::AddInPlaceKernel;
+using backend::AmpUpdateScale;
+using backend::Backend;
+using backend::BackendFor;
+using backend::BinaryKernel;
+using backend::CastKernel;
+using backend::CrossEntropyBackwardKernel;
+using backend::CrossEntropyKernel;
+using backend::CrossEntropyResult;
+using backend::DeviceAmpState;
+using backend::DropoutKernel;
+using backend::EmbeddingBackwardKernel;
+using backend::EmbeddingKernel;
+using backend::GradScalerState;
+using backend::Kernel;
+using backend::LayerNormBackwardKernel;
+using backend::LayerNormGrads;
+using backend::LayerNormKernel;
+using backend::LayerNormResult;
+using backend::LinearKernel;
+using backend::MatmulKernel;
+using backend::NonFiniteCheck;
+using backend::ScaleKernel;
+using backend::ScaleUpdateOptions;
+using backend::SoftmaxBackwardKernel;
+using backend::SoftmaxKernel;
+using backend::SumAllKernel;
+using backend::SumRowsKernel;
+using backend::UnaryBackwardKernel;
+using backend::UnaryKernel;
+using nn::MlpSpec;
+using ops::kOpDescriptors;
+using ops::OpDescriptor;
+using optim::OptimizerSpec;
+using train::StepMetrics;
+using train::Trainer;
+using train::TrainerConfig;
+
 namespace {
 
 constexpr DType kLowAndF32[] = {DType::kF32, DType::kF16, DType::kBF16};
@@ -102,7 +141,7 @@ class CudaBackendTest : public ::testing::Test {
     }
   }
   static Tensor G(const Tensor& t) { return t.To(Device::kCuda); }
-  Backend& cpu() { return CpuBackend(); }
+  Backend& cpu() { return cpu::CpuBackend(); }
   // A kernel of each device (kernel_registry.h): the CPU's is the reference.
   template <typename K>
   static typename K::Fn Cpu() {
@@ -138,8 +177,8 @@ TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {
       Tensor dy = Random({33, 65}, d, 3);
       const std::string what = std::string(DTypeName(d)) + " op " + std::to_string(int(op));
       ExpectClose(Gpu<UnaryKernel>()(op, G(x)), Cpu<UnaryKernel>()(op, x), Tol(d), what);
-      ExpectClose(Gpu<UnaryBackwardKernel>()(op, G(x), G(dy)), Cpu<UnaryBackwardKernel>()(op, x, dy), Tol(d),
-                  what + " backward");
+      ExpectClose(Gpu<UnaryBackwardKernel>()(op, G(x), G(dy)),
+                  Cpu<UnaryBackwardKernel>()(op, x, dy), Tol(d), what + " backward");
     }
   }
 }
@@ -153,7 +192,8 @@ TEST_F(CudaBackendTest, BinaryOpsWithEveryBroadcast) {
       for (OpId op : {OpId::kAdd, OpId::kSub, OpId::kMul}) {
         for (DType out : {d, DType::kF32}) {
           ExpectClose(
-              Gpu<BinaryKernel>()(op, G(a), G(b), out), Cpu<BinaryKernel>()(op, a, b, out), Tol(out),
+              Gpu<BinaryKernel>()(op, G(a), G(b), out), Cpu<BinaryKernel>()(op, a, b, out),
+              Tol(out),
               "binary " + std::to_string(int(op)) + " b numel " + std::to_string(b.numel()));
         }
       }
@@ -172,12 +212,14 @@ TEST_F(CudaBackendTest, Reductions) {
     for (DType out : {DType::kF32, DType::kF64}) {
       ExpectClose(Gpu<SumAllKernel>()(G(x), out), Cpu<SumAllKernel>()(x, out), 1e-6, "sum all");
     }
-    ExpectClose(Gpu<SumRowsKernel>()(G(x), DType::kF32), Cpu<SumRowsKernel>()(x, DType::kF32), 1e-6, "sum rows");
+    ExpectClose(Gpu<SumRowsKernel>()(G(x), DType::kF32), Cpu<SumRowsKernel>()(x, DType::kF32), 1e-6,
+                "sum rows");
     ExpectClose(Gpu<SumRowsKernel>()(G(x), d), Cpu<SumRowsKernel>()(x, d), Tol(d), "sum rows low");
   }
   // Deterministic: the same sum twice, bit for bit.
   Tensor big = G(Random({1 << 20}, DType::kF32, 9));
-  EXPECT_EQ(Gpu<SumAllKernel>()(big, DType::kF32).Item(), Gpu<SumAllKernel>()(big, DType::kF32).Item());
+  EXPECT_EQ(Gpu<SumAllKernel>()(big, DType::kF32).Item(),
+            Gpu<SumAllKernel>()(big, DType::kF32).Item());
 }
 
 TEST_F(CudaBackendTest, SoftmaxLogSoftmaxAndBackward) {
@@ -232,10 +274,11 @@ TEST_F(CudaBackendTest, EmbeddingAndDropout) {
   const std::vector<int32_t> ids = {3, 0, 7, 3, 3, 9, 1};
   for (DType d : kLowAndF32) {
     Tensor table = Random({10, 24}, d, 17);
-    EXPECT_EQ(Gpu<EmbeddingKernel>()(G(table), ids).ToDoubles(), Cpu<EmbeddingKernel>()(table, ids).ToDoubles());
+    EXPECT_EQ(Gpu<EmbeddingKernel>()(G(table), ids).ToDoubles(),
+              Cpu<EmbeddingKernel>()(table, ids).ToDoubles());
     Tensor dy = Random({7, 24}, d, 18);
-    ExpectClose(Gpu<EmbeddingBackwardKernel>()(G(dy), ids, 10), Cpu<EmbeddingBackwardKernel>()(dy, ids, 10),
-                Tol(d), "embedding backward");
+    ExpectClose(Gpu<EmbeddingBackwardKernel>()(G(dy), ids, 10),
+                Cpu<EmbeddingBackwardKernel>()(dy, ids, 10), Tol(d), "embedding backward");
     Tensor x = Random({50, 50}, d, 19);
     // The same counter-based mask as the CPU, so the same elements survive.
     ExpectClose(Kernel<DropoutKernel>(Device::kCuda)(G(x), 0.3, 1234),
@@ -253,7 +296,8 @@ TEST_F(CudaBackendTest, MatmulEveryTransposeAndDtype) {
         for (DType out : {d, DType::kF32}) {
           // Sums of k products: the tolerance grows with sqrt(k).
           ExpectClose(
-              Gpu<MatmulKernel>()(G(a), G(b), ta, tb, out), Cpu<MatmulKernel>()(a, b, ta, tb, out), Tol(out) * 8,
+              Gpu<MatmulKernel>()(G(a), G(b), ta, tb, out), Cpu<MatmulKernel>()(a, b, ta, tb, out),
+              Tol(out) * 8,
               "matmul " + std::string(DTypeName(d)) + (ta ? " ta" : "") + (tb ? " tb" : ""));
         }
       }
@@ -264,8 +308,8 @@ TEST_F(CudaBackendTest, MatmulEveryTransposeAndDtype) {
 TEST_F(CudaBackendTest, F32MatmulKeepsTf32OffUnlessAllowed) {
   const int64_t m = 256, n = 256, k = 2048;
   Tensor a = Random({m, k}, DType::kF32, 22), b = Random({k, n}, DType::kF32, 23);
-  Tensor ref = Cpu<MatmulKernel>()(Cpu<CastKernel>()(a, DType::kF64), Cpu<CastKernel>()(b, DType::kF64), false, false,
-                            DType::kF64);
+  Tensor ref = Cpu<MatmulKernel>()(Cpu<CastKernel>()(a, DType::kF64),
+                                   Cpu<CastKernel>()(b, DType::kF64), false, false, DType::kF64);
   // Norm-wise: the worst error over the largest result. An f32 FMA chain of
   // k = 2048 terms may lose ~1e-4 on an element near zero (the CPU emulator
   // showed that an element-wise bound of 1e-5 fails f32 itself); inputs
@@ -292,8 +336,8 @@ TEST_F(CudaBackendTest, LinearFusesTheBiasIntoTheGemm) {
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
     Tensor x = Random({64, 96}, d, 24), w = Random({80, 96}, d, 25), b = Random({80}, d, 26);
     // One rounding (epilogue) against the CPU's two: within one more ulp.
-    ExpectClose(Gpu<LinearKernel>()(G(x), G(w), G(b), d), Cpu<LinearKernel>()(x, w, b, d), Tol(d) * 8,
-                "linear " + std::string(DTypeName(d)));
+    ExpectClose(Gpu<LinearKernel>()(G(x), G(w), G(b), d), Cpu<LinearKernel>()(x, w, b, d),
+                Tol(d) * 8, "linear " + std::string(DTypeName(d)));
   }
 }
 
@@ -311,8 +355,8 @@ TEST_F(CudaBackendTest, GemmEpiloguesGeluAuxBiasDGeluAndBiasGradient) {
   const int64_t m = 64, n = 128, k = 96;  // n: multiple of 8 for the aux leading dimension
   Tensor a = Random({m, k}, DType::kBF16, 27, -1, 1), b = Random({k, n}, DType::kBF16, 28, -1, 1);
   Tensor bias = Random({n}, DType::kBF16, 29);
-  Tensor prod = Cpu<MatmulKernel>()(Cpu<CastKernel>()(a, DType::kF64), Cpu<CastKernel>()(b, DType::kF64), false, false,
-                             DType::kF64);
+  Tensor prod = Cpu<MatmulKernel>()(Cpu<CastKernel>()(a, DType::kF64),
+                                    Cpu<CastKernel>()(b, DType::kF64), false, false, DType::kF64);
   const std::vector<double> p = prod.ToDoubles(), bv = bias.ToDoubles();
   Tensor ga = G(a), gb = G(b), gbias = G(bias);
   Tensor c = gpu_->Allocate({m, n}, DType::kBF16, false);
@@ -472,7 +516,8 @@ TEST_F(CudaBackendTest, FusedOptimizerStepsMatchTheReferenceAndSkipOnTheFlag) {
       } else {
         ExpectClose(gp, p, 1e-6, what);
         ExpectClose(gm, m, 1e-6, what + " state");
-        ExpectClose(copy, Cpu<CastKernel>()(p, DType::kBF16), Tol(DType::kBF16), what + " model copy");
+        ExpectClose(copy, Cpu<CastKernel>()(p, DType::kBF16), Tol(DType::kBF16),
+                    what + " model copy");
       }
     }
   }

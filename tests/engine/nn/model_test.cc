@@ -7,6 +7,22 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using amp::ResolvePrecision;
+using nn::Activation;
+using nn::BuildModel;
+using nn::CheckDataDims;
+using nn::DataDimsKnown;
+using nn::DescribeModel;
+using nn::FillDataDims;
+using nn::MlpSpec;
+using nn::Model;
+using nn::ModelOps;
+using nn::ModelShape;
+using nn::ModelSpec;
+using nn::Parameter;
+using nn::ParameterCount;
+
 namespace {
 
 MlpSpec Spec(bool layer_norm) {
@@ -46,9 +62,8 @@ TEST(ModelTest, TheBuiltModelHasExactlyTheDescribedParameters) {
 }
 
 TEST(ModelTest, TheOpsFollowTheSpec) {
-  EXPECT_EQ(ModelOps(Spec(true)),
-            (std::vector<OpId>{OpId::kLinear, OpId::kCast, OpId::kGelu, OpId::kLayerNorm,
-                               OpId::kDropout}));
+  EXPECT_EQ(ModelOps(Spec(true)), (std::vector<OpId>{OpId::kLinear, OpId::kCast, OpId::kGelu,
+                                                     OpId::kLayerNorm, OpId::kDropout}));
   MlpSpec plain = Spec(false);
   plain.activation = Activation::kRelu;
   plain.dropout = 0;

@@ -5,6 +5,32 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using autograd::Backward;
+using ops::Add;
+using ops::AddInPlace;
+using ops::AutocastCacheSize;
+using ops::AutocastDepth;
+using ops::AutocastEnabled;
+using ops::AutocastOptions;
+using ops::AutocastOverrides;
+using ops::AutocastScope;
+using ops::Exp;
+using ops::Gelu;
+using ops::LayerNorm;
+using ops::LayerScope;
+using ops::Linear;
+using ops::LogSoftmax;
+using ops::Matmul;
+using ops::Mean;
+using ops::Mul;
+using ops::PlanEntry;
+using ops::PlanRecorder;
+using ops::Relu;
+using ops::Softmax;
+using ops::SoftmaxCrossEntropy;
+using ops::Sum;
+
 namespace {
 
 Tensor Param(std::vector<int64_t> shape, float v = 0.5f) {

@@ -7,15 +7,37 @@
 #include <set>
 #include <string>
 
+#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/autograd/autograd.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/op_def.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using autograd::Backward;
+using backend::Backend;
+using backend::BackendFor;
+using backend::BinaryKernel;
+using backend::Kernel;
+using backend::UnaryKernel;
+using ops::DefaultCastPolicy;
+using ops::Define;
+using ops::Describe;
+using ops::FindOp;
+using ops::Gelu;
+using ops::IsBinaryOp;
+using ops::IsUnaryOp;
+using ops::kNumOps;
+using ops::kOpDefs;
+using ops::kOpDescriptors;
+using ops::OpDef;
+using ops::OpDescriptor;
+using ops::OpName;
+using ops::SavedForBackward;
+
 namespace {
 
 TEST(OpListTest, EveryOpHasOneNameThatFindsIt) {
@@ -99,14 +121,15 @@ TEST(OpListTest, BackwardRunsTheGradientOfTheDescriptor) {
 TEST(OpListTest, TheCpuBackendIsRegisteredAndHasEveryOp) {
   absl::StatusOr<Backend*> cpu = BackendFor(Device::kCpu);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  EXPECT_EQ(*cpu, &CpuBackend());
+  EXPECT_EQ(*cpu, &cpu::CpuBackend());
   for (const OpDescriptor& d : kOpDescriptors) EXPECT_TRUE((*cpu)->HasKernel(d.id)) << d.name;
 }
 
 TEST(OpListTest, ANonUnaryOpGivenToTheUnaryKernelIsAnErrorNotAnotherFunction) {
   const Tensor x = Tensor::FromVector({1, 2, 3}, {3}, DType::kF32);
   EXPECT_DEATH(Kernel<UnaryKernel>(Device::kCpu)(OpId::kMatmul, x), "op matmul is not a unary op");
-  EXPECT_DEATH(Kernel<BinaryKernel>(Device::kCpu)(OpId::kRelu, x, x, DType::kF32), "op relu is not a binary op");
+  EXPECT_DEATH(Kernel<BinaryKernel>(Device::kCpu)(OpId::kRelu, x, x, DType::kF32),
+               "op relu is not a binary op");
 }
 
 }  // namespace

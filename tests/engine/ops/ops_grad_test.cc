@@ -11,6 +11,29 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using autograd::Backward;
+using autograd::NoGradGuard;
+using ops::Add;
+using ops::Dropout;
+using ops::Embedding;
+using ops::Exp;
+using ops::Gelu;
+using ops::LayerNorm;
+using ops::Linear;
+using ops::Log;
+using ops::LogSoftmax;
+using ops::Matmul;
+using ops::Mean;
+using ops::Mul;
+using ops::MulScalar;
+using ops::Relu;
+using ops::Softmax;
+using ops::SoftmaxCrossEntropy;
+using ops::Square;
+using ops::Sub;
+using ops::Sum;
+
 namespace {
 
 Tensor Random(const std::vector<int64_t>& shape, uint32_t seed, double lo = -1.0, double hi = 1.0) {

@@ -10,11 +10,21 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "engine/core/half.h"
-#include "engine/nn/model.h"
 #include "engine/core/tensor.h"
+#include "engine/nn/model.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using core::BF16BitsToF32;
+using core::F32ToBF16Bits;
+using nn::Parameter;
+using optim::Optimizer;
+using optim::OptimizerSpec;
+using optim::ScheduledLearningRate;
+using optim::ScheduleSpec;
+using optim::ValidateOptimizerSpec;
+
 namespace {
 
 constexpr int kSteps = 4;

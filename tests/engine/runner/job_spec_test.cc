@@ -6,6 +6,21 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using amp::PrecisionConfig;
+using amp::ResolvePrecision;
+using nn::MlpSpec;
+using optim::OptimizerSpec;
+using runner::FieldViolation;
+using runner::JobSpecContext;
+using runner::LoadJobData;
+using runner::ParseJobSpecJson;
+using runner::ReadJobSpecFile;
+using runner::ResolveJobSpec;
+using runner::ValidateJobSpec;
+using train::ExplainPrecision;
+using train::TrainerConfig;
+
 namespace {
 
 ampd::v1::JobSpec Parse(const std::string& json) {

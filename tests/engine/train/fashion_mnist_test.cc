@@ -10,6 +10,14 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using amp::ResolvePrecision;
+using nn::MlpSpec;
+using optim::OptimizerSpec;
+using optim::ScheduleSpec;
+using train::Trainer;
+using train::TrainerConfig;
+
 namespace {
 
 class FashionMnistTest : public ::testing::Test {

@@ -19,6 +19,18 @@
 #include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
+
+using amp::SkipEvent;
+using backend::RegisterBackend;
+using nn::Activation;
+using nn::MlpSpec;
+using optim::OptimizerSpec;
+using train::StepMetrics;
+using train::Trainer;
+using train::TrainerCallbacks;
+using train::TrainerConfig;
+using train::TrainerState;
+
 namespace {
 
 testing::FakeDeviceBackend& Fake() {

@@ -7,6 +7,18 @@
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
+
+using amp::ResolvePrecision;
+using nn::MlpSpec;
+using nn::Parameter;
+using optim::OptimizerSpec;
+using optim::ScheduleSpec;
+using train::StepMetrics;
+using train::Trainer;
+using train::TrainerCallbacks;
+using train::TrainerConfig;
+using train::TrainerState;
+
 namespace {
 
 TrainerConfig Config(const std::string& precision, OptimizerSpec::Kind kind) {

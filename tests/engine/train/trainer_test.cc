@@ -19,6 +19,24 @@
 #include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
+
+using amp::PrecisionConfig;
+using amp::ResolvePrecision;
+using amp::SkipEvent;
+using core::F16BitsToF32;
+using core::F32ToF16Bits;
+using nn::MlpSpec;
+using nn::Parameter;
+using optim::OptimizerSpec;
+using optim::ScheduleSpec;
+using train::CancellationToken;
+using train::StepMetrics;
+using train::Trainer;
+using train::TrainerCallbacks;
+using train::TrainerConfig;
+using train::TrainResult;
+using train::ValidateTrainerConfig;
+
 namespace {
 
 const data::Dataset& Data() { return testing::SyntheticData(1024, 32, 4, 5); }

@@ -41,8 +41,9 @@ TEST(JobQueueTest, ThePerPrincipalLimitComesFirstAndNamesItself) {
   EXPECT_EQ(q.QueuedBy("alice"), 2);
   absl::Status s = q.CheckAdmission("alice");
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(s.message(), "max_queued_jobs_per_principal: alice already have 2 queued jobs (the limit)");
-  std::vector<engine::ErrorSubject> e = engine::GetErrorSubjects(s);
+  EXPECT_EQ(s.message(),
+            "max_queued_jobs_per_principal: alice already have 2 queued jobs (the limit)");
+  std::vector<engine::core::ErrorSubject> e = engine::core::GetErrorSubjects(s);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].subject, "max_queued_jobs_per_principal");
   // Someone else still fits, until the queue itself is full.
@@ -50,7 +51,7 @@ TEST(JobQueueTest, ThePerPrincipalLimitComesFirstAndNamesItself) {
   q.Push("b1", "bob", 0, 3);
   s = q.CheckAdmission("bob");
   EXPECT_EQ(s.message(), "max_queued_jobs: the queue already holds 3 jobs (the limit)");
-  EXPECT_EQ(engine::GetErrorSubjects(s).at(0).subject, "max_queued_jobs");
+  EXPECT_EQ(engine::core::GetErrorSubjects(s).at(0).subject, "max_queued_jobs");
   // A job leaving the queue frees its place.
   ASSERT_EQ(*q.Pop(), "a1");
   EXPECT_TRUE(q.CheckAdmission("alice").ok());

@@ -27,12 +27,13 @@ class JobRunnerTest : public ::testing::Test {
   }
 
   RunRequest Request(const std::string& json) {
-    absl::StatusOr<v1::JobSpec> spec = engine::ParseJobSpecJson(json, "test");
+    absl::StatusOr<v1::JobSpec> spec = engine::runner::ParseJobSpecJson(json, "test");
     EXPECT_TRUE(spec.ok()) << spec.status();
     RunRequest r;
     r.job_id = "j1";
     r.spec = *spec;
-    absl::StatusOr<engine::ResolvedJob> resolved = engine::ResolveJobSpec(r.spec, r.context);
+    absl::StatusOr<engine::runner::ResolvedJob> resolved =
+        engine::runner::ResolveJobSpec(r.spec, r.context);
     EXPECT_TRUE(resolved.ok()) << resolved.status();
     if (resolved.ok()) r.resolved = *resolved;
     r.context.data_root = root_.string();
@@ -62,7 +63,8 @@ class JobRunnerTest : public ::testing::Test {
       return s;
     }
   };
-  RunHooks Hooks(Recorded* r, engine::CancellationToken* cancel = nullptr, int64_t cancel_at = 0) {
+  RunHooks Hooks(Recorded* r, engine::train::CancellationToken* cancel = nullptr,
+                 int64_t cancel_at = 0) {
     RunHooks h;
     h.started = [r](int64_t total) { r->total = total; };
     h.event = [r, cancel, cancel_at](v1::MetricsEvent e) {
@@ -78,7 +80,7 @@ class JobRunnerTest : public ::testing::Test {
 
 TEST_F(JobRunnerTest, ARunReportsEveryStepAndEvalInOrderAndWritesItsWeights) {
   Recorded rec;
-  engine::CancellationToken cancel;
+  engine::train::CancellationToken cancel;
   const RunResult r = RunJob(Request(Tiny(10)), Hooks(&rec), &data_, &cancel);
   ASSERT_EQ(r.outcome, RunResult::Outcome::kSucceeded) << r.reason;
   EXPECT_EQ(rec.total, 10);
@@ -91,26 +93,26 @@ TEST_F(JobRunnerTest, ARunReportsEveryStepAndEvalInOrderAndWritesItsWeights) {
 
 TEST_F(JobRunnerTest, ACancelledRunCheckpointsAndAResumedOneFinishesExactlyAsAnUnbrokenOne) {
   Recorded whole;
-  engine::CancellationToken never;
+  engine::train::CancellationToken never;
   ASSERT_EQ(RunJob(Request(Tiny(12)), Hooks(&whole), &data_, &never).outcome,
             RunResult::Outcome::kSucceeded);
 
   fs::remove_all(root_ / "checkpoints");
   Recorded first;
-  engine::CancellationToken cancel;
+  engine::train::CancellationToken cancel;
   const RunResult r = RunJob(Request(Tiny(12)), Hooks(&first, &cancel, 7), &data_, &cancel);
   ASSERT_EQ(r.outcome, RunResult::Outcome::kCancelled) << r.reason;
   EXPECT_EQ(first.steps().back(), 7);
   std::vector<std::string> warnings;
-  auto checkpoint = engine::io::LoadLatestCheckpoint((root_ / "checkpoints" / "j1").string(),
-                                                     &warnings);
+  auto checkpoint =
+      engine::io::LoadLatestCheckpoint((root_ / "checkpoints" / "j1").string(), &warnings);
   ASSERT_TRUE(checkpoint.has_value());
   EXPECT_EQ(checkpoint->state.step, 7);
 
   RunRequest again = Request(Tiny(12));
   again.resume = checkpoint->state;
   Recorded second;
-  engine::CancellationToken none;
+  engine::train::CancellationToken none;
   ASSERT_EQ(RunJob(again, Hooks(&second), &data_, &none).outcome, RunResult::Outcome::kSucceeded);
   EXPECT_EQ(second.steps(), (std::vector<int64_t>{8, 9, 10, 11, 12}));
   // Bit for bit on the CPU: the same last loss as the run that never stopped.
@@ -119,7 +121,7 @@ TEST_F(JobRunnerTest, ACancelledRunCheckpointsAndAResumedOneFinishesExactlyAsAnU
 
 TEST_F(JobRunnerTest, FailuresSayWhy) {
   Recorded rec;
-  engine::CancellationToken cancel;
+  engine::train::CancellationToken cancel;
   RunHooks refused = Hooks(&rec);
   refused.check_data = [] { return absl::InvalidArgumentError("data.file.train_csv: outside"); };
   RunResult r = RunJob(Request(Tiny(3)), refused, &data_, &cancel);
@@ -135,7 +137,7 @@ TEST_F(JobRunnerTest, FailuresSayWhy) {
   EXPECT_NE(r.reason.find("missing.csv"), std::string::npos) << r.reason;
 
   RunRequest bad_resume = Request(Tiny(3));
-  bad_resume.resume = engine::TrainerState{};
+  bad_resume.resume = engine::train::TrainerState{};
   bad_resume.resume->step = 99;
   r = RunJob(bad_resume, Hooks(&rec), &data_, &cancel);
   EXPECT_EQ(r.outcome, RunResult::Outcome::kFailed);

@@ -23,13 +23,16 @@ class RunOutputsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const char* tmp = std::getenv("TEST_TMPDIR");
-    root_ = fs::path(tmp ? tmp : "/tmp") / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    root_ = fs::path(tmp ? tmp : "/tmp") /
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(root_);
     fs::create_directories(root_);
-    engine::TrainerConfig c = engine::testing::MlpTrainerConfig(8, {8}, 3, "32-true", engine::Device::kCpu);
+    engine::train::TrainerConfig c =
+        engine::testing::MlpTrainerConfig(8, {8}, 3, "32-true", engine::Device::kCpu);
     c.training.steps = 10;
     c.training.batch_size = 16;
-    auto t = engine::Trainer::Create(c, &engine::testing::SyntheticData(128, 8, 3, 1), nullptr);
+    auto t =
+        engine::train::Trainer::Create(c, &engine::testing::SyntheticData(128, 8, 3, 1), nullptr);
     ASSERT_TRUE(t.ok()) << t.status();
     trainer_ = *std::move(t);
   }
@@ -56,8 +59,8 @@ class RunOutputsTest : public ::testing::Test {
   }
 
   fs::path root_;
-  std::unique_ptr<engine::Trainer> trainer_;
-  engine::CancellationToken cancel_;
+  std::unique_ptr<engine::train::Trainer> trainer_;
+  engine::train::CancellationToken cancel_;
 };
 
 TEST_F(RunOutputsTest, CheckpointsEveryNStepsKeepsTheNewestAndWritesTheWeightsAtTheEnd) {

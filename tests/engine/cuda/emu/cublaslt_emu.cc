@@ -51,9 +51,9 @@ size_t Size(cudaDataType_t t) {
 double Get(const void* p, cudaDataType_t t, int64_t i) {
   switch (t) {
     case CUDA_R_16F:
-      return ampd::engine::F16BitsToF32(static_cast<const uint16_t*>(p)[i]);
+      return ampd::engine::core::F16BitsToF32(static_cast<const uint16_t*>(p)[i]);
     case CUDA_R_16BF:
-      return ampd::engine::BF16BitsToF32(static_cast<const uint16_t*>(p)[i]);
+      return ampd::engine::core::BF16BitsToF32(static_cast<const uint16_t*>(p)[i]);
     case CUDA_R_64F:
       return static_cast<const double*>(p)[i];
     default:
@@ -64,10 +64,10 @@ double Get(const void* p, cudaDataType_t t, int64_t i) {
 void Put(void* p, cudaDataType_t t, int64_t i, double v) {
   switch (t) {
     case CUDA_R_16F:
-      static_cast<uint16_t*>(p)[i] = ampd::engine::F32ToF16Bits(static_cast<float>(v));
+      static_cast<uint16_t*>(p)[i] = ampd::engine::core::F32ToF16Bits(static_cast<float>(v));
       break;
     case CUDA_R_16BF:
-      static_cast<uint16_t*>(p)[i] = ampd::engine::F32ToBF16Bits(static_cast<float>(v));
+      static_cast<uint16_t*>(p)[i] = ampd::engine::core::F32ToBF16Bits(static_cast<float>(v));
       break;
     case CUDA_R_64F:
       static_cast<double*>(p)[i] = v;

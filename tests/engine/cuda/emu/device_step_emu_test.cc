@@ -15,17 +15,27 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/amp/precision.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/mlp_config.h"
 #include "tests/engine/synthetic_data.h"
 
 namespace ampd::engine {
+
+using backend::Backend;
+using backend::BackendFor;
+using backend::Kernel;
+using backend::LinearKernel;
+using optim::OptimizerSpec;
+using train::StepMetrics;
+using train::Trainer;
+using train::TrainerConfig;
+
 namespace {
 
 TrainerConfig Config(const std::string& precision, double clip_norm) {

@@ -11,7 +11,7 @@
 struct __half {
   uint16_t bits;
 };
-inline float __half2float(__half h) { return ampd::engine::F16BitsToF32(h.bits); }
-inline __half __float2half_rn(float f) { return __half{ampd::engine::F32ToF16Bits(f)}; }
+inline float __half2float(__half h) { return ampd::engine::core::F16BitsToF32(h.bits); }
+inline __half __float2half_rn(float f) { return __half{ampd::engine::core::F32ToF16Bits(f)}; }
 
 #endif  // AMPD_TESTS_CUDA_EMU_CUDA_FP16_H_
