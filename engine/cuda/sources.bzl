@@ -1,0 +1,34 @@
+"""engine/cuda's source lists, once: the CUDA build (engine/cuda/BUILD), the
+CPU emulator's (tests/engine/cuda/emu/BUILD) and the architecture check
+(tests/engine/cuda/BUILD) all use them."""
+
+# The kernel families (kernels/<family>.cu, each with its launchers).
+CUDA_KERNEL_FAMILIES = [
+    "amp",
+    "elementwise",
+    "embedding",
+    "layer_norm",
+    "optimizers",
+    "reductions",
+    "softmax",
+]
+
+# Everything nvcc compiles.
+CUDA_SOURCES = [
+    "gemm.cu",
+    "runtime.cu",
+] + ["kernels/%s.cu" % f for f in CUDA_KERNEL_FAMILIES]
+
+# The backend's class and its kernels' registrations, one file per family
+# (cuda_backend_impl.h), as engine/cpu.
+CUDA_BACKEND_SRCS = [
+    "cuda_backend.cc",
+    "cuda_backend_impl.h",
+    "device_amp.cc",
+    "elementwise.cc",
+    "embedding.cc",
+    "layer_norm.cc",
+    "matmul.cc",
+    "reductions.cc",
+    "softmax.cc",
+]
