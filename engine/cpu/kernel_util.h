@@ -213,6 +213,8 @@ C ApplyUnary(OpId op, C x) {
       return x > 0 ? x : C(0);
     case OpId::kGelu:
       return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2)));
+    case OpId::kGeluTanh:  // GPT-2's: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+      return C(0.5) * x * (C(1) + std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
     case OpId::kExp:
       return std::exp(x);
     case OpId::kLog:
@@ -235,6 +237,11 @@ C UnaryDerivative(OpId op, C x) {
       C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
       C pdf = std::exp(C(-0.5) * x * x) * C(0.3989422804014327);
       return cdf + x * pdf;
+    }
+    case OpId::kGeluTanh: {
+      const C t = std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x));
+      return C(0.5) * (C(1) + t) +
+             C(0.5) * x * (C(1) - t * t) * C(0.7978845608028654) * (C(1) + C(3 * 0.044715) * x * x);
     }
     case OpId::kExp:
       return std::exp(x);
@@ -279,6 +286,8 @@ void WithUnaryOp(OpId op, const F& body) {
       return body(std::integral_constant<OpId, OpId::kRelu>());
     case OpId::kGelu:
       return body(std::integral_constant<OpId, OpId::kGelu>());
+    case OpId::kGeluTanh:
+      return body(std::integral_constant<OpId, OpId::kGeluTanh>());
     case OpId::kExp:
       return body(std::integral_constant<OpId, OpId::kExp>());
     case OpId::kLog:

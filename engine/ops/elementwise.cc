@@ -68,6 +68,8 @@ Tensor Relu(Tensor x) { return UnaryOpImpl(OpId::kRelu, x); }
 
 Tensor Gelu(Tensor x) { return UnaryOpImpl(OpId::kGelu, x); }
 
+Tensor GeluTanh(Tensor x) { return UnaryOpImpl(OpId::kGeluTanh, x); }
+
 Tensor Exp(Tensor x) { return UnaryOpImpl(OpId::kExp, x); }
 
 Tensor Log(Tensor x) { return UnaryOpImpl(OpId::kLog, x); }

@@ -15,6 +15,8 @@ Tensor Sub(Tensor a, Tensor b);
 Tensor Mul(Tensor a, Tensor b);
 Tensor Relu(Tensor x);
 Tensor Gelu(Tensor x);
+// GELU's tanh approximation (GPT-2's; torch's gelu(x, approximate="tanh")).
+Tensor GeluTanh(Tensor x);
 Tensor Exp(Tensor x);
 Tensor Log(Tensor x);
 Tensor Square(Tensor x);  // pow(x, 2)

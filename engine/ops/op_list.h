@@ -28,27 +28,28 @@ enum class CastPolicy : uint8_t { kLowerPrecision, kFp32, kPromote, kPassThrough
 // X(id, name, cast policy, gradient). The gradient is the function of
 // engine/ops that computes the op's backward (ops/op_def.h makes the table;
 // here, where CUDA includes the list, it is only a name).
-#define AMPD_ENGINE_OPS(X)                                       \
-  X(kCast, "cast", kPassThrough, CastGradient)                   \
-  X(kMatmul, "matmul", kLowerPrecision, MatmulGradient)          \
-  X(kLinear, "linear", kLowerPrecision, LinearGradient)          \
-  X(kAdd, "add", kPromote, BinaryGradient)                       \
-  X(kSub, "sub", kPromote, BinaryGradient)                       \
-  X(kMul, "mul", kPromote, BinaryGradient)                       \
-  X(kMulScalar, "mul_scalar", kPassThrough, MulScalarGradient)   \
-  X(kRelu, "relu", kPassThrough, UnaryGradient)                  \
-  X(kGelu, "gelu", kPassThrough, UnaryGradient)                  \
-  X(kNeg, "neg", kPassThrough, UnaryGradient)                    \
-  X(kExp, "exp", kFp32, UnaryGradient)                           \
-  X(kLog, "log", kFp32, UnaryGradient)                           \
-  X(kSquare, "pow", kFp32, UnaryGradient) /* torch.pow(x, 2) */  \
-  X(kSoftmax, "softmax", kFp32, SoftmaxGradient)                 \
-  X(kLogSoftmax, "log_softmax", kFp32, SoftmaxGradient)          \
-  X(kLayerNorm, "layer_norm", kFp32, LayerNormGradient)          \
-  X(kCrossEntropy, "cross_entropy", kFp32, CrossEntropyGradient) \
-  X(kSum, "sum", kFp32, SumGradient)                             \
-  X(kMean, "mean", kFp32, MeanGradient)                          \
-  X(kEmbedding, "embedding", kPassThrough, EmbeddingGradient)    \
+#define AMPD_ENGINE_OPS(X)                                           \
+  X(kCast, "cast", kPassThrough, CastGradient)                       \
+  X(kMatmul, "matmul", kLowerPrecision, MatmulGradient)              \
+  X(kLinear, "linear", kLowerPrecision, LinearGradient)              \
+  X(kAdd, "add", kPromote, BinaryGradient)                           \
+  X(kSub, "sub", kPromote, BinaryGradient)                           \
+  X(kMul, "mul", kPromote, BinaryGradient)                           \
+  X(kMulScalar, "mul_scalar", kPassThrough, MulScalarGradient)       \
+  X(kRelu, "relu", kPassThrough, UnaryGradient)                      \
+  X(kGelu, "gelu", kPassThrough, UnaryGradient)                      \
+  X(kGeluTanh, "gelu_tanh", kPassThrough, UnaryGradient) /* GPT-2 */ \
+  X(kNeg, "neg", kPassThrough, UnaryGradient)                        \
+  X(kExp, "exp", kFp32, UnaryGradient)                               \
+  X(kLog, "log", kFp32, UnaryGradient)                               \
+  X(kSquare, "pow", kFp32, UnaryGradient) /* torch.pow(x, 2) */      \
+  X(kSoftmax, "softmax", kFp32, SoftmaxGradient)                     \
+  X(kLogSoftmax, "log_softmax", kFp32, SoftmaxGradient)              \
+  X(kLayerNorm, "layer_norm", kFp32, LayerNormGradient)              \
+  X(kCrossEntropy, "cross_entropy", kFp32, CrossEntropyGradient)     \
+  X(kSum, "sum", kFp32, SumGradient)                                 \
+  X(kMean, "mean", kFp32, MeanGradient)                              \
+  X(kEmbedding, "embedding", kPassThrough, EmbeddingGradient)        \
   X(kDropout, "dropout", kPassThrough, DropoutGradient)
 
 enum class OpId : uint8_t {
@@ -100,8 +101,8 @@ static_assert(op_list_internal::IdsAreIndices(), "the descriptor table is out of
 
 // The elementwise families the backends' Unary/Binary kernels take.
 constexpr bool IsUnaryOp(OpId op) {
-  return op == OpId::kRelu || op == OpId::kGelu || op == OpId::kNeg || op == OpId::kExp ||
-         op == OpId::kLog || op == OpId::kSquare;
+  return op == OpId::kRelu || op == OpId::kGelu || op == OpId::kGeluTanh || op == OpId::kNeg ||
+         op == OpId::kExp || op == OpId::kLog || op == OpId::kSquare;
 }
 constexpr bool IsBinaryOp(OpId op) {
   return op == OpId::kAdd || op == OpId::kSub || op == OpId::kMul;

@@ -9,19 +9,19 @@
 
 namespace ampd::engine::backend {
 
-inline constexpr OpId kUnaryOps[] = {OpId::kRelu, OpId::kGelu, OpId::kNeg,
+inline constexpr OpId kUnaryOps[] = {OpId::kRelu, OpId::kGelu, OpId::kGeluTanh, OpId::kNeg,
                                      OpId::kExp,  OpId::kLog,  OpId::kSquare};
 
 // op(x), in x's dtype.
 struct UnaryKernel {
   static constexpr const char* kName = "unary";
-  static constexpr const OpId (&kOps)[6] = kUnaryOps;
+  static constexpr const OpId (&kOps)[7] = kUnaryOps;
   using Fn = Tensor (*)(OpId op, const Tensor& x);
 };
 // d(op(x))/dx * dy, stored in the dtype of dy.
 struct UnaryBackwardKernel {
   static constexpr const char* kName = "unary_backward";
-  static constexpr const OpId (&kOps)[6] = kUnaryOps;
+  static constexpr const OpId (&kOps)[7] = kUnaryOps;
   using Fn = Tensor (*)(OpId op, const Tensor& x, const Tensor& dy);
 };
 // a (op) b where b has a's shape, or is a row vector broadcast over the last

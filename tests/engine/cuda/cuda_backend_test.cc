@@ -171,7 +171,8 @@ TEST_F(CudaBackendTest, HasAKernelForEveryOpTheEngineHas) {
 
 TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {
   for (DType d : kLowAndF32) {
-    for (OpId op : {OpId::kRelu, OpId::kGelu, OpId::kExp, OpId::kLog, OpId::kNeg, OpId::kSquare}) {
+    for (OpId op : {OpId::kRelu, OpId::kGelu, OpId::kGeluTanh, OpId::kExp, OpId::kLog, OpId::kNeg,
+                    OpId::kSquare}) {
       const bool positive = op == OpId::kLog;
       Tensor x = Random({33, 65}, d, 2, positive ? 0.1 : -3, 3);
       Tensor dy = Random({33, 65}, d, 3);

@@ -81,7 +81,7 @@ TEST(OpListTest, TheFamiliesAreDisjointAndNamed) {
     unary += IsUnaryOp(d.id);
     binary += IsBinaryOp(d.id);
   }
-  EXPECT_EQ(unary, 6);   // relu gelu neg exp log pow
+  EXPECT_EQ(unary, 7);   // relu gelu gelu_tanh neg exp log pow
   EXPECT_EQ(binary, 3);  // add sub mul
 }
 

@@ -19,6 +19,7 @@ using ops::Dropout;
 using ops::Embedding;
 using ops::Exp;
 using ops::Gelu;
+using ops::GeluTanh;
 using ops::LayerNorm;
 using ops::Linear;
 using ops::Log;
@@ -113,11 +114,24 @@ TEST(OpsGradTest, Activations) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = s[i] < 0 ? -v[i] : v[i];
   CheckGradients("relu", [](auto& in) { return Relu(in[0]); }, {Tensor::FromDoubles(v, {4, 5})});
   CheckGradients("gelu", [](auto& in) { return Gelu(in[0]); }, {Random({4, 5}, 9, -3, 3)});
+  CheckGradients("gelu_tanh", [](auto& in) { return GeluTanh(in[0]); },
+                 {Random({4, 5}, 15, -3, 3)});
   CheckGradients("exp", [](auto& in) { return Exp(in[0]); }, {Random({3, 3}, 10)});
   CheckGradients("log", [](auto& in) { return Log(in[0]); }, {Random({3, 3}, 11, 0.5, 2)});
   CheckGradients("pow", [](auto& in) { return Square(in[0]); }, {Random({3, 3}, 12)});
   CheckGradients("mul_scalar", [](auto& in) { return MulScalar(in[0], -2.5); },
                  {Random({3, 3}, 13)});
+}
+
+// GPT-2's GELU, as torch.nn.functional.gelu(x, approximate="tanh") (values
+// from the closed form in f64), and not the erf GELU.
+TEST(OpsGradTest, GeluTanhIsTheTanhApproximation) {
+  const Tensor x = Tensor::FromDoubles({1.0, -2.0, 0.5, 3.0}, {4}, DType::kF64);
+  const std::vector<double> got = GeluTanh(x).ToDoubles();
+  const std::vector<double> want = {0.8411919906082768, -0.04540230591222494, 0.34571400982514394,
+                                    2.996362607918227};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], 1e-15) << i;
+  EXPECT_GT(std::fabs(Gelu(x).ToDoubles()[3] - got[3]), 3e-4);  // erf's is another function
 }
 
 TEST(OpsGradTest, SoftmaxAndLogSoftmax) {
