@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/attention.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/layer_norm.h"
 
@@ -65,6 +66,14 @@ class CpuBackendImpl final : public backend::Backend {
                                            const std::vector<int32_t>& labels);
   Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
                               const Tensor& row_logsumexp, const Tensor& dloss);
+  backend::AttentionResult CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+  template <typename C>
+  backend::AttentionResult CausalAttentionImpl(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+  Tensor CausalAttentionBackward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
+                                 const Tensor& dy, int64_t seq_len, int64_t n_head);
+  template <typename C>
+  Tensor CausalAttentionBackwardImpl(const Tensor& qkv, const Tensor& y, const Tensor& lse,
+                                     const Tensor& dy, int64_t seq_len, int64_t n_head);
   Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids);
   Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids, int64_t num_rows);
   Tensor Dropout(const Tensor& x, double p, uint64_t seed);  // DropoutKernel

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/attention.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/cuda/caching_allocator.h"
@@ -131,6 +132,10 @@ class CudaBackend final : public backend::Backend {
                                                    const std::vector<int32_t>& labels);
   Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
                               const Tensor& row_logsumexp, const Tensor& dloss);
+  // attention.cc
+  backend::AttentionResult CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+  Tensor CausalAttentionBackward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
+                                 const Tensor& dy, int64_t seq_len, int64_t n_head);
   // embedding.cc
   Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids);
   Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids, int64_t num_rows);

@@ -75,6 +75,18 @@ std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* ids, 
 std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n,
                           Stream s);
 
+// Fused causal self-attention over qkv [B*T, 3C] (q, k, v side by side; H
+// heads of D = C / H <= kMaxAttentionHeadDim) into y [B*T, C] (qkv's dtype)
+// and the rows' logsumexp [B, H, T] (f32 or f64 by sdt).
+constexpr int kMaxAttentionHeadDim = 256;
+std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
+                                  int64_t H, void* y, void* lse, int sdt, Stream s);
+// dqkv [B*T, 3C] from the forward's y and lse and dy (all of qkv's dtype
+// dt); delta: B * H * T values of scratch, f32 (f64 for f64).
+std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const void* dy, int dt,
+                                          const void* lse, int sdt, int64_t B, int64_t T, int64_t C,
+                                          int64_t H, void* delta, void* dqkv, Stream s);
+
 // --- AMP and optimizers.
 // Up to kMaxTensorsPerLaunch tensors per launch; callers split longer lists.
 constexpr int kMaxTensorsPerLaunch = 48;

@@ -5,6 +5,7 @@ CPU emulator's (tests/engine/cuda/emu/BUILD) and the architecture check
 # The kernel families (kernels/<family>.cu, each with its launchers).
 CUDA_KERNEL_FAMILIES = [
     "amp",
+    "attention",
     "elementwise",
     "embedding",
     "layer_norm",
@@ -22,6 +23,7 @@ CUDA_SOURCES = [
 # The backend's class and its kernels' registrations, one file per family
 # (cuda_backend_impl.h), as engine/cpu.
 CUDA_BACKEND_SRCS = [
+    "attention.cc",
     "cuda_backend.cc",
     "cuda_backend_impl.h",
     "device_amp.cc",

@@ -33,9 +33,11 @@ struct ParameterShape {
   std::vector<int64_t> shape;
   bool is_norm = false;
   // PyTorch's default initialisation of its layer: nn.Linear's
-  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), or a norm's ones (weight) and zeros.
-  enum class Init { kUniformFanIn, kOnes, kZeros } init = Init::kUniformFanIn;
+  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), or a norm's ones (weight) and zeros;
+  // or N(0, std^2) (GPT-2's).
+  enum class Init { kUniformFanIn, kOnes, kZeros, kNormal } init = Init::kUniformFanIn;
   int64_t fan_in = 0;
+  double std = 0;  // kNormal
   int64_t numel() const;
 };
 

@@ -25,7 +25,8 @@ struct SavedForBackward {
   double scalar = 0;              // a factor (mul_scalar, mean's 1/n) or dropout's p
   uint64_t seed = 0;              // dropout's mask
   bool flag = false;              // log-softmax
-  int64_t count = 0;              // the embedding table's rows
+  int64_t count = 0;              // the embedding table's rows, attention's heads
+  int64_t length = 0;             // attention's sequence length
 };
 
 // Gradients with respect to each input, in input order (undefined = none).

@@ -50,7 +50,8 @@ enum class CastPolicy : uint8_t { kLowerPrecision, kFp32, kPromote, kPassThrough
   X(kSum, "sum", kFp32, SumGradient)                                 \
   X(kMean, "mean", kFp32, MeanGradient)                              \
   X(kEmbedding, "embedding", kPassThrough, EmbeddingGradient)        \
-  X(kDropout, "dropout", kPassThrough, DropoutGradient)
+  X(kDropout, "dropout", kPassThrough, DropoutGradient)              \
+  X(kCausalAttention, "scaled_dot_product_attention", kLowerPrecision, AttentionGradient)
 
 enum class OpId : uint8_t {
 #define AMPD_ENGINE_OP_ID(id, name, policy, gradient) id,

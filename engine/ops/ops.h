@@ -7,6 +7,7 @@
 // One file pair per op (or per family of ops that share a kernel): this
 // header includes them all.
 
+#include "engine/ops/attention.h"
 #include "engine/ops/cast.h"
 #include "engine/ops/cross_entropy.h"
 #include "engine/ops/dropout.h"

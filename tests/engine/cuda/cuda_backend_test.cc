@@ -23,6 +23,7 @@
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/attention.h"
 #include "engine/backend/kernels/cast.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/dropout.h"
@@ -44,10 +45,13 @@ namespace ampd::engine {
 
 using backend::AddInPlaceKernel;
 using backend::AmpUpdateScale;
+using backend::AttentionResult;
 using backend::Backend;
 using backend::BackendFor;
 using backend::BinaryKernel;
 using backend::CastKernel;
+using backend::CausalAttentionBackwardKernel;
+using backend::CausalAttentionKernel;
 using backend::CrossEntropyBackwardKernel;
 using backend::CrossEntropyKernel;
 using backend::CrossEntropyResult;
@@ -233,6 +237,25 @@ TEST_F(CudaBackendTest, SoftmaxLogSoftmaxAndBackward) {
       ExpectClose(Gpu<SoftmaxBackwardKernel>()(G(y_cpu), G(dy), log, d),
                   Cpu<SoftmaxBackwardKernel>()(y_cpu, dy, log, d), Tol(d) * 4, "softmax backward");
     }
+  }
+}
+
+// The fused causal attention against the CPU's, forward (output and the
+// rows' logsumexp) and backward, in every dtype; and deterministic.
+TEST_F(CudaBackendTest, CausalAttentionForwardAndBackward) {
+  const int64_t B = 2, T = 70, C = 32, H = 4;
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    Tensor qkv = Random({B * T, 3 * C}, d, 40), dy = Random({B * T, C}, d, 41);
+    const AttentionResult c = Cpu<CausalAttentionKernel>()(qkv, T, H);
+    const AttentionResult g = Gpu<CausalAttentionKernel>()(G(qkv), T, H);
+    const std::string what = "attention " + std::string(DTypeName(d));
+    ExpectClose(g.y, c.y, Tol(d) * 4, what + " y");
+    ExpectClose(g.lse, c.lse, d == DType::kF64 ? 1e-12 : 1e-5, what + " lse");
+    const Tensor dc = Cpu<CausalAttentionBackwardKernel>()(qkv, c.y, c.lse, dy, T, H);
+    const Tensor dg = Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), T, H);
+    ExpectClose(dg, dc, Tol(d) * 8, what + " dqkv");
+    const Tensor again = Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), T, H);
+    EXPECT_EQ(again.ToDoubles(), dg.ToDoubles()) << what << ": not deterministic";
   }
 }
 

@@ -15,6 +15,7 @@ namespace ampd::engine {
 using autograd::Backward;
 using autograd::NoGradGuard;
 using ops::Add;
+using ops::CausalSelfAttention;
 using ops::Dropout;
 using ops::Embedding;
 using ops::Exp;
@@ -132,6 +133,13 @@ TEST(OpsGradTest, GeluTanhIsTheTanhApproximation) {
                                     2.996362607918227};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], 1e-15) << i;
   EXPECT_GT(std::fabs(Gelu(x).ToDoubles()[3] - got[3]), 3e-4);  // erf's is another function
+}
+
+// q, k and v all get gradients; two heads, several queries per row of keys.
+TEST(OpsGradTest, CausalSelfAttention) {
+  CheckGradients("scaled_dot_product_attention",
+                 [](auto& in) { return CausalSelfAttention(in[0], 5, 2); },
+                 {Random({2 * 5, 24}, 16, -1.5, 1.5)});
 }
 
 TEST(OpsGradTest, SoftmaxAndLogSoftmax) {

@@ -1,0 +1,47 @@
+#ifndef AMPD_ENGINE_BACKEND_KERNELS_ATTENTION_H_
+#define AMPD_ENGINE_BACKEND_KERNELS_ATTENTION_H_
+
+// Causal self-attention as one fused kernel (kernel_registry.h), with
+// torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+// semantics: softmax(q k^T / sqrt(D) + causal mask) v per head.
+//
+// Layout (GPT-2's c_attn output, as llm.c's attention takes it): qkv is
+// [B*T, 3C], row b*T + t, q, k and v side by side in a row, head h of each at
+// [h*D, (h+1)*D) with D = C / n_head; the output is [B*T, C], heads side by
+// side (what nanoGPT gets after transposing back). T is the sequence length. The softmax runs
+// online in f32 (f64 for f64 input) over tiles of keys, so the T x T probabilities never exist; the
+// forward keeps only each row's logsumexp (f32/f64, [B, n_head, T]) and the backward recomputes the
+// probabilities from it.
+
+#include <cstdint>
+
+#include "engine/backend/kernel_registry.h"
+#include "engine/core/tensor.h"
+
+namespace ampd::engine::backend {
+
+struct AttentionResult {
+  Tensor y;    // [B*T, C], qkv's dtype
+  Tensor lse;  // [B, n_head, T]: logsumexp of each row's scaled scores
+};
+template <typename F>
+AttentionResult MapTensors(const AttentionResult& r, F f) {
+  return {f(r.y), f(r.lse)};
+}
+
+struct CausalAttentionKernel {
+  static constexpr const char* kName = "causal_attention";
+  static constexpr OpId kOps[] = {OpId::kCausalAttention};
+  using Fn = AttentionResult (*)(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+};
+// dqkv [B*T, 3C] in qkv's dtype, from the forward's y and lse and dy.
+struct CausalAttentionBackwardKernel {
+  static constexpr const char* kName = "causal_attention_backward";
+  static constexpr OpId kOps[] = {OpId::kCausalAttention};
+  using Fn = Tensor (*)(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy,
+                        int64_t seq_len, int64_t n_head);
+};
+
+}  // namespace ampd::engine::backend
+
+#endif  // AMPD_ENGINE_BACKEND_KERNELS_ATTENTION_H_

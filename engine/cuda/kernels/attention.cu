@@ -1,0 +1,173 @@
+// Fused causal self-attention (backend/kernels/attention.h) on the GPU: one
+// thread per query row with an online softmax in f32 (f64 for f64 input),
+// the row's output accumulated in registers, and only the row's logsumexp
+// stored. The backward recomputes each probability from it: one thread per
+// query for dQ and one per key for dK and dV, so every gradient element has
+// one writer and a fixed summation order (no atomics, the same bits every
+// run). Plain FMAs, not tensor cores: a flash-attention kernel on tensor
+// cores is the next step for speed; this one is the device reference.
+
+#include "engine/cuda/kernels/kernel_util.h"
+
+namespace ampd::engine::cuda {
+namespace {
+
+using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
+
+struct Layout {
+  int64_t T, C, H, D;
+  __device__ int64_t Q(int64_t b, int64_t t, int64_t h) const {
+    return (b * T + t) * 3 * C + h * D;
+  }
+  __device__ int64_t K(int64_t b, int64_t t, int64_t h) const { return Q(b, t, h) + C; }
+  __device__ int64_t V(int64_t b, int64_t t, int64_t h) const { return Q(b, t, h) + 2 * C; }
+  __device__ int64_t Y(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * C + h * D; }
+};
+
+template <typename C>
+__device__ C DotAt(const void* a, int adt, int64_t ai, const void* b, int bdt, int64_t bi,
+                   int64_t n) {
+  C s = 0;
+  for (int64_t d = 0; d < n; ++d) s += Load<C>(a, adt, ai + d) * Load<C>(b, bdt, bi + d);
+  return s;
+}
+
+// grid (ceil(T / kThreads), B * H): thread = query row i of head (b, h).
+template <typename C>
+__global__ void AttentionForwardKernel(const void* qkv, int dt, Layout L, void* y, void* lse,
+                                       int sdt) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  if (i >= L.T) return;
+  const C scale = C(1) / sqrt(C(L.D));
+  C acc[kMaxAttentionHeadDim];
+  for (int64_t d = 0; d < L.D; ++d) acc[d] = 0;
+  C m = -INFINITY, l = 0;
+  for (int64_t j = 0; j <= i; ++j) {
+    const C s = scale * DotAt<C>(qkv, dt, L.Q(b, i, h), qkv, dt, L.K(b, j, h), L.D);
+    const C m_new = s > m ? s : m;
+    const C correction = exp(m - m_new), p = exp(s - m_new);
+    l = l * correction + p;
+    for (int64_t d = 0; d < L.D; ++d) {
+      acc[d] = acc[d] * correction + p * Load<C>(qkv, dt, L.V(b, j, h) + d);
+    }
+    m = m_new;
+  }
+  for (int64_t d = 0; d < L.D; ++d) Store<C>(y, dt, L.Y(b, i, h) + d, acc[d] / l);
+  Store<C>(lse, sdt, bh * L.T + i, m + log(l));
+}
+
+// delta[bh, i] = dO_i . O_i.
+template <typename C>
+__global__ void AttentionDeltaKernel(const void* y, const void* dy, int dt, Layout L, C* delta) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  if (i >= L.T) return;
+  delta[bh * L.T + i] = DotAt<C>(dy, dt, L.Y(b, i, h), y, dt, L.Y(b, i, h), L.D);
+}
+
+template <typename C>
+__device__ C Prob(const void* qkv, int dt, const Layout& L, const void* lse, int sdt, int64_t b,
+                  int64_t h, int64_t i, int64_t j, C scale) {
+  const C s = scale * DotAt<C>(qkv, dt, L.Q(b, i, h), qkv, dt, L.K(b, j, h), L.D);
+  return exp(s - Load<C>(lse, sdt, (b * L.H + h) * L.T + i));
+}
+
+// dQ_i = scale * sum_{j <= i} p_ij (dO_i . V_j - delta_i) K_j
+template <typename C>
+__global__ void AttentionBackwardQueryKernel(const void* qkv, const void* dy, int dt,
+                                             const void* lse, int sdt, const C* delta, Layout L,
+                                             void* dqkv) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  if (i >= L.T) return;
+  const C scale = C(1) / sqrt(C(L.D));
+  C dq[kMaxAttentionHeadDim];
+  for (int64_t d = 0; d < L.D; ++d) dq[d] = 0;
+  for (int64_t j = 0; j <= i; ++j) {
+    const C dp = DotAt<C>(dy, dt, L.Y(b, i, h), qkv, dt, L.V(b, j, h), L.D);
+    const C ds = Prob<C>(qkv, dt, L, lse, sdt, b, h, i, j, scale) * (dp - delta[bh * L.T + i]);
+    for (int64_t d = 0; d < L.D; ++d) dq[d] += ds * scale * Load<C>(qkv, dt, L.K(b, j, h) + d);
+  }
+  for (int64_t d = 0; d < L.D; ++d) Store<C>(dqkv, dt, L.Q(b, i, h) + d, dq[d]);
+}
+
+// dK_j = scale * sum_{i >= j} ds_ij Q_i,  dV_j = sum_{i >= j} p_ij dO_i
+template <typename C>
+__global__ void AttentionBackwardKeyValueKernel(const void* qkv, const void* dy, int dt,
+                                                const void* lse, int sdt, const C* delta, Layout L,
+                                                void* dqkv) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  if (j >= L.T) return;
+  const C scale = C(1) / sqrt(C(L.D));
+  C dk[kMaxAttentionHeadDim], dv[kMaxAttentionHeadDim];
+  for (int64_t d = 0; d < L.D; ++d) dk[d] = dv[d] = 0;
+  for (int64_t i = j; i < L.T; ++i) {
+    const C p = Prob<C>(qkv, dt, L, lse, sdt, b, h, i, j, scale);
+    const C dp = DotAt<C>(dy, dt, L.Y(b, i, h), qkv, dt, L.V(b, j, h), L.D);
+    const C ds = p * (dp - delta[bh * L.T + i]) * scale;
+    for (int64_t d = 0; d < L.D; ++d) {
+      dk[d] += ds * Load<C>(qkv, dt, L.Q(b, i, h) + d);
+      dv[d] += p * Load<C>(dy, dt, L.Y(b, i, h) + d);
+    }
+  }
+  for (int64_t d = 0; d < L.D; ++d) {
+    Store<C>(dqkv, dt, L.K(b, j, h) + d, dk[d]);
+    Store<C>(dqkv, dt, L.V(b, j, h) + d, dv[d]);
+  }
+}
+
+std::string CheckShape(int64_t C, int64_t H) {
+  if (H < 1 || C % H != 0) return "causal attention: n_head must divide the embedding width";
+  if (C / H > kMaxAttentionHeadDim) {
+    return "causal attention: head dim " + std::to_string(C / H) + " is over the kernel's " +
+           std::to_string(kMaxAttentionHeadDim);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
+                                  int64_t H, void* y, void* lse, int sdt, Stream s) {
+  if (std::string e = CheckShape(C, H); !e.empty()) return e;
+  if (B * T == 0) return "";
+  const Layout L{T, C, H, C / H};
+  const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(B * H));
+  if (dt == kF64) {
+    LAUNCH(AttentionForwardKernel<double>, grid, kThreads, S(s), qkv, dt, L, y, lse, sdt);
+  } else {
+    LAUNCH(AttentionForwardKernel<float>, grid, kThreads, S(s), qkv, dt, L, y, lse, sdt);
+  }
+  return Check("AttentionForwardKernel");
+}
+
+std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const void* dy, int dt,
+                                          const void* lse, int sdt, int64_t B, int64_t T, int64_t C,
+                                          int64_t H, void* delta, void* dqkv, Stream s) {
+  if (std::string e = CheckShape(C, H); !e.empty()) return e;
+  if (B * T == 0) return "";
+  const Layout L{T, C, H, C / H};
+  const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(B * H));
+  if (dt == kF64) {
+    double* d = static_cast<double*>(delta);
+    LAUNCH(AttentionDeltaKernel<double>, grid, kThreads, S(s), y, dy, dt, L, d);
+    LAUNCH(AttentionBackwardQueryKernel<double>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d, L,
+           dqkv);
+    LAUNCH(AttentionBackwardKeyValueKernel<double>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d,
+           L, dqkv);
+  } else {
+    float* d = static_cast<float*>(delta);
+    LAUNCH(AttentionDeltaKernel<float>, grid, kThreads, S(s), y, dy, dt, L, d);
+    LAUNCH(AttentionBackwardQueryKernel<float>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d, L,
+           dqkv);
+    LAUNCH(AttentionBackwardKeyValueKernel<float>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d,
+           L, dqkv);
+  }
+  return Check("AttentionBackward");
+}
+
+}  // namespace ampd::engine::cuda

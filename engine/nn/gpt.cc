@@ -1,0 +1,201 @@
+#include "engine/nn/gpt.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/error_subject.h"
+#include "engine/core/rng.h"
+#include "engine/ops/ops.h"
+
+namespace ampd::engine::nn {
+
+using core::FieldError;
+using core::Rng;
+using ops::Add;
+using ops::Cast;
+using ops::CausalSelfAttention;
+using ops::Dropout;
+using ops::Embedding;
+using ops::Gelu;
+using ops::GeluTanh;
+using ops::LayerNorm;
+using ops::LayerScope;
+using ops::Linear;
+using ops::SoftmaxCrossEntropy;
+
+namespace {
+
+absl::Status Bad(const std::string& field, const std::string& what) {
+  return FieldError("model.gpt." + field, what);
+}
+
+double Normal(Rng& rng) {  // Box-Muller on two 53-bit uniforms
+  const double u1 = (static_cast<double>(rng.NextU64() >> 11) + 1.0) * 0x1.0p-53;
+  const double u2 = static_cast<double>(rng.NextU64() >> 11) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+}  // namespace
+
+absl::Status ValidateGpt(const GptSpec& s) {
+  if (s.vocab_size < 1) return Bad("vocab_size", absl::StrCat("must be >= 1, got ", s.vocab_size));
+  if (s.block_size < 1) return Bad("block_size", absl::StrCat("must be >= 1, got ", s.block_size));
+  if (s.n_layer < 1) return Bad("n_layer", absl::StrCat("must be >= 1, got ", s.n_layer));
+  if (s.n_embd < 1) return Bad("n_embd", absl::StrCat("must be >= 1, got ", s.n_embd));
+  if (s.n_head < 1 || s.n_embd % s.n_head != 0) {
+    return Bad("n_head", absl::StrCat("must divide n_embd (", s.n_embd, "), got ", s.n_head));
+  }
+  if (s.n_embd / s.n_head > 256) {
+    return Bad("n_head", absl::StrCat("heads of ", s.n_embd / s.n_head,
+                                      " dims are over the attention kernels' 256"));
+  }
+  if (!(s.dropout >= 0 && s.dropout < 1)) {
+    return Bad("dropout", absl::StrCat("must be in [0, 1), got ", s.dropout));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ParameterShape> GptParameters(const GptSpec& s) {
+  using Init = ParameterShape::Init;
+  const int64_t C = s.n_embd;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.n_layer));
+  std::vector<ParameterShape> p;
+  auto linear = [&](const std::string& layer, int64_t out, int64_t in, double std) {
+    p.push_back({layer + ".weight", layer, {out, in}, false, Init::kNormal, in, std});
+    if (s.bias) p.push_back({layer + ".bias", layer, {out}, false, Init::kZeros, in, 0});
+  };
+  auto norm = [&](const std::string& layer) {
+    p.push_back({layer + ".weight", layer, {C}, true, Init::kOnes, 0, 0});
+    if (s.bias) p.push_back({layer + ".bias", layer, {C}, true, Init::kZeros, 0, 0});
+  };
+  p.push_back({"wte.weight", "wte", {s.vocab_size, C}, false, Init::kNormal, 0, 0.02});
+  p.push_back({"wpe.weight", "wpe", {s.block_size, C}, false, Init::kNormal, 0, 0.02});
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    norm(h + "ln_1");
+    linear(h + "attn.c_attn", 3 * C, C, 0.02);
+    linear(h + "attn.c_proj", C, C, residual_std);
+    norm(h + "ln_2");
+    linear(h + "mlp.c_fc", 4 * C, C, 0.02);
+    linear(h + "mlp.c_proj", C, 4 * C, residual_std);
+  }
+  norm("ln_f");
+  if (!s.tie_embeddings) {
+    p.push_back({"lm_head.weight", "lm_head", {s.vocab_size, C}, false, Init::kNormal, C, 0.02});
+  }
+  return p;
+}
+
+int64_t GptParameterCount(const GptSpec& s) {
+  int64_t n = 0;
+  for (const ParameterShape& p : GptParameters(s)) n += p.numel();
+  return n;
+}
+
+double GptFlopsPerToken(const GptSpec& s) {
+  return 6.0 * static_cast<double>(GptParameterCount(s)) +
+         12.0 * static_cast<double>(s.n_layer * s.block_size * s.n_embd);
+}
+
+int64_t GptActivationElementsPerToken(const GptSpec& s) {
+  const int64_t C = s.n_embd;
+  // Per block: ln_1 out, qkv, attention out (+ its logsumexp per head),
+  // c_proj out, residual, ln_2 out, c_fc out, GELU out, mlp c_proj out,
+  // residual; then ln_f's output and the logits.
+  const int64_t per_layer = C + 3 * C + C + s.n_head + C + C + C + 4 * C + 4 * C + C + C;
+  return 2 * C + s.n_layer * per_layer + C + s.vocab_size;
+}
+
+std::vector<OpId> GptOps(const GptSpec& s) {
+  std::vector<OpId> ops = {
+      OpId::kEmbedding,
+      OpId::kAdd,
+      OpId::kLayerNorm,
+      OpId::kLinear,
+      OpId::kCausalAttention,
+      s.activation == GptSpec::Activation::kGeluTanh ? OpId::kGeluTanh : OpId::kGelu,
+      OpId::kCrossEntropy};
+  if (s.dropout > 0) ops.push_back(OpId::kDropout);
+  return ops;
+}
+
+absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Build(const GptSpec& spec, uint64_t seed,
+                                                DType param_dtype, bool norms_fp32) {
+  if (absl::Status s = ValidateGpt(spec); !s.ok()) return s;
+  std::unique_ptr<Gpt> gpt(new Gpt(spec));
+  Rng rng(seed);
+  for (const ParameterShape& p : GptParameters(spec)) {
+    std::vector<double> v(p.numel(), p.init == ParameterShape::Init::kOnes ? 1.0 : 0.0);
+    if (p.init == ParameterShape::Init::kNormal) {
+      for (double& x : v) x = static_cast<float>(p.std * Normal(rng));  // drawn in f32
+    }
+    const DType dt = p.is_norm && norms_fp32 ? DType::kF32 : param_dtype;
+    Tensor value = Tensor::FromDoubles(v, p.shape, dt);
+    value.set_requires_grad(true).set_name(p.name);
+    gpt->params_.push_back({p.name, p.layer, p.is_norm, std::move(value)});
+  }
+  return gpt;
+}
+
+const Tensor& Gpt::P(const std::string& name) const {
+  for (const Parameter& p : params_) {
+    if (p.name == name) return p.value;
+  }
+  static const Tensor* none = new Tensor();  // no bias (bias = false)
+  return *none;
+}
+
+Tensor Gpt::Logits(const std::vector<int32_t>& tokens, int64_t batch, int64_t T, bool training,
+                   uint64_t dropout_seed) {
+  const GptSpec& s = spec_;
+  if (static_cast<int64_t>(positions_.size()) != batch * T) {
+    positions_.resize(batch * T);
+    for (int64_t i = 0; i < batch * T; ++i) positions_[i] = static_cast<int32_t>(i % T);
+  }
+  const double p = s.dropout;
+  uint64_t dropout_index = 0;
+  auto drop = [&](const Tensor& x) {
+    return p > 0 ? Dropout(x, p, dropout_seed * 1000003 + dropout_index++, training) : x;
+  };
+  // LayerNorm with no bias: zeros that are not trained.
+  auto norm = [&](const Tensor& x, const std::string& layer) {
+    LayerScope scope(layer);
+    const Tensor& w = P(layer + ".weight");
+    Tensor b = P(layer + ".bias");
+    if (!b.defined()) b = Tensor::Zeros(w.shape(), w.dtype(), w.device());
+    return LayerNorm(x, w, b);
+  };
+  auto linear = [&](const Tensor& x, const std::string& layer) {
+    LayerScope scope(layer);
+    return Linear(x, P(layer + ".weight"), P(layer + ".bias"));
+  };
+  Tensor x;
+  {
+    LayerScope scope("wte");
+    x = Add(Embedding(P("wte.weight"), tokens), Embedding(P("wpe.weight"), positions_));
+  }
+  x = drop(x);
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    Tensor a = linear(norm(x, h + "ln_1"), h + "attn.c_attn");
+    {
+      LayerScope scope(h + "attn");
+      a = CausalSelfAttention(a, T, s.n_head);
+    }
+    x = Add(x, drop(linear(a, h + "attn.c_proj")));
+    Tensor m = linear(norm(x, h + "ln_2"), h + "mlp.c_fc");
+    m = s.activation == GptSpec::Activation::kGeluTanh ? GeluTanh(m) : Gelu(m);
+    x = Add(x, drop(linear(m, h + "mlp.c_proj")));
+  }
+  x = norm(x, "ln_f");
+  LayerScope scope("lm_head");
+  return Linear(x, s.tie_embeddings ? P("wte.weight") : P("lm_head.weight"), Tensor());
+}
+
+Tensor Gpt::Loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
+                 int64_t batch, int64_t T, bool training, uint64_t dropout_seed) {
+  return SoftmaxCrossEntropy(Logits(tokens, batch, T, training, dropout_seed), targets);
+}
+
+}  // namespace ampd::engine::nn

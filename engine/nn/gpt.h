@@ -1,0 +1,89 @@
+#ifndef AMPD_ENGINE_NN_GPT_H_
+#define AMPD_ENGINE_NN_GPT_H_
+
+// A decoder-only transformer with GPT-2's architecture (nanoGPT's model):
+// token and position embeddings, n_layer pre-LayerNorm blocks of fused causal
+// self-attention and a GELU MLP with residual connections, a final LayerNorm
+// and the LM head (tied to the token embedding by default).
+//
+// Parameters are named as Hugging Face's GPT-2 (`wte.weight`,
+// `h.0.attn.c_attn.weight`, ...) so weights can be imported and exported by
+// name. Weights are stored as nn.Linear's [out, in]; HF's Conv1D stores the
+// transpose, which an importer transposes. Initialisation is GPT-2's:
+// N(0, 0.02) for weights and embeddings, zeros for biases, ones for norm
+// weights, and the residual projections (attn.c_proj, mlp.c_proj) at
+// 0.02 / sqrt(2 * n_layer).
+//
+// Not yet a ModelSpec alternative: a job spec cannot ask for it, and the
+// trainer does not run it (see the GPT issue's note); it is trained directly
+// (tests/engine/nn/gpt_test.cc).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/core/tensor.h"
+#include "engine/nn/model.h"
+
+namespace ampd::engine::nn {
+
+struct GptSpec {
+  int64_t vocab_size = 256;
+  int64_t block_size = 128;  // the longest context
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 256;
+  double dropout = 0.0;
+  bool bias = true;  // biases in the linears and LayerNorms
+  bool tie_embeddings = true;
+  enum class Activation { kGeluTanh, kGeluErf } activation = Activation::kGeluTanh;
+};
+
+// Names the offending field ("model.gpt.n_head: must divide n_embd (256), got 3").
+absl::Status ValidateGpt(const GptSpec& spec);
+
+// Every parameter in the model's order, with its HF GPT-2 name and shape.
+std::vector<ParameterShape> GptParameters(const GptSpec& spec);
+int64_t GptParameterCount(const GptSpec& spec);
+// Model FLOPs per trained token (forward and backward): 6 N + 12 L T C, as
+// PaLM's appendix and llm.c count them (N parameters, T = block_size).
+double GptFlopsPerToken(const GptSpec& spec);
+// Elements kept for the backward per token (activation memory; the T x T
+// attention matrix is never among them).
+int64_t GptActivationElementsPerToken(const GptSpec& spec);
+// The ops its forward and backward run.
+std::vector<OpId> GptOps(const GptSpec& spec);
+
+class Gpt {
+ public:
+  // Parameters initialised in f32 from `seed`, then cast to `param_dtype`
+  // (LayerNorm weights stay f32 when `norms_fp32`).
+  static absl::StatusOr<std::unique_ptr<Gpt>> Build(const GptSpec& spec, uint64_t seed,
+                                                    DType param_dtype = DType::kF32,
+                                                    bool norms_fp32 = true);
+
+  // Logits [batch * seq_len, vocab] for tokens [batch * seq_len] (row-major
+  // sequences, seq_len <= block_size).
+  Tensor Logits(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq_len, bool training,
+                uint64_t dropout_seed = 0);
+  // Mean cross-entropy of the next tokens (`targets`, same layout).
+  Tensor Loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
+              int64_t batch, int64_t seq_len, bool training, uint64_t dropout_seed = 0);
+
+  std::vector<Parameter>& parameters() { return params_; }
+  const GptSpec& spec() const { return spec_; }
+
+ private:
+  explicit Gpt(const GptSpec& spec) : spec_(spec) {}
+  const Tensor& P(const std::string& name) const;
+  GptSpec spec_;
+  std::vector<Parameter> params_;
+  std::vector<int32_t> positions_;  // 0..T-1 repeated, for the last shape seen
+};
+
+}  // namespace ampd::engine::nn
+
+#endif  // AMPD_ENGINE_NN_GPT_H_

@@ -1,0 +1,33 @@
+#include "engine/ops/attention.h"
+
+#include "engine/backend/kernels/attention.h"
+#include "engine/ops/autocast.h"
+#include "engine/ops/grad_util.h"
+#include "engine/ops/op_def.h"
+
+namespace ampd::engine::ops {
+
+using backend::AttentionResult;
+using backend::CausalAttentionBackwardKernel;
+using backend::CausalAttentionKernel;
+using backend::Kernel;
+
+Tensor CausalSelfAttention(Tensor qkv, int64_t seq_len, int64_t n_head) {
+  OpDispatch d(OpId::kCausalAttention, {&qkv});
+  AttentionResult r = Kernel<CausalAttentionKernel>(qkv.device())(qkv, seq_len, n_head);
+  d.Finish(r.y);
+  return RecordOp(
+      r.y, OpId::kCausalAttention,
+      {.inputs = {qkv}, .tensors = {r.y.Detach(), r.lse}, .count = n_head, .length = seq_len});
+}
+
+// Recomputes the probabilities from the saved logsumexp (flash attention's
+// backward); the upstream gradient is taken in qkv's dtype.
+std::vector<Tensor> AttentionGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor& qkv = s.inputs[0];
+  const Tensor dy = internal::AsDType(g, qkv.dtype());
+  return {Kernel<CausalAttentionBackwardKernel>(qkv.device())(qkv, s.tensors[0], s.tensors[1], dy,
+                                                              s.length, s.count)};
+}
+
+}  // namespace ampd::engine::ops

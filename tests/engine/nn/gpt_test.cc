@@ -1,0 +1,189 @@
+// The GPT-2 architecture: Hugging Face's parameter names and GPT-2 124M's
+// exact parameter count, GPT-2's initialisation, the whole model's gradient
+// against finite differences in f64, and a small one learning the fortunes
+// corpus byte by byte with AdamW, in f32 and under bf16 autocast.
+
+#include "engine/nn/gpt.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/autograd/autograd.h"
+#include "engine/data/text_tokens.h"
+#include "engine/data/token_windows.h"
+#include "engine/ops/autocast.h"
+#include "engine/optim/optimizer.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine::nn {
+namespace {
+
+GptSpec Gpt2Small() {
+  GptSpec s;
+  s.vocab_size = 50257;
+  s.block_size = 1024;
+  s.n_layer = 12;
+  s.n_head = 12;
+  s.n_embd = 768;
+  return s;
+}
+
+TEST(GptTest, Gpt2SmallHasHuggingFacesNamesAndParameterCount) {
+  const std::vector<ParameterShape> p = GptParameters(Gpt2Small());
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const ParameterShape& s : p) shapes[s.name] = s.shape;
+  EXPECT_EQ(GptParameterCount(Gpt2Small()), 124439808);  // transformers' GPT2LMHeadModel
+  EXPECT_EQ(p.size(), 2u + 12 * 12 + 2);
+  EXPECT_EQ(p.front().name, "wte.weight");
+  EXPECT_EQ(shapes["wte.weight"], (std::vector<int64_t>{50257, 768}));
+  EXPECT_EQ(shapes["wpe.weight"], (std::vector<int64_t>{1024, 768}));
+  EXPECT_EQ(shapes["h.0.ln_1.weight"], (std::vector<int64_t>{768}));
+  EXPECT_EQ(shapes["h.11.attn.c_attn.weight"], (std::vector<int64_t>{2304, 768}));  // [out, in]
+  EXPECT_EQ(shapes["h.11.attn.c_attn.bias"], (std::vector<int64_t>{2304}));
+  EXPECT_EQ(shapes["h.3.attn.c_proj.weight"], (std::vector<int64_t>{768, 768}));
+  EXPECT_EQ(shapes["h.5.mlp.c_fc.weight"], (std::vector<int64_t>{3072, 768}));
+  EXPECT_EQ(shapes["h.5.mlp.c_proj.weight"], (std::vector<int64_t>{768, 3072}));
+  EXPECT_EQ(shapes["ln_f.bias"], (std::vector<int64_t>{768}));
+  EXPECT_EQ(shapes.count("lm_head.weight"), 0u);  // tied to wte
+  GptSpec untied = Gpt2Small();
+  untied.tie_embeddings = false;
+  EXPECT_EQ(GptParameterCount(untied), 124439808 + 50257 * 768);
+  // 6 N + 12 L T C
+  EXPECT_DOUBLE_EQ(GptFlopsPerToken(Gpt2Small()), 6.0 * 124439808 + 12.0 * 12 * 1024 * 768);
+}
+
+TEST(GptTest, ValidationNamesTheField) {
+  GptSpec s;
+  s.n_head = 3;
+  EXPECT_EQ(ValidateGpt(s).message(), "model.gpt.n_head: must divide n_embd (256), got 3");
+  s = GptSpec();
+  s.dropout = 1.0;
+  EXPECT_EQ(ValidateGpt(s).message(), "model.gpt.dropout: must be in [0, 1), got 1");
+  s = GptSpec();
+  s.block_size = 0;
+  EXPECT_FALSE(Gpt::Build(s, 1).ok());
+}
+
+TEST(GptTest, InitialisationIsGpt2s) {
+  GptSpec s;
+  s.n_layer = 8;
+  s.vocab_size = 512;
+  absl::StatusOr<std::unique_ptr<Gpt>> gpt = Gpt::Build(s, 7);
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  auto stddev = [](const Tensor& t) {
+    double s2 = 0;
+    for (double v : t.ToDoubles()) s2 += v * v;
+    return std::sqrt(s2 / t.numel());
+  };
+  for (const Parameter& p : (*gpt)->parameters()) {
+    const std::vector<double> v = p.value.ToDoubles();
+    if (p.name.find("bias") != std::string::npos) {
+      EXPECT_EQ(v, std::vector<double>(v.size(), 0.0)) << p.name;
+    } else if (p.is_norm) {
+      EXPECT_EQ(v, std::vector<double>(v.size(), 1.0)) << p.name;
+    } else if (p.name.find("c_proj") != std::string::npos) {
+      EXPECT_NEAR(stddev(p.value), 0.02 / std::sqrt(16.0), 0.0005) << p.name;
+    } else {
+      EXPECT_NEAR(stddev(p.value), 0.02, 0.001) << p.name;
+    }
+  }
+  // Same seed, same weights; another seed, others.
+  EXPECT_EQ((*Gpt::Build(s, 7))->parameters()[0].value.ToDoubles(),
+            (*gpt)->parameters()[0].value.ToDoubles());
+  EXPECT_NE((*Gpt::Build(s, 8))->parameters()[0].value.ToDoubles(),
+            (*gpt)->parameters()[0].value.ToDoubles());
+}
+
+// Every parameter's gradient through the whole model (embeddings, attention,
+// MLP, norms, tied head, loss) against central differences, in f64.
+TEST(GptTest, TheWholeModelsGradientMatchesFiniteDifferences) {
+  GptSpec s;
+  s.vocab_size = 7;
+  s.block_size = 4;
+  s.n_layer = 2;
+  s.n_head = 2;
+  s.n_embd = 8;
+  absl::StatusOr<std::unique_ptr<Gpt>> gpt = Gpt::Build(s, 3, DType::kF64, false);
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  // Larger weights than GPT-2's 0.02, so every path carries signal.
+  for (Parameter& p : (*gpt)->parameters()) {
+    std::vector<double> v = p.value.ToDoubles();
+    for (size_t i = 0; i < v.size(); ++i) v[i] += 0.3 * std::sin(1.7 * i + p.name.size());
+    p.value.CopyFrom(Tensor::FromDoubles(v, p.value.shape(), DType::kF64));
+  }
+  const std::vector<int32_t> tokens = {1, 4, 2, 6, 0, 3, 3, 5}, targets = {4, 2, 6, 0, 3, 3, 5, 1};
+  Tensor loss = (*gpt)->Loss(tokens, targets, 2, 4, true);
+  autograd::Backward(loss);
+  for (Parameter& p : (*gpt)->parameters()) {
+    ASSERT_TRUE(p.value.grad().defined()) << p.name;
+    const std::vector<double> analytic = p.value.grad().ToDoubles();
+    double* data = p.value.data<double>();
+    for (int64_t k = 0; k < p.value.numel(); ++k) {
+      autograd::NoGradGuard no_grad;
+      const double saved = data[k], h = 1e-6;
+      data[k] = saved + h;
+      const double up = (*gpt)->Loss(tokens, targets, 2, 4, false).ToDoubles()[0];
+      data[k] = saved - h;
+      const double down = (*gpt)->Loss(tokens, targets, 2, 4, false).ToDoubles()[0];
+      data[k] = saved;
+      const double numeric = (up - down) / (2 * h);
+      ASSERT_NEAR(analytic[k], numeric, 1e-6 * std::max(1.0, std::fabs(numeric)))
+          << p.name << "[" << k << "]";
+    }
+  }
+}
+
+// A small GPT on the fortunes corpus: the byte-level loss falls from ln 256
+// (5.55) well below a unigram model's (about 3.2 nats/byte for English text).
+double TrainOnFortunes(bool bf16, int steps) {
+  absl::StatusOr<std::string> text = data::ReadFortunes();
+  if (!text.ok()) return -1;
+  const data::TokenSplit split = data::SplitHeldOut(data::ByteTokens(*text, "fortunes"), 0.05);
+  GptSpec s;
+  s.vocab_size = 256;
+  s.block_size = 32;
+  s.n_layer = 2;
+  s.n_head = 4;
+  s.n_embd = 64;
+  std::unique_ptr<Gpt> gpt = *Gpt::Build(s, 1);
+  optim::OptimizerSpec o;
+  o.lr = 3e-3;
+  optim::Optimizer opt(o, &gpt->parameters(), false);
+  data::TokenWindows windows = *data::TokenWindows::Create({&split.train}, s.block_size, 5);
+  for (int step = 0; step < steps; ++step) {
+    const data::TokenBatch b = windows.Next(16);
+    opt.ZeroGrad();
+    Tensor loss;
+    {
+      ops::AutocastScope autocast(bf16, DType::kBF16);
+      loss = gpt->Loss(b.inputs, b.targets, b.batch, b.block, true);
+    }
+    autograd::Backward(loss);
+    opt.CollectGradients();
+    opt.Step(o.lr);
+  }
+  autograd::NoGradGuard no_grad;
+  double total = 0;
+  const std::vector<data::TokenBatch> val = data::EvalWindows(split.val, s.block_size, 16, 64);
+  for (const data::TokenBatch& b : val) {
+    total += gpt->Loss(b.inputs, b.targets, b.batch, b.block, false).ToDoubles()[0] * b.batch;
+  }
+  return total / 64;
+}
+
+TEST(GptTest, ASmallGptLearnsTheFortunesCorpus) {
+  const double f32 = TrainOnFortunes(false, 300);
+  if (f32 < 0) GTEST_SKIP() << "the fortunes corpus is not installed (tools/setup installs it)";
+  EXPECT_LT(f32, 2.9) << "val loss, nats per byte";
+  const double bf16 = TrainOnFortunes(true, 300);
+  EXPECT_LT(bf16, 2.9);
+  EXPECT_NEAR(bf16, f32, 0.05 * f32);  // mixed precision tracks f32
+  std::printf("val loss after 300 steps: 32-true %.4f, bf16 autocast %.4f nats/byte\n", f32, bf16);
+}
+
+}  // namespace
+}  // namespace ampd::engine::nn

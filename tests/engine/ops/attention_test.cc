@@ -1,0 +1,98 @@
+// The fused causal self-attention against a naive reference that builds the
+// whole T x T probability matrix (PyTorch's SDPA math path), over several key
+// tiles; future tokens never change past outputs; and autocast runs it in the
+// low-precision dtype.
+
+#include "engine/ops/attention.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/ops/autocast.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine::ops {
+namespace {
+
+std::vector<double> RandomValues(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist(0, 1);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(gen);
+  return v;
+}
+
+// softmax(q k^T / sqrt(D) masked to j <= i) v, with the full matrix.
+std::vector<double> NaiveAttention(const std::vector<double>& x, int64_t B, int64_t T, int64_t C,
+                                   int64_t H) {
+  const int64_t D = C / H;
+  std::vector<double> y(B * T * C);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> p(T * T, 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            s += x[(b * T + i) * 3 * C + h * D + d] * x[(b * T + j) * 3 * C + C + h * D + d];
+          }
+          p[i * T + j] = s / std::sqrt(static_cast<double>(D));
+          mx = std::max(mx, p[i * T + j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += (p[i * T + j] = std::exp(p[i * T + j] - mx));
+        for (int64_t j = 0; j <= i; ++j) p[i * T + j] /= sum;
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            acc += p[i * T + j] * x[(b * T + j) * 3 * C + 2 * C + h * D + d];
+          }
+          y[(b * T + i) * C + h * D + d] = acc;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+TEST(AttentionTest, MatchesTheFullMatrixReferenceAcrossKeyTiles) {
+  const int64_t B = 2, T = 150, C = 16, H = 4;  // 150 keys: three tiles of 64
+  const std::vector<double> x = RandomValues(B * T * 3 * C, 1);
+  const std::vector<double> want = NaiveAttention(x, B, T, C, H);
+  const std::vector<double> f64 =
+      CausalSelfAttention(Tensor::FromDoubles(x, {B * T, 3 * C}, DType::kF64), T, H).ToDoubles();
+  const std::vector<double> f32 =
+      CausalSelfAttention(Tensor::FromDoubles(x, {B * T, 3 * C}, DType::kF32), T, H).ToDoubles();
+  ASSERT_EQ(f64.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(f64[i], want[i], 1e-12) << i;
+    ASSERT_NEAR(f32[i], want[i], 2e-5 * std::max(1.0, std::fabs(want[i]))) << i;
+  }
+}
+
+TEST(AttentionTest, AFutureTokenNeverChangesAPastOutput) {
+  const int64_t B = 1, T = 20, C = 8, H = 2;
+  std::vector<double> x = RandomValues(B * T * 3 * C, 2);
+  const std::vector<double> before =
+      CausalSelfAttention(Tensor::FromDoubles(x, {B * T, 3 * C}, DType::kF32), T, H).ToDoubles();
+  for (int64_t c = 0; c < 3 * C; ++c) x[12 * 3 * C + c] += 5.0;  // token 12's q, k and v
+  const std::vector<double> after =
+      CausalSelfAttention(Tensor::FromDoubles(x, {B * T, 3 * C}, DType::kF32), T, H).ToDoubles();
+  for (int64_t i = 0; i < 12 * C; ++i) EXPECT_EQ(after[i], before[i]) << i;
+  EXPECT_NE(after[12 * C], before[12 * C]);
+  EXPECT_NE(after[19 * C], before[19 * C]);
+}
+
+TEST(AttentionTest, AutocastRunsItInTheLowPrecisionDtype) {
+  const Tensor x = Tensor::FromDoubles(RandomValues(2 * 4 * 24, 3), {2 * 4, 24}, DType::kF32);
+  AutocastOptions o;
+  o.enabled = true;
+  o.dtype = DType::kBF16;
+  AutocastScope scope(o);
+  EXPECT_EQ(CausalSelfAttention(x, 4, 2).dtype(), DType::kBF16);
+}
+
+}  // namespace
+}  // namespace ampd::engine::ops
