@@ -2,9 +2,9 @@
 // blocked over (batch, head) pairs across threads and over tiles of keys
 // within a row, with an online softmax in the compute type (f32; f64 for f64
 // input). Nothing of size T x T is ever stored: the backward recomputes each
-// probability from the row's logsumexp, and accumulates dK and dV per key
-// (a loop over the queries that see it), so no two threads write one value
-// and the result does not depend on the thread count.
+// row's probabilities from its logsumexp, and each thread accumulates dK and
+// dV for its own (batch, head) in row order, so no two threads write one
+// value and the result does not depend on the thread count.
 
 #include "engine/backend/kernels/attention.h"
 
@@ -39,6 +39,7 @@ struct QkvLayout {
 template <typename C>
 C Dot(const C* a, const C* b, int64_t n) {
   C s = 0;
+#pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
@@ -116,40 +117,37 @@ Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tens
 #pragma omp parallel for schedule(dynamic)
   for (int64_t bh = 0; bh < B * n_head; ++bh) {
     const int64_t b = bh / n_head, h = bh % n_head;
-    // delta_i = dO_i . O_i (softmax's backward, per row).
-    std::vector<C> delta(T);
-    for (int64_t i = 0; i < T; ++i) delta[i] = Dot(g + L.Y(b, i, h), o + L.Y(b, i, h), L.D);
-    auto prob = [&](int64_t i, int64_t j) {
-      return std::exp(scale * Dot(x + L.Q(b, i, h), x + L.K(b, j, h), L.D) - ls[bh * T + i]);
-    };
-    // dQ_i = scale * sum_{j <= i} p_ij (dO_i . V_j - delta_i) K_j
+    // One pass over the query rows: row i's probabilities (at most T values,
+    // never the matrix) give dQ_i, and add to dK_j and dV_j, which this
+    // thread alone owns for its (b, h) and sums in row order.
+    std::vector<C> p(T), ds(T), dk(T * L.D, C(0)), dv(T * L.D, C(0));
     for (int64_t i = 0; i < T; ++i) {
+      const C* q = x + L.Q(b, i, h);
+      const C* gi = g + L.Y(b, i, h);
+      const C delta = Dot(gi, o + L.Y(b, i, h), L.D);  // dO_i . O_i
+      const C row_lse = ls[bh * T + i];
+      for (int64_t j = 0; j <= i; ++j) {
+        p[j] = std::exp(scale * Dot(q, x + L.K(b, j, h), L.D) - row_lse);
+        ds[j] = p[j] * (Dot(gi, x + L.V(b, j, h), L.D) - delta) * scale;
+      }
       C* dq = dx.data() + L.Q(b, i, h);
       std::fill(dq, dq + L.D, C(0));
-      const C* gi = g + L.Y(b, i, h);
       for (int64_t j = 0; j <= i; ++j) {
-        const C ds = prob(i, j) * (Dot(gi, x + L.V(b, j, h), L.D) - delta[i]) * scale;
         const C* k = x + L.K(b, j, h);
-        for (int64_t d = 0; d < L.D; ++d) dq[d] += ds * k[d];
-      }
-    }
-    // dK_j = scale * sum_{i >= j} ds_ij Q_i,  dV_j = sum_{i >= j} p_ij dO_i
-    for (int64_t j = 0; j < T; ++j) {
-      C* dk = dx.data() + L.K(b, j, h);
-      C* dv = dx.data() + L.V(b, j, h);
-      std::fill(dk, dk + L.D, C(0));
-      std::fill(dv, dv + L.D, C(0));
-      const C* vj = x + L.V(b, j, h);
-      for (int64_t i = j; i < T; ++i) {
-        const C p = prob(i, j);
-        const C* gi = g + L.Y(b, i, h);
-        const C ds = p * (Dot(gi, vj, L.D) - delta[i]) * scale;
-        const C* q = x + L.Q(b, i, h);
+        C* dkj = dk.data() + j * L.D;
+        C* dvj = dv.data() + j * L.D;
+        const C dsj = ds[j], pj = p[j];
+#pragma omp simd
         for (int64_t d = 0; d < L.D; ++d) {
-          dk[d] += ds * q[d];
-          dv[d] += p * gi[d];
+          dq[d] += dsj * k[d];
+          dkj[d] += dsj * q[d];
+          dvj[d] += pj * gi[d];
         }
       }
+    }
+    for (int64_t j = 0; j < T; ++j) {
+      std::copy(dk.begin() + j * L.D, dk.begin() + (j + 1) * L.D, dx.data() + L.K(b, j, h));
+      std::copy(dv.begin() + j * L.D, dv.begin() + (j + 1) * L.D, dx.data() + L.V(b, j, h));
     }
   }
   return dx.Finish();

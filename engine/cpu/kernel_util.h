@@ -213,8 +213,10 @@ C ApplyUnary(OpId op, C x) {
       return x > 0 ? x : C(0);
     case OpId::kGelu:
       return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2)));
-    case OpId::kGeluTanh:  // GPT-2's: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-      return C(0.5) * x * (C(1) + std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
+    case OpId::kGeluTanh:
+      // GPT-2's 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as
+      // x * sigmoid(2u): the same function, one exp instead of libm's tanh.
+      return x / (C(1) + std::exp(C(-2 * 0.7978845608028654) * (x + C(0.044715) * x * x * x)));
     case OpId::kExp:
       return std::exp(x);
     case OpId::kLog:
@@ -238,10 +240,11 @@ C UnaryDerivative(OpId op, C x) {
       C pdf = std::exp(C(-0.5) * x * x) * C(0.3989422804014327);
       return cdf + x * pdf;
     }
-    case OpId::kGeluTanh: {
-      const C t = std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x));
-      return C(0.5) * (C(1) + t) +
-             C(0.5) * x * (C(1) - t * t) * C(0.7978845608028654) * (C(1) + C(3 * 0.044715) * x * x);
+    case OpId::kGeluTanh: {  // s + 2 x s (1 - s) du/dx with s = sigmoid(2u)
+      const C s =
+          C(1) / (C(1) + std::exp(C(-2 * 0.7978845608028654) * (x + C(0.044715) * x * x * x)));
+      return s +
+             C(2) * x * s * (C(1) - s) * C(0.7978845608028654) * (C(1) + C(3 * 0.044715) * x * x);
     }
     case OpId::kExp:
       return std::exp(x);

@@ -25,8 +25,8 @@ __device__ C ApplyUnary(OpId op, C x) {
       return x > C(0) ? x : C(0);
     case OpId::kGelu:
       return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440)));
-    case OpId::kGeluTanh:
-      return C(0.5) * x * (C(1) + tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
+    case OpId::kGeluTanh:  // 0.5 x (1 + tanh(u)) as x * sigmoid(2u), as the CPU
+      return x / (C(1) + exp(C(-2 * 0.7978845608028654) * (x + C(0.044715) * x * x * x)));
     case OpId::kExp:
       return exp(x);
     case OpId::kLog:
@@ -51,9 +51,9 @@ __device__ C UnaryDerivative(OpId op, C x) {
       return cdf + x * pdf;
     }
     case OpId::kGeluTanh: {
-      const C t = tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x));
-      return C(0.5) * (C(1) + t) +
-             C(0.5) * x * (C(1) - t * t) * C(0.7978845608028654) * (C(1) + C(3 * 0.044715) * x * x);
+      const C s = C(1) / (C(1) + exp(C(-2 * 0.7978845608028654) * (x + C(0.044715) * x * x * x)));
+      return s +
+             C(2) * x * s * (C(1) - s) * C(0.7978845608028654) * (C(1) + C(3 * 0.044715) * x * x);
     }
     case OpId::kExp:
       return exp(x);

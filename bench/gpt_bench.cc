@@ -1,0 +1,213 @@
+// GPT training steps on this CPU: tokens/s and MFU in 32-true and
+// bf16-mixed (bf16 autocast over f32 weights, as torch.autocast), and, when
+// PyTorch is importable (bench/torch_gpt_bench.py), PyTorch eager on the same
+// model, batch and precision with the ratio. Precisions (and PyTorch)
+// interleave round by round; medians are reported.
+//
+//   bazel run -c opt //bench:gpt_bench
+//   bazel run -c opt //bench:gpt_bench -- --torch_python=/path/to/venv/bin/python3
+//
+// The model is the brief's byte-level GPT (4 layers x 256, 4 heads, block
+// 128, batch 32) on the fortunes corpus (random tokens when it is missing).
+// MFU is model FLOPs (6 N + 12 L T C per token) over the CPU's peak, taken
+// here as the best bf16 GEMM rate measured in this run (oneDNN, 2048^3).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "engine/autograd/autograd.h"
+#include "engine/backend/kernels/matmul.h"
+#include "engine/data/text_tokens.h"
+#include "engine/data/token_windows.h"
+#include "engine/nn/gpt.h"
+#include "engine/ops/autocast.h"
+#include "engine/optim/optimizer.h"
+
+ABSL_FLAG(int64_t, steps, 5, "Timed steps per precision per round");
+ABSL_FLAG(int64_t, rounds, 3, "Interleaved rounds (the median is reported)");
+ABSL_FLAG(int64_t, warmup, 2, "Untimed steps per precision first");
+ABSL_FLAG(int64_t, batch, 32, "Sequences per step");
+ABSL_FLAG(int64_t, block, 128, "Sequence length");
+ABSL_FLAG(int64_t, layers, 4, "Transformer blocks");
+ABSL_FLAG(int64_t, embd, 256, "Embedding width");
+ABSL_FLAG(int64_t, heads, 4, "Attention heads");
+ABSL_FLAG(std::string, torch_python, "python3",
+          "Python with torch for bench/torch_gpt_bench.py (skipped when torch is not importable)");
+ABSL_FLAG(bool, no_torch, false, "Do not run the PyTorch comparison");
+
+namespace ampd::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace nn = engine::nn;
+namespace data = engine::data;
+using engine::DType;
+using engine::Tensor;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The best of a few bf16 2048^3 GEMMs (f32 accumulation and output).
+double PeakBf16Gflops() {
+  const int64_t n = 2048;
+  std::vector<double> v(n * n);
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (double& x : v) x = u(gen);
+  const Tensor a = Tensor::FromDoubles(v, {n, n}, DType::kBF16);
+  const auto matmul = engine::backend::Kernel<engine::backend::MatmulKernel>(engine::Device::kCpu);
+  matmul(a, a, false, false, DType::kF32);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    matmul(a, a, false, false, DType::kF32);
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+struct Run {
+  std::unique_ptr<nn::Gpt> gpt;
+  std::unique_ptr<engine::optim::Optimizer> opt;
+  bool bf16 = false;
+  std::vector<double> step_s;
+  double last_loss = 0;
+};
+
+void Step(Run& r, data::TokenWindows& windows, int64_t batch) {
+  const data::TokenBatch b = windows.Next(batch);
+  r.opt->ZeroGrad();
+  Tensor loss;
+  {
+    engine::ops::AutocastScope autocast(r.bf16, DType::kBF16);
+    loss = r.gpt->Loss(b.inputs, b.targets, b.batch, b.block, true);
+  }
+  engine::autograd::Backward(loss);
+  r.opt->CollectGradients();
+  r.opt->Step(1e-3);
+  r.last_loss = loss.Item();
+}
+
+// PyTorch eager on the same model and precision: ms per step, or -1.
+double TorchStepMs(const std::string& precision) {
+  // `bazel run` starts in the runfiles; the script is read from the source tree.
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  const std::string script =
+      absl::StrCat(workspace != nullptr ? workspace : ".", "/bench/torch_gpt_bench.py");
+  const std::string cmd =
+      absl::StrCat(absl::GetFlag(FLAGS_torch_python), " ", script, " --precision=", precision,
+                   " --batch=", absl::GetFlag(FLAGS_batch), " --block=", absl::GetFlag(FLAGS_block),
+                   " --layers=", absl::GetFlag(FLAGS_layers), " --embd=", absl::GetFlag(FLAGS_embd),
+                   " --heads=", absl::GetFlag(FLAGS_heads), " --steps=", absl::GetFlag(FLAGS_steps),
+                   " --warmup=", absl::GetFlag(FLAGS_warmup), " 2>/dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char line[512];
+  double ms = -1;
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+    std::sscanf(line, "RESULT torch_gpt step_ms=%lf", &ms);
+  }
+  pclose(p);
+  return ms;
+}
+
+int Main() {
+  nn::GptSpec spec;
+  spec.vocab_size = 256;
+  spec.block_size = absl::GetFlag(FLAGS_block);
+  spec.n_layer = absl::GetFlag(FLAGS_layers);
+  spec.n_embd = absl::GetFlag(FLAGS_embd);
+  spec.n_head = absl::GetFlag(FLAGS_heads);
+  const int64_t batch = absl::GetFlag(FLAGS_batch);
+  absl::StatusOr<std::string> text = data::ReadFortunes();
+  data::TokenSequence tokens;
+  if (text.ok()) {
+    tokens = data::ByteTokens(*text, "fortunes");
+  } else {
+    std::vector<uint16_t> random(1 << 20);
+    std::mt19937 gen(3);
+    for (uint16_t& t : random) t = gen() % 256;
+    tokens = data::TokenSequence::FromU16(std::move(random), "random");
+  }
+  const double peak = PeakBf16Gflops();
+  const double flops_per_token = nn::GptFlopsPerToken(spec);
+  std::printf(
+      "gpt_bench: %lld layers x %lld, %lld heads, block %lld, batch %lld on %s; %.2fM "
+      "parameters; CPU bf16 GEMM peak %.0f GFLOP/s\n",
+      static_cast<long long>(spec.n_layer), static_cast<long long>(spec.n_embd),
+      static_cast<long long>(spec.n_head), static_cast<long long>(spec.block_size),
+      static_cast<long long>(batch), tokens.name().c_str(), nn::GptParameterCount(spec) / 1e6,
+      peak);
+  Run runs[2];
+  const char* names[2] = {"32-true", "bf16-mixed"};
+  std::vector<data::TokenWindows> windows;
+  for (int i = 0; i < 2; ++i) {
+    runs[i].gpt = *nn::Gpt::Build(spec, 1);
+    runs[i].bf16 = i == 1;
+    engine::optim::OptimizerSpec o;
+    o.lr = 1e-3;
+    runs[i].opt = std::make_unique<engine::optim::Optimizer>(o, &runs[i].gpt->parameters(), false);
+    windows.push_back(*data::TokenWindows::Create({&tokens}, spec.block_size, 5));
+    for (int64_t s = 0; s < absl::GetFlag(FLAGS_warmup); ++s) Step(runs[i], windows[i], batch);
+  }
+  const bool torch = !absl::GetFlag(FLAGS_no_torch);
+  std::vector<double> torch_ms[2];
+  for (int64_t round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    for (int i = 0; i < 2; ++i) {
+      const auto t0 = Clock::now();
+      for (int64_t s = 0; s < absl::GetFlag(FLAGS_steps); ++s) Step(runs[i], windows[i], batch);
+      runs[i].step_s.push_back(Seconds(t0, Clock::now()) / absl::GetFlag(FLAGS_steps));
+      if (torch) {
+        const double ms = TorchStepMs(names[i]);
+        if (ms > 0) torch_ms[i].push_back(ms);
+      }
+    }
+  }
+  std::printf("%-11s %9s %10s %7s %9s %12s %8s\n", "precision", "step ms", "tokens/s", "MFU",
+              "loss", "torch ms", "ratio");
+  for (int i = 0; i < 2; ++i) {
+    const double s = Median(runs[i].step_s);
+    const double tps = batch * spec.block_size / s;
+    const double mfu = flops_per_token * tps / (peak * 1e9);
+    const std::string t = torch_ms[i].empty() ? "-" : absl::StrCat(Median(torch_ms[i]));
+    const std::string ratio =
+        torch_ms[i].empty() ? "-" : absl::StrCat(Median(torch_ms[i]) / (1e3 * s), "x");
+    std::printf("%-11s %9.1f %10.0f %6.1f%% %9.4f %12s %8s\n", names[i], 1e3 * s, tps, 100 * mfu,
+                runs[i].last_loss, t.c_str(), ratio.c_str());
+    std::printf("RESULT gpt_bench precision=%s step_ms=%.2f tokens_per_s=%.0f mfu=%.4f%s\n",
+                names[i], 1e3 * s, tps, mfu,
+                torch_ms[i].empty()
+                    ? ""
+                    : absl::StrCat(" torch_step_ms=", Median(torch_ms[i]),
+                                   " ratio_vs_torch=", Median(torch_ms[i]) / (1e3 * s))
+                          .c_str());
+  }
+  if (torch && torch_ms[0].empty() && torch_ms[1].empty()) {
+    std::printf("PyTorch comparison skipped: torch is not importable by %s\n",
+                absl::GetFlag(FLAGS_torch_python).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ampd::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ampd::bench::Main();
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""PyTorch eager on bench/gpt_bench.cc's GPT step, for the ratio (CPU).
+
+nanoGPT's model (pre-LayerNorm blocks, F.scaled_dot_product_attention with
+is_causal=True, GELU tanh, tied LM head) at the same size, batch and sequence
+length, AdamW, cross entropy; 32-true in f32, bf16-mixed under
+torch.autocast("cpu", dtype=torch.bfloat16) over f32 weights. Prints
+"RESULT torch_gpt step_ms=...", or a SKIPPED line when torch is missing
+(exit 0 either way).
+"""
+
+import argparse
+import statistics
+import time
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--precision", default="bf16-mixed", choices=["32-true", "bf16-mixed"])
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--block", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--embd", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    a = p.parse_args()
+    try:
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+    except ImportError:
+        print("SKIPPED torch_gpt_bench: PyTorch is not importable here")
+        return 0
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(a.embd)
+            self.c_attn = nn.Linear(a.embd, 3 * a.embd)
+            self.c_proj = nn.Linear(a.embd, a.embd)
+            self.ln_2 = nn.LayerNorm(a.embd)
+            self.c_fc = nn.Linear(a.embd, 4 * a.embd)
+            self.mlp_proj = nn.Linear(4 * a.embd, a.embd)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+            shape = (B, T, a.heads, C // a.heads)
+            q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(a.vocab, a.embd)
+            self.wpe = nn.Embedding(a.block, a.embd)
+            self.h = nn.ModuleList(Block() for _ in range(a.layers))
+            self.ln_f = nn.LayerNorm(a.embd)
+
+        def forward(self, idx, targets):
+            pos = torch.arange(idx.shape[1])
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.h:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()
+            return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+    torch.manual_seed(0)
+    model = Gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1)
+    data = torch.randint(0, a.vocab, (a.batch, a.block + 1), generator=gen)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16-mixed"):
+            loss = model(data[:, :-1], data[:, 1:])
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(a.warmup):
+        step()
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}")
+    print(f"RESULT torch_gpt step_ms={1e3 * statistics.median(times):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
