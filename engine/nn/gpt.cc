@@ -133,7 +133,9 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Build(const GptSpec& spec, uint64_t se
     const DType dt = p.is_norm && norms_fp32 ? DType::kF32 : param_dtype;
     Tensor value = Tensor::FromDoubles(v, p.shape, dt);
     value.set_requires_grad(true).set_name(p.name);
-    gpt->params_.push_back({p.name, p.layer, p.is_norm, std::move(value)});
+    // Weight decay on the 2-D weights of the linears (and an untied head).
+    const bool decay = p.shape.size() == 2 && p.layer != "wte" && p.layer != "wpe";
+    gpt->params_.push_back({p.name, p.layer, p.is_norm, std::move(value), decay});
   }
   return gpt;
 }

@@ -61,6 +61,10 @@ struct Parameter {
   std::string layer;  // "fc1", "norm1", "head"
   bool is_norm = false;
   Tensor value;  // in the model's compute dtype (requires grad)
+  // Whether the optimizer's weight decay applies to it: every parameter of
+  // the MLP (torch.optim's default); a GPT's 2-D weights only, not its
+  // biases, norms or embeddings (nanoGPT's and llm.c's convention).
+  bool weight_decay = true;
 };
 
 class Model {

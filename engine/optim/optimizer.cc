@@ -111,10 +111,12 @@ void Optimizer::Step(double lr) {
     if (i >= grads_.size() || !grads_[i].defined()) continue;
     Backend& be = BackendOf(weights_[i]);
     if (spec_.kind == OptimizerSpec::Kind::kSgd) {
-      const Backend::SgdHyper h = SgdHyperFor(spec_, lr);
+      Backend::SgdHyper h = SgdHyperFor(spec_, lr);
+      if (!(*params_)[i].weight_decay) h.weight_decay = 0;
       be.SgdStep(weights_[i], grads_[i], buf1_[i], h, steps_ == 1);
     } else {
-      const Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
+      Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
+      if (!(*params_)[i].weight_decay) h.weight_decay = 0;
       be.AdamWStep(weights_[i], grads_[i], buf1_[i], buf2_[i], h);
     }
     const Tensor& model_copy = (*params_)[i].value;
@@ -139,10 +141,12 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
     const Tensor& model_copy = (*params_)[i].value;
     if (model_copy.impl() != weights_[i].impl()) args.model_copy = model_copy;
     if (spec_.kind == OptimizerSpec::Kind::kSgd) {
-      const Backend::SgdHyper h = SgdHyperFor(spec_, lr);
+      Backend::SgdHyper h = SgdHyperFor(spec_, lr);
+      if (!(*params_)[i].weight_decay) h.weight_decay = 0;
       be.SgdStepFused(weights_[i], grads_[i], buf1_[i], h, steps_ == 1, args);
     } else {
-      const Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
+      Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
+      if (!(*params_)[i].weight_decay) h.weight_decay = 0;
       args.step = device_step_;
       be.AdamWStepFused(weights_[i], grads_[i], buf1_[i], buf2_[i], h, args);
     }

@@ -56,6 +56,42 @@ TEST(GptTest, Gpt2SmallHasHuggingFacesNamesAndParameterCount) {
   EXPECT_DOUBLE_EQ(GptFlopsPerToken(Gpt2Small()), 6.0 * 124439808 + 12.0 * 12 * 1024 * 768);
 }
 
+// nanoGPT's and llm.c's AdamW groups: decay on the linears' 2-D weights,
+// none on biases, norms or the (tied) embeddings; and the optimizer obeys it.
+TEST(GptTest, WeightDecayAppliesToTheLinearsWeightsOnly) {
+  GptSpec s;
+  s.n_layer = 2;
+  std::unique_ptr<Gpt> gpt = *Gpt::Build(s, 1);
+  std::vector<std::string> decayed;
+  for (const Parameter& p : gpt->parameters()) {
+    if (p.weight_decay) decayed.push_back(p.name);
+  }
+  EXPECT_EQ(decayed, (std::vector<std::string>{"h.0.attn.c_attn.weight", "h.0.attn.c_proj.weight",
+                                               "h.0.mlp.c_fc.weight", "h.0.mlp.c_proj.weight",
+                                               "h.1.attn.c_attn.weight", "h.1.attn.c_proj.weight",
+                                               "h.1.mlp.c_fc.weight", "h.1.mlp.c_proj.weight"}));
+  // A step with zero gradients: only decay moves anything.
+  for (Parameter& p : gpt->parameters()) {
+    p.value.set_grad(Tensor::Zeros(p.value.shape(), p.value.dtype()));
+  }
+  optim::OptimizerSpec o;
+  o.lr = 0.1;
+  o.weight_decay = 0.5;
+  optim::Optimizer opt(o, &gpt->parameters(), false);
+  std::vector<std::vector<double>> was;
+  for (const Parameter& p : gpt->parameters()) was.push_back(p.value.ToDoubles());
+  opt.CollectGradients();
+  opt.Step(o.lr);
+  for (size_t i = 0; i < gpt->parameters().size(); ++i) {
+    const Parameter& p = gpt->parameters()[i];
+    if (p.weight_decay) {
+      EXPECT_NE(p.value.ToDoubles(), was[i]) << p.name;
+    } else {
+      EXPECT_EQ(p.value.ToDoubles(), was[i]) << p.name;
+    }
+  }
+}
+
 TEST(GptTest, ValidationNamesTheField) {
   GptSpec s;
   s.n_head = 3;
