@@ -127,6 +127,17 @@ std::string CheckShape(int64_t C, int64_t H) {
   return "";
 }
 
+// The three backward kernels in the compute type C (delta: C scratch).
+template <typename C>
+void LaunchBackward(const void* qkv, const void* y, const void* dy, int dt, const void* lse,
+                    int sdt, const Layout& L, dim3 grid, void* delta, void* dqkv, Stream s) {
+  C* d = static_cast<C*>(delta);
+  LAUNCH(AttentionDeltaKernel<C>, grid, kThreads, S(s), y, dy, dt, L, d);
+  LAUNCH(AttentionBackwardQueryKernel<C>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d, L, dqkv);
+  LAUNCH(AttentionBackwardKeyValueKernel<C>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d, L,
+         dqkv);
+}
+
 }  // namespace
 
 std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
@@ -153,19 +164,9 @@ std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const 
   const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),
                   static_cast<unsigned>(B * H));
   if (dt == kF64) {
-    double* d = static_cast<double*>(delta);
-    LAUNCH(AttentionDeltaKernel<double>, grid, kThreads, S(s), y, dy, dt, L, d);
-    LAUNCH(AttentionBackwardQueryKernel<double>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d, L,
-           dqkv);
-    LAUNCH(AttentionBackwardKeyValueKernel<double>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d,
-           L, dqkv);
+    LaunchBackward<double>(qkv, y, dy, dt, lse, sdt, L, grid, delta, dqkv, s);
   } else {
-    float* d = static_cast<float*>(delta);
-    LAUNCH(AttentionDeltaKernel<float>, grid, kThreads, S(s), y, dy, dt, L, d);
-    LAUNCH(AttentionBackwardQueryKernel<float>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d, L,
-           dqkv);
-    LAUNCH(AttentionBackwardKeyValueKernel<float>, grid, kThreads, S(s), qkv, dy, dt, lse, sdt, d,
-           L, dqkv);
+    LaunchBackward<float>(qkv, y, dy, dt, lse, sdt, L, grid, delta, dqkv, s);
   }
   return Check("AttentionBackward");
 }
