@@ -252,6 +252,21 @@ Tensor Tensor::Detach() const {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::Rows(int64_t begin, int64_t end) const {
+  const int64_t row_elems = impl_->shape.empty() || impl_->shape[0] == 0 ? 0 : numel() / dim(0);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape();
+  impl->shape[0] = end - begin;
+  impl->dtype = dtype();
+  impl->device = impl_->device;
+  impl->numel = (end - begin) * row_elems;
+  // An aliasing pointer: keeps the whole storage alive, points at row `begin`.
+  impl->data = std::shared_ptr<uint8_t[]>(
+      impl_->data,
+      impl_->data.get() + begin * row_elems * static_cast<int64_t>(DTypeSize(dtype())));
+  return Tensor(std::move(impl));
+}
+
 Tensor Tensor::Clone() const {
   if (device() != Device::kCpu) {
     DeviceMemory& be = DeviceMemoryFor(device());

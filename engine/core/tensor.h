@@ -86,6 +86,9 @@ class Tensor {
   // The same storage without autograd history. Backward closures keep outputs
   // this way, so a tensor never owns the node that owns it.
   Tensor Detach() const;
+  // Rows [begin, end) of a tensor of rank >= 1, sharing its storage (a
+  // detached view: no autograd through it). Writes through it show in this.
+  Tensor Rows(int64_t begin, int64_t end) const;
   // Overwrites this tensor's values from `src` (same numel), rounding to dtype.
   void CopyFrom(const Tensor& src) const;
 

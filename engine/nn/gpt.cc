@@ -22,7 +22,7 @@ using ops::GeluTanh;
 using ops::LayerNorm;
 using ops::LayerScope;
 using ops::Linear;
-using ops::SoftmaxCrossEntropy;
+using ops::LmHeadCrossEntropy;
 
 namespace {
 
@@ -115,7 +115,7 @@ std::vector<OpId> GptOps(const GptSpec& s) {
       OpId::kLinear,
       OpId::kCausalAttention,
       s.activation == GptSpec::Activation::kGeluTanh ? OpId::kGeluTanh : OpId::kGelu,
-      OpId::kCrossEntropy};
+      OpId::kLmHeadCrossEntropy};
   if (s.dropout > 0) ops.push_back(OpId::kDropout);
   return ops;
 }
@@ -150,6 +150,17 @@ const Tensor& Gpt::P(const std::string& name) const {
 
 Tensor Gpt::Logits(const std::vector<int32_t>& tokens, int64_t batch, int64_t T, bool training,
                    uint64_t dropout_seed) {
+  const Tensor x = Features(tokens, batch, T, training, dropout_seed);
+  LayerScope scope("lm_head");
+  return Linear(x, HeadWeight(), Tensor());
+}
+
+const Tensor& Gpt::HeadWeight() const {
+  return spec_.tie_embeddings ? P("wte.weight") : P("lm_head.weight");
+}
+
+Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t T, bool training,
+                     uint64_t dropout_seed) {
   const GptSpec& s = spec_;
   if (static_cast<int64_t>(positions_.size()) != batch * T) {
     positions_.resize(batch * T);
@@ -190,14 +201,15 @@ Tensor Gpt::Logits(const std::vector<int32_t>& tokens, int64_t batch, int64_t T,
     m = s.activation == GptSpec::Activation::kGeluTanh ? GeluTanh(m) : Gelu(m);
     x = Add(x, drop(linear(m, h + "mlp.c_proj")));
   }
-  x = norm(x, "ln_f");
-  LayerScope scope("lm_head");
-  return Linear(x, s.tie_embeddings ? P("wte.weight") : P("lm_head.weight"), Tensor());
+  return norm(x, "ln_f");
 }
 
 Tensor Gpt::Loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
                  int64_t batch, int64_t T, bool training, uint64_t dropout_seed) {
-  return SoftmaxCrossEntropy(Logits(tokens, batch, T, training, dropout_seed), targets);
+  // The head and the loss fused: the logits exist a chunk of rows at a time.
+  const Tensor x = Features(tokens, batch, T, training, dropout_seed);
+  LayerScope scope("lm_head");
+  return LmHeadCrossEntropy(x, HeadWeight(), targets);
 }
 
 }  // namespace ampd::engine::nn

@@ -69,7 +69,8 @@ class Gpt {
   // sequences, seq_len <= block_size).
   Tensor Logits(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq_len, bool training,
                 uint64_t dropout_seed = 0);
-  // Mean cross-entropy of the next tokens (`targets`, same layout).
+  // Mean cross-entropy of the next tokens (`targets`, same layout), with the
+  // head fused into the loss (ops::LmHeadCrossEntropy: no [N, vocab] logits).
   Tensor Loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
               int64_t batch, int64_t seq_len, bool training, uint64_t dropout_seed = 0);
 
@@ -79,6 +80,10 @@ class Gpt {
  private:
   explicit Gpt(const GptSpec& spec) : spec_(spec) {}
   const Tensor& P(const std::string& name) const;
+  const Tensor& HeadWeight() const;
+  // The final LayerNorm's output [batch * seq_len, n_embd].
+  Tensor Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq_len, bool training,
+                  uint64_t dropout_seed);
   GptSpec spec_;
   std::vector<Parameter> params_;
   std::vector<int32_t> positions_;  // 0..T-1 repeated, for the last shape seen

@@ -15,6 +15,7 @@
 #include "engine/ops/embedding.h"
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/linear.h"
+#include "engine/ops/lm_head.h"
 #include "engine/ops/reductions.h"
 #include "engine/ops/softmax.h"
 

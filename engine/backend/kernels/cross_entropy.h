@@ -25,7 +25,7 @@ CrossEntropyResult MapTensors(const CrossEntropyResult& r, F f) {
 
 struct CrossEntropyKernel {
   static constexpr const char* kName = "cross_entropy";
-  static constexpr OpId kOps[] = {OpId::kCrossEntropy};
+  static constexpr OpId kOps[] = {OpId::kCrossEntropy, OpId::kLmHeadCrossEntropy};
   using Fn = CrossEntropyResult (*)(const Tensor& logits, const std::vector<int32_t>& labels);
 };
 // (softmax - onehot) * dloss / rows. dloss is a one-element tensor, read where
@@ -33,7 +33,7 @@ struct CrossEntropyKernel {
 // the device needs no host wait).
 struct CrossEntropyBackwardKernel {
   static constexpr const char* kName = "cross_entropy_backward";
-  static constexpr OpId kOps[] = {OpId::kCrossEntropy};
+  static constexpr OpId kOps[] = {OpId::kCrossEntropy, OpId::kLmHeadCrossEntropy};
   using Fn = Tensor (*)(const Tensor& logits, const std::vector<int32_t>& labels,
                         const Tensor& row_logsumexp, const Tensor& dloss);
 };

@@ -34,7 +34,8 @@ struct BinaryKernel {
 // x * factor (sub's gradient negates with it).
 struct ScaleKernel {
   static constexpr const char* kName = "scale";
-  static constexpr OpId kOps[] = {OpId::kMulScalar, OpId::kMean, OpId::kSub};
+  static constexpr OpId kOps[] = {OpId::kMulScalar, OpId::kMean, OpId::kSub,
+                                  OpId::kLmHeadCrossEntropy};
   using Fn = Tensor (*)(const Tensor& x, double factor, DType out);
 };
 // In place: x += alpha * y (same shape). Not autocast, never recorded: how
@@ -42,7 +43,7 @@ struct ScaleKernel {
 // has).
 struct AddInPlaceKernel {
   static constexpr const char* kName = "add_in_place";
-  static constexpr OpId kOps[] = {OpId::kAdd};
+  static constexpr OpId kOps[] = {OpId::kAdd, OpId::kLmHeadCrossEntropy};
   using Fn = void (*)(const Tensor& x, const Tensor& y, double alpha);
 };
 

@@ -12,7 +12,7 @@ namespace ampd::engine::backend {
 // op(a) @ op(b).
 struct MatmulKernel {
   static constexpr const char* kName = "matmul";
-  static constexpr OpId kOps[] = {OpId::kMatmul, OpId::kLinear};  // linear: its gradient
+  static constexpr OpId kOps[] = {OpId::kMatmul, OpId::kLinear, OpId::kLmHeadCrossEntropy};
   using Fn = Tensor (*)(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out);
 };
 

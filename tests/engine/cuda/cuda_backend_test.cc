@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/precision.h"
+#include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/attention.h"
 #include "engine/backend/kernels/cast.h"
@@ -36,6 +37,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
+#include "engine/ops/lm_head.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/mlp_config.h"
@@ -256,6 +258,29 @@ TEST_F(CudaBackendTest, CausalAttentionForwardAndBackward) {
     ExpectClose(dg, dc, Tol(d) * 8, what + " dqkv");
     const Tensor again = Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), T, H);
     EXPECT_EQ(again.ToDoubles(), dg.ToDoubles()) << what << ": not deterministic";
+  }
+}
+
+// The fused LM head + cross-entropy runs on the device from the device's
+// kernels over row views of its tensors (Tensor::Rows): loss and gradients
+// against the CPU.
+TEST_F(CudaBackendTest, LmHeadCrossEntropyOnTheDevice) {
+  const std::vector<int32_t> targets = {3, 0, 9, 9, 1, 4, 2, 8, 7, 5, 6};
+  for (DType d : {DType::kF32, DType::kF64}) {
+    Tensor x = Random({11, 16}, d, 42), w = Random({10, 16}, d, 43);
+    auto run = [&](Device dev) {
+      Tensor xd = x.To(dev), wd = w.To(dev);
+      xd.set_requires_grad(true);
+      wd.set_requires_grad(true);
+      Tensor loss = ops::LmHeadCrossEntropy(xd, wd, targets, 4);
+      autograd::Backward(loss);
+      return std::vector<Tensor>{loss, xd.grad(), wd.grad()};
+    };
+    const std::vector<Tensor> c = run(Device::kCpu), g = run(Device::kCuda);
+    const std::string what = "lm head " + std::string(DTypeName(d));
+    ExpectClose(g[0], c[0], Tol(d) * 4, what + " loss");
+    ExpectClose(g[1], c[1], Tol(d) * 8, what + " dx");
+    ExpectClose(g[2], c[2], Tol(d) * 8, what + " dw");
   }
 }
 

@@ -23,6 +23,7 @@ using ops::Gelu;
 using ops::GeluTanh;
 using ops::LayerNorm;
 using ops::Linear;
+using ops::LmHeadCrossEntropy;
 using ops::Log;
 using ops::LogSoftmax;
 using ops::Matmul;
@@ -140,6 +141,14 @@ TEST(OpsGradTest, CausalSelfAttention) {
   CheckGradients("scaled_dot_product_attention",
                  [](auto& in) { return CausalSelfAttention(in[0], 5, 2); },
                  {Random({2 * 5, 24}, 16, -1.5, 1.5)});
+}
+
+TEST(OpsGradTest, LmHeadCrossEntropy) {
+  CheckGradients("lm_head_cross_entropy",
+                 [](auto& in) {
+                   return LmHeadCrossEntropy(in[0], in[1], {3, 0, 4, 4, 1}, 2);
+                 },
+                 {Random({5, 4}, 17), Random({6, 4}, 18)});
 }
 
 TEST(OpsGradTest, SoftmaxAndLogSoftmax) {

@@ -1,0 +1,86 @@
+#include "engine/ops/lm_head.h"
+
+#include <algorithm>
+
+#include "engine/backend/kernels/cast.h"
+#include "engine/backend/kernels/cross_entropy.h"
+#include "engine/backend/kernels/elementwise.h"
+#include "engine/backend/kernels/matmul.h"
+#include "engine/core/device_memory.h"
+#include "engine/ops/autocast.h"
+#include "engine/ops/grad_util.h"
+#include "engine/ops/op_def.h"
+
+namespace ampd::engine::ops {
+
+using backend::AddInPlaceKernel;
+using backend::CastKernel;
+using backend::CrossEntropyBackwardKernel;
+using backend::CrossEntropyKernel;
+using backend::CrossEntropyResult;
+using backend::Kernel;
+using backend::MatmulKernel;
+using backend::ScaleKernel;
+using internal::AsDType;
+
+namespace {
+
+DType StatDType(const Tensor& x) { return x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+std::vector<int32_t> Slice(const std::vector<int32_t>& v, int64_t begin, int64_t end) {
+  return std::vector<int32_t>(v.begin() + begin, v.begin() + end);
+}
+
+}  // namespace
+
+Tensor LmHeadCrossEntropy(Tensor x, Tensor w, const std::vector<int32_t>& targets,
+                          int64_t chunk_rows) {
+  OpDispatch d(OpId::kLmHeadCrossEntropy, {&x, &w});
+  const Device dev = x.device();
+  const DType stat = StatDType(x);
+  const int64_t n = x.dim(0);
+  chunk_rows = std::max<int64_t>(1, chunk_rows);
+  // The per-chunk means, weighted by their rows, summed in f64.
+  Tensor total = Tensor::Zeros({}, DType::kF64, dev);
+  std::vector<Tensor> lse;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+    const int64_t r1 = std::min(n, r0 + chunk_rows);
+    const Tensor logits = Kernel<MatmulKernel>(dev)(x.Rows(r0, r1), w, false, true, stat);
+    const CrossEntropyResult r = Kernel<CrossEntropyKernel>(dev)(logits, Slice(targets, r0, r1));
+    lse.push_back(r.row_logsumexp);
+    Kernel<AddInPlaceKernel>(dev)(total, r.loss, static_cast<double>(r1 - r0) / n);
+  }
+  Tensor loss = Kernel<CastKernel>(dev)(total, stat);
+  d.Finish(loss);
+  return RecordOp(
+      loss, OpId::kLmHeadCrossEntropy,
+      {.inputs = {x, w}, .tensors = std::move(lse), .ids = targets, .count = chunk_rows});
+}
+
+// Chunk by chunk: the logits again, (softmax - onehot) * g * rows / N, then
+// dx = dlogits @ w into the chunk's rows and dw += dlogits^T @ x_chunk (f32).
+std::vector<Tensor> LmHeadCrossEntropyGradient(const SavedForBackward& s, const Tensor& g) {
+  const Tensor &x = s.inputs[0], &w = s.inputs[1];
+  const Device dev = x.device();
+  const DType stat = StatDType(x);
+  const int64_t n = x.dim(0), chunk_rows = s.count;
+  auto matmul = Kernel<MatmulKernel>(dev);
+  Tensor dx = Tensor::Zeros(x.shape(), x.dtype(), dev);
+  Tensor dw = Tensor::Zeros(w.shape(), stat, dev);
+  size_t chunk = 0;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk_rows, ++chunk) {
+    const int64_t r1 = std::min(n, r0 + chunk_rows);
+    const Tensor xc = x.Rows(r0, r1);
+    const Tensor logits = matmul(xc, w, false, true, stat);
+    // The upstream gradient stays where it is (on a device, no host read).
+    const Tensor dloss = Kernel<ScaleKernel>(dev)(g, static_cast<double>(r1 - r0) / n, stat);
+    const Tensor dlogits = AsDType(Kernel<CrossEntropyBackwardKernel>(dev)(
+                                       logits, Slice(s.ids, r0, r1), s.tensors[chunk], dloss),
+                                   x.dtype());
+    core::DeviceMemoryFor(dev).CopyInto(dx.Rows(r0, r1), matmul(dlogits, w, false, false, x.dtype()));
+    Kernel<AddInPlaceKernel>(dev)(dw, matmul(dlogits, xc, true, false, stat), 1.0);
+  }
+  return {dx, AsDType(dw, w.dtype())};
+}
+
+}  // namespace ampd::engine::ops
