@@ -135,15 +135,15 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Build(const GptSpec& spec, uint64_t se
     value.set_requires_grad(true).set_name(p.name);
     // Weight decay on the 2-D weights of the linears (and an untied head).
     const bool decay = p.shape.size() == 2 && p.layer != "wte" && p.layer != "wpe";
+    gpt->index_[p.name] = gpt->params_.size();
     gpt->params_.push_back({p.name, p.layer, p.is_norm, std::move(value), decay});
   }
   return gpt;
 }
 
 const Tensor& Gpt::P(const std::string& name) const {
-  for (const Parameter& p : params_) {
-    if (p.name == name) return p.value;
-  }
+  auto it = index_.find(name);
+  if (it != index_.end()) return params_[it->second].value;
   static const Tensor* none = new Tensor();  // no bias (bias = false)
   return *none;
 }
@@ -175,9 +175,13 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
   auto norm = [&](const Tensor& x, const std::string& layer) {
     LayerScope scope(layer);
     const Tensor& w = P(layer + ".weight");
-    Tensor b = P(layer + ".bias");
-    if (!b.defined()) b = Tensor::Zeros(w.shape(), w.dtype(), w.device());
-    return LayerNorm(x, w, b);
+    const Tensor& b = P(layer + ".bias");
+    if (b.defined()) return LayerNorm(x, w, b);
+    if (!zero_bias_.defined() || zero_bias_.dtype() != w.dtype() ||
+        zero_bias_.device() != w.device()) {
+      zero_bias_ = Tensor::Zeros(w.shape(), w.dtype(), w.device());
+    }
+    return LayerNorm(x, w, zero_bias_);
   };
   auto linear = [&](const Tensor& x, const std::string& layer) {
     LayerScope scope(layer);

@@ -19,6 +19,7 @@
 // (tests/engine/nn/gpt_test.cc).
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,7 +87,9 @@ class Gpt {
                   uint64_t dropout_seed);
   GptSpec spec_;
   std::vector<Parameter> params_;
-  std::vector<int32_t> positions_;  // 0..T-1 repeated, for the last shape seen
+  std::map<std::string, size_t> index_;  // name -> position in params_ (fixed after Build)
+  Tensor zero_bias_;                     // LayerNorm's beta when bias = false (not trained)
+  std::vector<int32_t> positions_;       // 0..T-1 repeated, for the last shape seen
 };
 
 }  // namespace ampd::engine::nn

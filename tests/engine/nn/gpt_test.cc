@@ -92,6 +92,27 @@ TEST(GptTest, WeightDecayAppliesToTheLinearsWeightsOnly) {
   }
 }
 
+// bias = false (nanoGPT's option): no bias tensors, LayerNorms with a fixed
+// zero shift, and every weight still gets a gradient.
+TEST(GptTest, WithoutBiasesItHasNoneAndStillTrains) {
+  GptSpec s;
+  s.vocab_size = 11;
+  s.block_size = 4;
+  s.n_layer = 1;
+  s.n_head = 2;
+  s.n_embd = 8;
+  s.bias = false;
+  std::unique_ptr<Gpt> gpt = *Gpt::Build(s, 2);
+  for (const Parameter& p : gpt->parameters()) {
+    EXPECT_EQ(p.name.find("bias"), std::string::npos) << p.name;
+  }
+  EXPECT_EQ(GptParameterCount(s), 11 * 8 + 4 * 8 + 8 + 24 * 8 + 8 * 8 + 8 + 32 * 8 + 8 * 32 + 8);
+  Tensor loss = gpt->Loss({1, 2, 3, 4, 5, 6, 7, 8}, {2, 3, 4, 5, 6, 7, 8, 9}, 2, 4, true);
+  EXPECT_TRUE(std::isfinite(loss.ToDoubles()[0]));
+  autograd::Backward(loss);
+  for (const Parameter& p : gpt->parameters()) EXPECT_TRUE(p.value.grad().defined()) << p.name;
+}
+
 TEST(GptTest, ValidationNamesTheField) {
   GptSpec s;
   s.n_head = 3;
