@@ -27,12 +27,14 @@ absl::StatusOr<std::vector<T>> Tokens(std::string_view bytes, const std::string&
                                       int64_t count, int64_t vocab_size) {
   std::vector<T> tokens(count);
   if (count > 0) std::memcpy(tokens.data(), bytes.data() + kShardHeaderBytes, count * sizeof(T));
-  if (vocab_size > 0) {
-    for (int64_t i = 0; i < count; ++i) {
-      if (static_cast<int64_t>(tokens[i]) >= vocab_size) {
-        return Bad(name, kShardHeaderBytes + i * static_cast<int64_t>(sizeof(T)),
-                   absl::StrCat("token ", tokens[i], " is not below vocab_size ", vocab_size));
-      }
+  // Ids become int32 in batches, so without a vocabulary they must still fit.
+  const int64_t limit = vocab_size > 0 ? vocab_size : kMaxTokenId + 1;
+  for (int64_t i = 0; i < count; ++i) {
+    if (static_cast<int64_t>(tokens[i]) >= limit) {
+      return Bad(name, kShardHeaderBytes + i * static_cast<int64_t>(sizeof(T)),
+                 vocab_size > 0
+                     ? absl::StrCat("token ", tokens[i], " is not below vocab_size ", vocab_size)
+                     : absl::StrCat("token ", tokens[i], " is over the largest id, ", kMaxTokenId));
     }
   }
   return tokens;

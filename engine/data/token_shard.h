@@ -24,9 +24,11 @@ inline constexpr int32_t kShardVersionU16 = 1;
 inline constexpr int32_t kShardMagicU32 = 20240801;
 inline constexpr int32_t kShardVersionU32 = 7;
 inline constexpr int64_t kShardHeaderBytes = 256 * 4;
+// Batches hold ids as int32: the largest a shard may contain, vocabulary or not.
+inline constexpr int64_t kMaxTokenId = 2147483647;
 
 // `bytes` is the whole file; `name` is what errors call it. vocab_size <= 0:
-// no bound on the ids.
+// no vocabulary bound (ids still at most kMaxTokenId).
 absl::StatusOr<TokenSequence> ParseTokenShard(std::string_view bytes, const std::string& name,
                                               int64_t vocab_size);
 absl::StatusOr<TokenSequence> ReadTokenShard(const std::string& path, int64_t vocab_size);

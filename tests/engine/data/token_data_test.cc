@@ -84,6 +84,9 @@ TEST(TokenShardTest, EveryErrorNamesTheFileAndTheByte) {
             "train_000.bin: 2 bytes after the 2 tokens (at byte 1028)");
   EXPECT_EQ(error(Shard(20240520, 1, 3, {1, 50257, 3}, 2)),
             "train_000.bin: token 50257 is not below vocab_size 50257 (at byte 1026)");
+  // Without a vocabulary an id must still fit the batches' int32.
+  EXPECT_EQ(error(Shard(20240801, 7, 2, {5, 0x80000000u}, 4), 0),
+            "train_000.bin: token 2147483648 is over the largest id, 2147483647 (at byte 1028)");
   EXPECT_EQ(error(Shard(20240520, 1, -1, {}, 2)),
             "train_000.bin: negative token count -1 (at byte 8)");
   absl::StatusOr<TokenSequence> missing = ReadTokenShard("/nonexistent/x.bin", 0);
