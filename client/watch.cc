@@ -59,9 +59,17 @@ class Display {
       Step(e.step_record());
     } else if (e.has_eval()) {
       const auto& r = e.eval();
-      last_accuracy_ = r.accuracy();
-      Line("eval  step %lld: loss %.4f  accuracy %.2f%%", (long long)r.step(), r.loss(),
-           100 * r.accuracy());
+      if (r.tokens() > 0) {  // a language model: val loss (and bits per byte)
+        last_val_loss_ = r.loss();
+        char bpb[48] = "";
+        if (r.bits_per_byte() > 0)
+          std::snprintf(bpb, sizeof bpb, "  %.4f bits/byte", r.bits_per_byte());
+        Line("eval  step %lld: val loss %.4f%s", (long long)r.step(), r.loss(), bpb);
+      } else {
+        last_accuracy_ = r.accuracy();
+        Line("eval  step %lld: loss %.4f  accuracy %.2f%%", (long long)r.step(), r.loss(),
+             100 * r.accuracy());
+      }
     } else if (e.has_skip()) {
       const auto& s = e.skip();
       Line("skip  step %lld: %s in %s; loss scale %g -> %g", (long long)s.step(),
@@ -98,6 +106,7 @@ class Display {
   }
 
   double last_accuracy() const { return last_accuracy_; }
+  double last_val_loss() const { return last_val_loss_; }
 
  private:
   void Step(const v1::StepRecord& r) {
@@ -112,10 +121,19 @@ class Display {
       const double ds = static_cast<double>(rates_.back().second - rates_.front().second);
       if (dt > 0 && ds > 0) eta = (r.total_steps() - r.step()) * dt / ds;
     }
+    // A language model's rate is in tokens; MFU when the server knows the peak.
+    char rate[64];
+    if (r.tokens_per_s() > 0) {
+      std::snprintf(rate, sizeof rate, "%.0f tokens/s", r.tokens_per_s());
+    } else {
+      std::snprintf(rate, sizeof rate, "%.0f samples/s", r.samples_per_s());
+    }
+    char mfu[32] = "";
+    if (r.mfu() > 0) std::snprintf(mfu, sizeof mfu, "  MFU %.1f%%", 100 * r.mfu());
     if (!tty_) {
-      Line("step  %lld/%lld  loss %.4f  lr %.3g  scale %g  skipped %lld  %.0f samples/s%s",
+      Line("step  %lld/%lld  loss %.4f  lr %.3g  scale %g  skipped %lld  %s%s%s",
            (long long)r.step(), (long long)r.total_steps(), r.loss(), r.lr(), r.loss_scale(),
-           (long long)r.skipped_total(), r.samples_per_s(), r.skipped() ? "  (step skipped)" : "");
+           (long long)r.skipped_total(), rate, mfu, r.skipped() ? "  (step skipped)" : "");
       return;
     }
     // Redraw at most ~20 times a second; always draw the last step.
@@ -127,10 +145,11 @@ class Display {
     std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
     char acc[32] = "";
     if (last_accuracy_ >= 0) std::snprintf(acc, sizeof acc, "  acc %.2f%%", 100 * last_accuracy_);
-    Status("%s %lld/%lld %3.0f%% ETA %s  loss %.4f %s%s  %.0f samples/s  scale %g  skipped %lld",
-           bar.c_str(), (long long)r.step(), (long long)r.total_steps(), 100 * frac,
-           FormatDuration(eta).c_str(), r.loss(), Sparkline(Trend(losses_, 16), 16).c_str(), acc,
-           r.samples_per_s(), r.loss_scale(), (long long)r.skipped_total());
+    if (last_val_loss_ >= 0) std::snprintf(acc, sizeof acc, "  val %.4f", last_val_loss_);
+    Status("%s %lld/%lld %3.0f%% ETA %s  loss %.4f %s%s  %s%s  scale %g  skipped %lld", bar.c_str(),
+           (long long)r.step(), (long long)r.total_steps(), 100 * frac, FormatDuration(eta).c_str(),
+           r.loss(), Sparkline(Trend(losses_, 16), 16).c_str(), acc, rate, mfu, r.loss_scale(),
+           (long long)r.skipped_total());
   }
 
   template <typename... Args>
@@ -159,6 +178,7 @@ class Display {
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rates_;
   std::vector<double> losses_;
   double last_accuracy_ = -1;
+  double last_val_loss_ = -1;
   v1::JobState last_state_ = v1::JOB_STATE_UNSPECIFIED;
   std::chrono::steady_clock::time_point last_draw_;
 };
@@ -234,7 +254,10 @@ int WatchJob(Context& ctx, const std::string& job_name, const WatchOptions& opti
   display.Finish();
   if (ctx.options.output != OutputFormat::kJson) {
     if (final_state == v1::SUCCEEDED) {
-      if (display.last_accuracy() >= 0) {
+      if (display.last_val_loss() >= 0) {
+        std::printf("job %s SUCCEEDED: final val loss %.4f\n", job_name.c_str(),
+                    display.last_val_loss());
+      } else if (display.last_accuracy() >= 0) {
         std::printf("job %s SUCCEEDED: final test accuracy %.2f%%\n", job_name.c_str(),
                     100 * display.last_accuracy());
       } else {

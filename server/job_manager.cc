@@ -83,15 +83,9 @@ std::string FilterSignature(const std::vector<v1::JobState>& states) {
 }  // namespace
 
 absl::Status JobManager::CheckConfined(const v1::DataSpec& data, const std::string& owner) const {
-  if (!data.has_file()) return absl::OkStatus();
-  const v1::FileDataset& f = data.file();
   std::error_code ec;
   const std::filesystem::path root = std::filesystem::weakly_canonical(options_.data_root, ec);
-  const std::pair<const char*, std::string> paths[] = {
-      {"data.file.train_images", f.train_images()}, {"data.file.train_labels", f.train_labels()},
-      {"data.file.test_images", f.test_images()},   {"data.file.test_labels", f.test_labels()},
-      {"data.file.train_csv", f.train_csv()},       {"data.file.test_csv", f.test_csv()}};
-  for (const auto& [field, value] : paths) {
+  for (const auto& [field, value] : engine::runner::DataPaths(data)) {
     if (value.empty()) continue;
     // Symlinks are followed: a link inside the root that points outside it
     // is refused like "../". An upload path must stay in its owner's uploads.

@@ -93,6 +93,7 @@ v1::DeviceInfo CudaDeviceInfo(const engine::backend::DeviceProperties& gpu) {
   d.set_bf16_native(gpu.bf16);
   d.set_f16_native(gpu.f16);
   d.set_fp8_native(gpu.fp8);
+  d.set_peak_bf16_flops(gpu.peak_bf16_flops);
   AddPrecisionModes(gpu.bf16, &d);
   d.set_notes(absl::StrCat(
       gpu.multiprocessors,
@@ -113,6 +114,11 @@ v1::DeviceInfo CpuDeviceInfo() {
   d.set_f16_native(false);
   d.set_fp8_native(false);
   AddPrecisionModes(cpu.bf16_matmul, &d);
+  if (absl::StatusOr<engine::backend::Backend*> be =
+          engine::backend::BackendFor(engine::Device::kCpu);
+      be.ok()) {
+    d.set_peak_bf16_flops((*be)->PeakFlops());  // measured at start-up
+  }
   d.set_notes(absl::StrCat(
       cpu.threads,
       " threads. f16 matmul is computed as f16-rounded inputs with f32 "
@@ -162,7 +168,7 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
   if (!violations.empty()) return Done(ctx, InvalidArgument(violations));
   absl::StatusOr<engine::runner::ResolvedJob> job = engine::runner::ResolveJobSpec(spec, context);
   if (!job.ok()) return Done(ctx, ToGrpc(job.status()));
-  if (!engine::nn::DataDimsKnown(job->config.model)) {
+  if (!engine::nn::DataDimsKnown(job->config.model)) {  // only an MLP's can be unknown
     return Done(ctx, InvalidField("model.mlp.input_dim",
                                   "required (with num_classes) when the data is a file"));
   }
@@ -190,6 +196,7 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
       o->set_policy(ToProto(op.policy));
       o->set_compute_dtype(ToProto(op.compute_dtype));
       o->set_output_dtype(ToProto(op.output_dtype));
+      o->set_output_bytes(op.output_bytes);
     }
     const engine::train::MemoryEstimate& m = plan->memory;
     v1::MemoryEstimate* pm = e->mutable_memory();

@@ -36,6 +36,9 @@ struct DeviceProperties {
   bool bf16 = false;  // native bf16 matmul units
   bool f16 = false;
   bool fp8 = false;
+  // The dense bf16 tensor-core rate on the data sheet (FLOP/s); 0 when this
+  // GPU is not in the table (MFU is then not reported).
+  double peak_bf16_flops = 0;
 };
 
 // A backend's device memory counters (zeros for the host).
@@ -70,6 +73,10 @@ class Backend : public core::DeviceMemory, public DeviceAmp {
   virtual DeviceMemoryStats MemoryStats() { return {}; }
   // For the calling thread's following GEMMs: may f32 GEMMs use TF32?
   virtual void SetMatmulOptions(bool allow_tf32) {}
+  // The rate model FLOPs utilisation (MFU) is measured against, in FLOP/s:
+  // the CPU's bf16 GEMM rate, measured once (engine/cpu/peak_flops.h); a
+  // GPU's data-sheet dense bf16 rate. 0: unknown (MFU is not reported).
+  virtual double PeakFlops() { return 0; }
 
  protected:
   core::DeviceMemory& amp_memory() final { return *this; }

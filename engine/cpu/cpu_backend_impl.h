@@ -23,6 +23,7 @@ class CpuBackendImpl final : public backend::Backend {
   static CpuBackendImpl& Instance();
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
+  double PeakFlops() override;
   Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out);
   Tensor Cast(const Tensor& x, DType dtype);
   Tensor Unary(OpId op, const Tensor& x);

@@ -251,6 +251,7 @@ std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none) {
     d.bf16 = p.major >= 8;
     d.f16 = p.major >= 7;
     d.fp8 = p.major > 8 || (p.major == 8 && p.minor >= 9);
+    d.peak_bf16_flops = DataSheetBf16Flops(d.name);
     out.push_back(d);
   }
   return out;

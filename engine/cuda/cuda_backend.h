@@ -30,6 +30,10 @@ using CudaDeviceInfo = engine::backend::DeviceProperties;
 // Empty with *why_none set when no device is usable.
 std::vector<CudaDeviceInfo> ListCudaDevices(std::string* why_none);
 
+// The data sheet's dense bf16 rate for a GPU by its name ("NVIDIA H200"),
+// 0 for GPUs not in the table.
+double DataSheetBf16Flops(const std::string& name);
+
 // The device allocator's counters (zeros when no device was used).
 AllocatorStats CudaMemoryStats();
 

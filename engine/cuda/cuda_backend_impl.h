@@ -77,6 +77,10 @@ class CudaBackend final : public backend::Backend {
   std::vector<engine::backend::DeviceProperties> Devices() override {
     return ListCudaDevices(nullptr);
   }
+  double PeakFlops() override {
+    const std::vector<engine::backend::DeviceProperties> d = Devices();
+    return d.empty() ? 0 : d.front().peak_bf16_flops;  // jobs run on device 0
+  }
   engine::backend::DeviceMemoryStats MemoryStats() override {
     const AllocatorStats a = stats();
     return {a.in_use_bytes, a.peak_in_use_bytes, a.cached_bytes, a.device_allocations};

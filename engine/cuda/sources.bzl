@@ -26,6 +26,7 @@ CUDA_BACKEND_SRCS = [
     "attention.cc",
     "cuda_backend.cc",
     "cuda_backend_impl.h",
+    "data_sheet.cc",
     "device_amp.cc",
     "elementwise.cc",
     "embedding.cc",

@@ -67,6 +67,7 @@ absl::Status WriteCheckpoint(const std::string& dir, const TrainerState& state, 
       {"skipped_total", absl::StrCat(state.skipped_total)},
       {"data_epoch", absl::StrCat(state.data_position.epoch)},
       {"data_index", absl::StrCat(state.data_position.index)},
+      {"data_windows", absl::StrCat(state.token_windows)},
       {"loss_scale", Exact(state.scaler.scale)},
       {"growth_tracker", absl::StrCat(state.scaler.growth_tracker)},
       {"optimizer_steps", absl::StrCat(state.optimizer_steps)},
@@ -115,6 +116,12 @@ std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
         !Get(m, "growth_tracker", &s.scaler.growth_tracker) ||
         !Get(m, "optimizer_steps", &s.optimizer_steps) || s.step != step) {
       warnings->push_back(absl::StrCat(path, ": not an ", kFormat, " checkpoint; skipping it"));
+      continue;
+    }
+    // A language model's window count; checkpoints of classifiers written
+    // before it existed have none (and need none: 0).
+    if (m.count("data_windows") && !Get(m, "data_windows", &s.token_windows)) {
+      warnings->push_back(absl::StrCat(path, ": bad data_windows; skipping it"));
       continue;
     }
     for (const std::string& name : file->names)

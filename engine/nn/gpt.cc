@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/error_subject.h"
 #include "engine/core/rng.h"
+#include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 
 namespace ampd::engine::nn {
@@ -120,6 +121,16 @@ std::vector<OpId> GptOps(const GptSpec& s) {
   return ops;
 }
 
+ModelShape DescribeGpt(const GptSpec& s) {
+  ModelShape shape;
+  shape.parameters = GptParameters(s);
+  shape.activation_elements_per_example = GptActivationElementsPerToken(s) * s.block_size;
+  shape.ops = GptOps(s);
+  shape.flops_per_example = GptFlopsPerToken(s) * static_cast<double>(s.block_size);
+  shape.tokens_per_example = s.block_size;
+  return shape;
+}
+
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Build(const GptSpec& spec, uint64_t seed,
                                                 DType param_dtype, bool norms_fp32) {
   if (absl::Status s = ValidateGpt(spec); !s.ok()) return s;
@@ -189,8 +200,16 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
   };
   Tensor x;
   {
-    LayerScope scope("wte");
-    x = Add(Embedding(P("wte.weight"), tokens), Embedding(P("wpe.weight"), positions_));
+    Tensor tok, pos;
+    {
+      LayerScope scope("wte");
+      tok = Embedding(P("wte.weight"), tokens);
+    }
+    {
+      LayerScope scope("wpe");
+      pos = Embedding(P("wpe.weight"), positions_);
+    }
+    x = Add(tok, pos);
   }
   x = drop(x);
   for (int64_t l = 0; l < s.n_layer; ++l) {

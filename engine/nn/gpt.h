@@ -14,9 +14,7 @@
 // weights, and the residual projections (attn.c_proj, mlp.c_proj) at
 // 0.02 / sqrt(2 * n_layer).
 //
-// Not yet a ModelSpec alternative: a job spec cannot ask for it, and the
-// trainer does not run it (see the GPT issue's note); it is trained directly
-// (tests/engine/nn/gpt_test.cc).
+// A job asks for it with `model.gpt` (engine/nn/model.h's ModelSpec).
 
 #include <cstdint>
 #include <map>
@@ -27,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/core/tensor.h"
-#include "engine/nn/model.h"
+#include "engine/nn/module.h"
 
 namespace ampd::engine::nn {
 
@@ -57,8 +55,10 @@ double GptFlopsPerToken(const GptSpec& spec);
 int64_t GptActivationElementsPerToken(const GptSpec& spec);
 // The ops its forward and backward run.
 std::vector<OpId> GptOps(const GptSpec& spec);
+// All of the above as the model description (an example is one window).
+ModelShape DescribeGpt(const GptSpec& spec);
 
-class Gpt {
+class Gpt final : public LanguageModel {
  public:
   // Parameters initialised in f32 from `seed`, then cast to `param_dtype`
   // (LayerNorm weights stay f32 when `norms_fp32`).
@@ -69,13 +69,18 @@ class Gpt {
   // Logits [batch * seq_len, vocab] for tokens [batch * seq_len] (row-major
   // sequences, seq_len <= block_size).
   Tensor Logits(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq_len, bool training,
-                uint64_t dropout_seed = 0);
+                uint64_t dropout_seed = 0) override;
   // Mean cross-entropy of the next tokens (`targets`, same layout), with the
   // head fused into the loss (ops::LmHeadCrossEntropy: no [N, vocab] logits).
   Tensor Loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
-              int64_t batch, int64_t seq_len, bool training, uint64_t dropout_seed = 0);
+              int64_t batch, int64_t seq_len, bool training, uint64_t dropout_seed = 0) override;
 
-  std::vector<Parameter>& parameters() { return params_; }
+  std::vector<Parameter>& parameters() override { return params_; }
+  int64_t activation_elements_per_example() const override {
+    return GptActivationElementsPerToken(spec_) * spec_.block_size;
+  }
+  int64_t vocab_size() const override { return spec_.vocab_size; }
+  int64_t block_size() const override { return spec_.block_size; }
   const GptSpec& spec() const { return spec_; }
 
  private:

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/error_subject.h"
 #include "engine/core/rng.h"
-#include "engine/nn/model.h"
+#include "engine/nn/module.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 
@@ -25,7 +25,7 @@ using ops::Relu;
 
 namespace {
 
-class Mlp final : public Model {
+class Mlp final : public Classifier {
  public:
   Mlp(const MlpSpec& spec, const PrecisionConfig& precision, uint64_t seed)
       : spec_(spec), shape_(DescribeMlp(spec)) {
@@ -134,6 +134,7 @@ ModelShape DescribeMlp(const MlpSpec& m) {
     s.ops.push_back(m.activation == Activation::kRelu ? OpId::kRelu : OpId::kGelu);
   if (m.layer_norm) s.ops.push_back(OpId::kLayerNorm);
   if (m.dropout > 0) s.ops.push_back(OpId::kDropout);
+  s.flops_per_example = 6.0 * static_cast<double>(s.parameter_count());
   return s;
 }
 

@@ -23,46 +23,66 @@ int64_t ModelShape::parameter_count() const {
   return n;
 }
 
+namespace {
+
+// std::visit over the architectures with one lambda each.
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+}  // namespace
+
 absl::Status ValidateModelSpec(const ModelSpec& spec) {
-  return std::visit([](const MlpSpec& m) { return ValidateMlp(m); }, spec);
+  return std::visit(Overloaded{[](const MlpSpec& m) { return ValidateMlp(m); },
+                               [](const GptSpec& g) { return ValidateGpt(g); }},
+                    spec);
 }
 
 ModelShape DescribeModel(const ModelSpec& spec) {
-  return std::visit([](const MlpSpec& m) { return DescribeMlp(m); }, spec);
+  return std::visit(Overloaded{[](const MlpSpec& m) { return DescribeMlp(m); },
+                               [](const GptSpec& g) { return DescribeGpt(g); }},
+                    spec);
 }
+
+bool IsLanguageModel(const ModelSpec& spec) { return std::holds_alternative<GptSpec>(spec); }
 
 int64_t ParameterCount(const ModelSpec& spec) { return DescribeModel(spec).parameter_count(); }
 
 std::vector<OpId> ModelOps(const ModelSpec& spec) { return DescribeModel(spec).ops; }
 
 bool DataDimsKnown(const ModelSpec& spec) {
-  return std::visit([](const MlpSpec& m) { return m.input_dim > 0 && m.num_classes > 0; }, spec);
+  return std::visit(
+      Overloaded{[](const MlpSpec& m) { return m.input_dim > 0 && m.num_classes > 0; },
+                 [](const GptSpec&) { return true; }},
+      spec);
 }
 
 void FillDataDims(ModelSpec* spec, int64_t feature_dim, int64_t num_classes) {
-  std::visit(
-      [&](MlpSpec& m) {
-        if (m.input_dim == 0) m.input_dim = feature_dim;
-        if (m.num_classes == 0) m.num_classes = std::max<int64_t>(2, num_classes);
-      },
-      *spec);
+  MlpSpec* m = std::get_if<MlpSpec>(spec);
+  if (m == nullptr) return;  // a GPT's sizes are all in its spec
+  if (m->input_dim == 0) m->input_dim = feature_dim;
+  if (m->num_classes == 0) m->num_classes = std::max<int64_t>(2, num_classes);
 }
 
 absl::Status CheckDataDims(const ModelSpec& spec, int64_t feature_dim, int64_t num_classes) {
   return std::visit(
-      [&](const MlpSpec& m) -> absl::Status {
-        if (feature_dim != m.input_dim) {
-          return FieldError("model.mlp.input_dim",
-                            absl::StrCat("is ", m.input_dim, " but the data has ", feature_dim,
-                                         " features per example"));
-        }
-        if (num_classes > m.num_classes) {
-          return FieldError(
-              "model.mlp.num_classes",
-              absl::StrCat("is ", m.num_classes, " but the data has ", num_classes, " classes"));
-        }
-        return absl::OkStatus();
-      },
+      Overloaded{[](const GptSpec&) { return absl::OkStatus(); },
+                 [&](const MlpSpec& m) -> absl::Status {
+                   if (feature_dim != m.input_dim) {
+                     return FieldError("model.mlp.input_dim",
+                                       absl::StrCat("is ", m.input_dim, " but the data has ",
+                                                    feature_dim, " features per example"));
+                   }
+                   if (num_classes > m.num_classes) {
+                     return FieldError("model.mlp.num_classes",
+                                       absl::StrCat("is ", m.num_classes, " but the data has ",
+                                                    num_classes, " classes"));
+                   }
+                   return absl::OkStatus();
+                 }},
       spec);
 }
 
@@ -70,7 +90,16 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
                                                   const PrecisionConfig& precision, uint64_t seed) {
   if (absl::Status s = ValidateModelSpec(spec); !s.ok()) return s;
   if (absl::Status s = ValidatePrecision(precision); !s.ok()) return s;
-  return std::visit([&](const MlpSpec& m) { return BuildMlp(m, precision, seed); }, spec);
+  return std::visit(Overloaded{[&](const MlpSpec& m) -> absl::StatusOr<std::unique_ptr<Model>> {
+                                 return BuildMlp(m, precision, seed);
+                               },
+                               [&](const GptSpec& g) -> absl::StatusOr<std::unique_ptr<Model>> {
+                                 absl::StatusOr<std::unique_ptr<Gpt>> gpt = Gpt::Build(
+                                     g, seed, precision.param_dtype, precision.keep_norms_fp32);
+                                 if (!gpt.ok()) return gpt.status();
+                                 return std::unique_ptr<Model>(*std::move(gpt));
+                               }},
+                    spec);
 }
 
 }  // namespace ampd::engine::nn

@@ -159,7 +159,8 @@ void OpDispatch::Finish(const Tensor& output) {
   ThreadState& s = State();
   if (s.recorder == nullptr) return;
   s.recorder->entries_.push_back(
-      {OpName(op_), CurrentLayer(), input_dtypes_, policy_, compute_, output.dtype()});
+      {OpName(op_), CurrentLayer(), input_dtypes_, policy_, compute_, output.dtype(),
+       output.shape(), output.numel() * static_cast<int64_t>(DTypeSize(output.dtype()))});
 }
 
 }  // namespace ampd::engine::ops

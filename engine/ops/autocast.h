@@ -77,6 +77,10 @@ struct PlanEntry {
   CastPolicy policy;
   DType compute_dtype;
   DType output_dtype;
+  std::vector<int64_t> output_shape;  // as recorded
+  // The output's bytes at the batch the plan is for (ExplainPrecision scales
+  // the recorded shape's rows): what the op adds to activation memory.
+  int64_t output_bytes = 0;
 };
 
 // Records the plan of every op dispatched on this thread while alive.

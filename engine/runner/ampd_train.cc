@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/runner/job_spec.h"
@@ -38,21 +39,30 @@ class Printer : public TrainerCallbacks {
       std::printf(
           "{\"type\":\"step\",\"step\":%lld,\"total_steps\":%lld,\"epoch\":%lld,\"loss\":%.6g,"
           "\"lr\":%.6g,\"loss_scale\":%.6g,\"skipped\":%s,\"grad_norm\":%.6g,\"samples_per_s\":%."
-          "1f,\"skipped_total\":%lld}\n",
+          "1f,\"skipped_total\":%lld,\"tokens_per_s\":%.1f,\"mfu\":%.4g}\n",
           (long long)m.step, (long long)m.total_steps, (long long)m.epoch, m.loss, m.lr,
           m.loss_scale, m.skipped ? "true" : "false", m.grad_norm, m.samples_per_s,
-          (long long)m.skipped_total);
+          (long long)m.skipped_total, m.tokens_per_s, m.mfu);
     } else {
-      std::printf("step %6lld/%lld  epoch %lld  loss %.4f  lr %.3g  scale %g  %s%.0f samples/s\n",
+      std::string rate = m.tokens_per_s > 0 ? absl::StrFormat("%.0f tokens/s", m.tokens_per_s)
+                                            : absl::StrFormat("%.0f samples/s", m.samples_per_s);
+      if (m.mfu > 0) absl::StrAppendFormat(&rate, "  MFU %.1f%%", 100 * m.mfu);
+      std::printf("step %6lld/%lld  epoch %lld  loss %.4f  lr %.3g  scale %g  %s%s\n",
                   (long long)m.step, (long long)m.total_steps, (long long)m.epoch, m.loss, m.lr,
-                  m.loss_scale, m.skipped ? "SKIPPED  " : "", m.samples_per_s);
+                  m.loss_scale, m.skipped ? "SKIPPED  " : "", rate.c_str());
     }
     std::fflush(stdout);
   }
   void OnEval(const EvalMetrics& e) override {
     if (json_) {
-      std::printf("{\"type\":\"eval\",\"step\":%lld,\"loss\":%.6g,\"accuracy\":%.6g}\n",
-                  (long long)e.step, e.loss, e.accuracy);
+      std::printf(
+          "{\"type\":\"eval\",\"step\":%lld,\"loss\":%.6g,\"accuracy\":%.6g,\"tokens\":%lld,"
+          "\"bits_per_byte\":%.6g}\n",
+          (long long)e.step, e.loss, e.accuracy, (long long)e.tokens, e.bits_per_byte);
+    } else if (e.tokens > 0) {
+      std::printf("eval at step %lld: val loss %.4f", (long long)e.step, e.loss);
+      if (e.bits_per_byte > 0) std::printf("  %.4f bits/byte", e.bits_per_byte);
+      std::printf("  (%lld tokens)\n", (long long)e.tokens);
     } else {
       std::printf("eval at step %lld: loss %.4f  accuracy %.2f%%\n", (long long)e.step, e.loss,
                   100 * e.accuracy);
@@ -121,16 +131,16 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "ampd_train: %s\n", std::string(plan.status().message()).c_str());
       return 2;
     }
-    std::printf("precision %s, %lld parameters\n%-14s %-8s %-16s %-16s %-8s %-8s\n",
+    std::printf("precision %s, %lld parameters\n%-22s %-16s %-16s %-16s %-8s %-8s %s\n",
                 plan->precision.c_str(), (long long)plan->parameter_count, "op", "layer", "inputs",
-                "policy", "compute", "output");
+                "policy", "compute", "output", "output bytes");
     for (const PlanEntry& e : plan->ops) {
       std::string in;
       for (DType d : e.input_dtypes) in += (in.empty() ? "" : ",") + std::string(DTypeName(d));
-      std::printf("%-14s %-8s %-16s %-16s %-8s %-8s\n", e.op.c_str(), e.layer.c_str(), in.c_str(),
-                  std::string(CastPolicyName(e.policy)).c_str(),
+      std::printf("%-22s %-16s %-16s %-16s %-8s %-8s %lld\n", e.op.c_str(), e.layer.c_str(),
+                  in.c_str(), std::string(CastPolicyName(e.policy)).c_str(),
                   std::string(DTypeName(e.compute_dtype)).c_str(),
-                  std::string(DTypeName(e.output_dtype)).c_str());
+                  std::string(DTypeName(e.output_dtype)).c_str(), (long long)e.output_bytes);
     }
     const MemoryEstimate& m = plan->memory;
     std::printf(
@@ -153,7 +163,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "ampd_train: %s\n", std::string(data.status().message()).c_str());
     return 1;
   }
-  auto trainer = Trainer::Create(job->config, &data->train, data->test ? &*data->test : nullptr);
+  auto trainer = data->tokens ? Trainer::Create(job->config, data->tokens->View())
+                              : Trainer::Create(job->config, &data->train,
+                                                data->test ? &*data->test : nullptr);
   if (!trainer.ok()) {
     std::fprintf(stderr, "ampd_train: %s: %s\n", path.c_str(),
                  std::string(trainer.status().message()).c_str());
@@ -169,7 +181,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "ampd_train: %s\n", std::string(result.status().message()).c_str());
     return 1;
   }
-  if (!json && result->final_eval) {
+  if (!json && result->final_eval && result->final_eval->tokens > 0) {
+    std::printf("done: %lld steps (%lld skipped), val loss %.4f\n",
+                (long long)result->steps_completed, (long long)result->skipped_steps,
+                result->final_eval->loss);
+  } else if (!json && result->final_eval) {
     std::printf("done: %lld steps (%lld skipped), test accuracy %.2f%%\n",
                 (long long)result->steps_completed, (long long)result->skipped_steps,
                 100 * result->final_eval->accuracy);

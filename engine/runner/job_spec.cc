@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/error_subject.h"
+#include "engine/data/text_tokens.h"
+#include "engine/data/token_shard.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace ampd::engine::runner {
@@ -19,6 +21,7 @@ using core::ErrorSubject;
 using core::SubjectsError;
 using nn::Activation;
 using nn::FillDataDims;
+using nn::GptSpec;
 using nn::MlpSpec;
 using ops::FindOp;
 using ops::kOpDescriptors;
@@ -72,6 +75,127 @@ bool SafeRelativePath(const std::string& p) {
     if (part == "..") return false;
   }
   return true;
+}
+
+// The default vocabulary: bytes, or GPT-2's tokenizer for shards.
+constexpr int64_t kGpt2VocabSize = 50257;
+constexpr double kDefaultHeldOut = 0.1;
+constexpr int64_t kDefaultEvalWindows = 256;
+
+// Whether the data is a language model's, and its token spec ("builtin":
+// "fortunes" at the top level is the token corpus).
+bool IsTokenData(const v1::DataSpec& d) {
+  return d.has_tokens() || (d.has_builtin() && d.builtin() == "fortunes");
+}
+v1::TokenDataset TokensOf(const v1::DataSpec& d) {
+  if (d.has_tokens()) return d.tokens();
+  v1::TokenDataset t;
+  t.set_builtin(d.builtin());
+  return t;
+}
+bool ByteLevel(const v1::TokenDataset& t) { return !t.has_shards(); }
+
+// The GPT a spec asks for, defaults filled; `data` decides the vocabulary
+// when the spec leaves it unset.
+GptSpec GptFromProto(const v1::GptSpec& g, const v1::DataSpec& data) {
+  GptSpec out;
+  out.vocab_size = g.vocab_size() > 0                                ? g.vocab_size()
+                   : IsTokenData(data) && !ByteLevel(TokensOf(data)) ? kGpt2VocabSize
+                                                                     : data::kByteVocabSize;
+  if (g.block_size() > 0) out.block_size = g.block_size();
+  if (g.n_layer() > 0) out.n_layer = g.n_layer();
+  if (g.n_head() > 0) out.n_head = g.n_head();
+  if (g.n_embd() > 0) out.n_embd = g.n_embd();
+  out.dropout = g.dropout();
+  if (g.has_bias()) out.bias = g.bias();
+  if (g.has_tie_embeddings()) out.tie_embeddings = g.tie_embeddings();
+  out.activation = g.activation() == v1::ACTIVATION_GELU ? GptSpec::Activation::kGeluErf
+                                                         : GptSpec::Activation::kGeluTanh;
+  return out;
+}
+
+void ValidateGptSpec(const v1::JobSpec& spec, std::vector<FieldViolation>* v) {
+  const v1::GptSpec& g = spec.model().gpt();
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", g.vocab_size()},
+                                                   {"block_size", g.block_size()},
+                                                   {"n_layer", g.n_layer()},
+                                                   {"n_head", g.n_head()},
+                                                   {"n_embd", g.n_embd()}};
+  bool sizes_ok = true;
+  for (const auto& [name, value] : sizes) {
+    if (value < 0) {
+      Violate(v, absl::StrCat("model.gpt.", name),
+              absl::StrCat("must be > 0 (or unset for the default), got ", value));
+      sizes_ok = false;
+    }
+  }
+  if (g.activation() == v1::ACTIVATION_RELU) {
+    Violate(v, "model.gpt.activation", "must be ACTIVATION_GELU_TANH (GPT-2's) or ACTIVATION_GELU");
+  }
+  if (!IsTokenData(spec.data())) {
+    Violate(v, "data",
+            "model.gpt trains on token data: set data.tokens (or \"builtin\": \"fortunes\")");
+  }
+  if (!sizes_ok) return;
+  const GptSpec resolved = GptFromProto(g, spec.data());
+  if (absl::Status s = nn::ValidateGpt(resolved); !s.ok()) {
+    // "model.gpt.n_head: must divide ..." -> its field and reason.
+    const std::string msg(s.message());
+    const size_t colon = msg.find(": ");
+    Violate(v, msg.substr(0, colon), colon == std::string::npos ? msg : msg.substr(colon + 2));
+  }
+  if (IsTokenData(spec.data()) && ByteLevel(TokensOf(spec.data())) &&
+      resolved.vocab_size < data::kByteVocabSize) {
+    Violate(v, "model.gpt.vocab_size",
+            absl::StrCat("is ", resolved.vocab_size,
+                         " but byte-level data (text, builtin) has 256 token values"));
+  }
+}
+
+void ValidateTokenData(const v1::TokenDataset& t, std::vector<FieldViolation>* v) {
+  auto path = [&](const std::string& field, const std::string& value) {
+    if (value.empty()) {
+      Violate(v, field, "must name a file");
+    } else if (!SafeRelativePath(value)) {
+      Violate(v, field,
+              absl::StrCat("\"", value,
+                           "\" must be a relative path under the data root, without \"..\""));
+    }
+  };
+  switch (t.source_case()) {
+    case v1::TokenDataset::kBuiltin:
+      if (t.builtin() != "fortunes") {
+        Violate(v, "data.tokens.builtin",
+                absl::StrCat("unknown corpus \"", t.builtin(), "\"; known: fortunes"));
+      }
+      break;
+    case v1::TokenDataset::kText:
+      path("data.tokens.text", t.text());
+      break;
+    case v1::TokenDataset::kShards:
+      if (t.shards().train_size() == 0) {
+        Violate(v, "data.tokens.shards.train", "needs at least one shard");
+      }
+      for (int i = 0; i < t.shards().train_size(); ++i) {
+        path(absl::StrCat("data.tokens.shards.train[", i, "]"), t.shards().train(i));
+      }
+      if (!t.shards().val().empty()) path("data.tokens.shards.val", t.shards().val());
+      if (t.has_held_out_fraction()) {
+        Violate(v, "data.tokens.held_out_fraction",
+                "applies to text and builtin data; shards name their validation shard (val)");
+      }
+      break;
+    default:
+      Violate(v, "data.tokens", "needs a source: builtin, text or shards");
+  }
+  if (t.has_held_out_fraction() && !(t.held_out_fraction() > 0 && t.held_out_fraction() < 1)) {
+    Violate(v, "data.tokens.held_out_fraction",
+            absl::StrCat("must be in (0, 1), got ", t.held_out_fraction()));
+  }
+  if (t.has_eval_windows() && t.eval_windows() < 0) {
+    Violate(v, "data.tokens.eval_windows",
+            absl::StrCat("must be >= 0 (0: the whole validation set), got ", t.eval_windows()));
+  }
 }
 
 }  // namespace
@@ -223,15 +347,27 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
     if (!(m.dropout() >= 0 && m.dropout() < 1)) {
       Violate(&v, "model.mlp.dropout", absl::StrCat("must be in [0, 1), got ", m.dropout()));
     }
+    if (m.activation() == v1::ACTIVATION_GELU_TANH) {
+      Violate(&v, "model.mlp.activation",
+              "must be ACTIVATION_RELU or ACTIVATION_GELU (GELU_TANH is model.gpt's)");
+    }
+  }
+  if (spec.model().has_gpt()) ValidateGptSpec(spec, &v);
+  if (!spec.model().has_gpt() && IsTokenData(spec.data())) {
+    Violate(&v, "model", "token data (data.tokens) trains a language model: set model.gpt");
   }
   // Data.
   const v1::DataSpec& d = spec.data();
   switch (d.source_case()) {
     case v1::DataSpec::kBuiltin:
-      if (d.builtin() != "fashion-mnist") {
+      if (d.builtin() != "fashion-mnist" && d.builtin() != "fortunes") {
         Violate(&v, "data.builtin",
-                absl::StrCat("unknown data set \"", d.builtin(), "\"; known: fashion-mnist"));
+                absl::StrCat("unknown data set \"", d.builtin(),
+                             "\"; known: fashion-mnist, fortunes (token data)"));
       }
+      break;
+    case v1::DataSpec::kTokens:
+      ValidateTokenData(d.tokens(), &v);
       break;
     case v1::DataSpec::kFile: {
       const v1::FileDataset& f = d.file();
@@ -322,13 +458,47 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
   return v;
 }
 
+std::vector<std::pair<std::string, std::string>> DataPaths(const v1::DataSpec& d) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](std::string field, const std::string& value) {
+    if (!value.empty()) out.emplace_back(std::move(field), value);
+  };
+  if (d.has_file()) {
+    const v1::FileDataset& f = d.file();
+    add("data.file.train_images", f.train_images());
+    add("data.file.train_labels", f.train_labels());
+    add("data.file.test_images", f.test_images());
+    add("data.file.test_labels", f.test_labels());
+    add("data.file.train_csv", f.train_csv());
+    add("data.file.test_csv", f.test_csv());
+  }
+  if (d.has_tokens()) {
+    const v1::TokenDataset& t = d.tokens();
+    add("data.tokens.text", t.text());
+    for (int i = 0; i < t.shards().train_size(); ++i) {
+      add(absl::StrCat("data.tokens.shards.train[", i, "]"), t.shards().train(i));
+    }
+    add("data.tokens.shards.val", t.shards().val());
+  }
+  return out;
+}
+
+train::TokenData TokenJobData::View() const {
+  train::TokenData d;
+  for (const data::TokenSequence& shard : train) d.train.push_back(&shard);
+  d.val = val ? &*val : nullptr;
+  d.byte_level = byte_level;
+  d.eval_windows = eval_windows;
+  return d;
+}
+
 std::optional<std::pair<int64_t, int>> KnownDataShape(const v1::DataSpec& d) {
   if (d.has_synthetic()) {
     const auto& s = d.synthetic();
     return std::make_pair(s.feature_dim() ? s.feature_dim() : 32,
                           s.num_classes() ? s.num_classes() : 4);
   }
-  if (d.has_file()) return std::nullopt;
+  if (d.has_file() || IsTokenData(d)) return std::nullopt;
   return std::make_pair(int64_t{784}, 10);  // fashion-mnist
 }
 
@@ -355,6 +525,7 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
     if (mlp.num_classes == 0) mlp.num_classes = shape->second;
   }
   c.model = mlp;
+  if (spec.model().has_gpt()) c.model = GptFromProto(spec.model().gpt(), spec.data());
   c.precision = ResolveJobPrecision(spec.precision(), context, &violations);
   const v1::OptimizerSpec& o = spec.optimizer();
   c.optimizer.lr = o.has_lr() ? o.lr() : 1e-3;
@@ -393,6 +564,51 @@ absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext&
   auto under_root = [&](const std::string& p) {
     return context.resolve_data_path ? context.resolve_data_path(p) : context.data_root + "/" + p;
   };
+  if (IsTokenData(d)) {
+    const v1::TokenDataset t = TokensOf(d);
+    TokenJobData tokens;
+    tokens.byte_level = ByteLevel(t);
+    tokens.eval_windows = t.has_eval_windows() ? t.eval_windows() : kDefaultEvalWindows;
+    const GptSpec* gpt = config ? std::get_if<GptSpec>(&config->model) : nullptr;
+    if (t.has_shards()) {
+      const int64_t vocab = gpt ? gpt->vocab_size : kGpt2VocabSize;
+      for (const std::string& shard : t.shards().train()) {
+        absl::StatusOr<data::TokenSequence> s = data::ReadTokenShard(under_root(shard), vocab);
+        if (!s.ok()) return s.status();
+        tokens.train.push_back(*std::move(s));
+      }
+      if (!t.shards().val().empty()) {
+        absl::StatusOr<data::TokenSequence> s =
+            data::ReadTokenShard(under_root(t.shards().val()), vocab);
+        if (!s.ok()) return s.status();
+        tokens.val = *std::move(s);
+      }
+    } else {
+      std::string text;
+      std::string name;
+      if (t.has_builtin()) {
+        absl::StatusOr<std::string> fortunes = data::ReadFortunes(context.fortunes_dir);
+        if (!fortunes.ok()) return fortunes.status();
+        text = *std::move(fortunes);
+        name = "fortunes";
+      } else {
+        const std::string path = under_root(t.text());
+        std::ifstream in(path, std::ios::binary);
+        if (!in) return absl::NotFoundError(absl::StrCat(t.text(), ": cannot open text file"));
+        std::stringstream ss;
+        ss << in.rdbuf();
+        text = ss.str();
+        name = t.text();
+      }
+      data::TokenSplit split =
+          data::SplitHeldOut(data::ByteTokens(text, name),
+                             t.has_held_out_fraction() ? t.held_out_fraction() : kDefaultHeldOut);
+      tokens.train.push_back(std::move(split.train));
+      tokens.val = std::move(split.val);
+    }
+    data.tokens = std::move(tokens);
+    return data;
+  }
   if (d.has_synthetic()) {
     const v1::SyntheticDataset& s = d.synthetic();
     data::SyntheticSpec spec;

@@ -15,6 +15,8 @@
 #include "ampd/v1/job_spec.pb.h"
 #include "engine/core/tensor.h"
 #include "engine/data/dataset.h"
+#include "engine/data/text_tokens.h"
+#include "engine/data/token_sequence.h"
 #include "engine/train/trainer.h"
 
 namespace ampd::engine::runner {
@@ -28,6 +30,7 @@ struct JobSpecContext {
   // Root for FileDataset paths (relative paths only, never escaping it).
   std::string data_root = ".";
   std::string fashion_mnist_dir = data::kFashionMnistDir;
+  std::string fortunes_dir = data::kFortunesDir;
   // Maps a FileDataset path to the file to read (default: data_root/PATH);
   // the server uses it to give each principal its own uploads/.
   std::function<std::string(const std::string&)> resolve_data_path;
@@ -65,13 +68,30 @@ struct ResolvedJob {
 absl::StatusOr<ResolvedJob> ResolveJobSpec(const ampd::v1::JobSpec& spec,
                                            const JobSpecContext& context);
 
+// A language model's data as loaded (data.tokens).
+struct TokenJobData {
+  std::vector<data::TokenSequence> train;  // shards, or the text's train split
+  std::optional<data::TokenSequence> val;
+  bool byte_level = false;
+  int64_t eval_windows = 0;
+  // Pointers into this object: valid while it stays where it is.
+  train::TokenData View() const;
+};
+
 struct JobData {
   data::Dataset train;
   std::optional<data::Dataset> test;
+  std::optional<TokenJobData> tokens;  // data.tokens (then train/test are empty)
 };
 // Loads the data and fills model.mlp.input_dim / num_classes when unset.
+// Token data is checked against the model's vocabulary (`config`'s GPT;
+// without a config: GPT-2's 50257 for shards).
 absl::StatusOr<JobData> LoadJobData(const ampd::v1::DataSpec& spec, const JobSpecContext& context,
                                     train::TrainerConfig* config);
+
+// The files a data spec names, each with its field ("data.file.train_csv",
+// "data.tokens.shards.train[1]"), for the server's confinement check.
+std::vector<std::pair<std::string, std::string>> DataPaths(const ampd::v1::DataSpec& spec);
 
 // The data set's shape without loading it, when the spec alone tells
 // (builtin, synthetic): for explain and memory estimates.

@@ -56,8 +56,10 @@ absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
   if (!model.ok()) return model.status();
   PrecisionPlan plan;
   plan.precision = precision.name;
+  // Rows the recorded forward ran on, and what they stand for at batch_size.
+  int64_t rows = 0, rows_at_batch = 0;
   {
-    // Two examples are enough to walk every op; no gradients are needed.
+    // A few rows are enough to walk every op; no gradients are needed.
     NoGradGuard no_grad;
     PlanRecorder recorder;
     AutocastOptions region;
@@ -65,10 +67,28 @@ absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
     region.dtype = precision.autocast_dtype;
     region.overrides = precision.overrides;
     AutocastScope scope(region);
-    Tensor x = Tensor::Zeros({2, (*model)->input_dim()}, DType::kF32);
-    Tensor logits = (*model)->Forward(x, /*training=*/false, 0);
-    SoftmaxCrossEntropy(logits, {0, 0});
+    if (nn::Classifier* c = (*model)->AsClassifier()) {
+      rows = 2;
+      rows_at_batch = batch_size;
+      Tensor x = Tensor::Zeros({rows, c->input_dim()}, DType::kF32);
+      Tensor logits = c->Forward(x, /*training=*/false, 0);
+      SoftmaxCrossEntropy(logits, {0, 0});
+    } else if (nn::LanguageModel* lm = (*model)->AsLanguageModel()) {
+      // One short window: every op of every block, the fused attention and
+      // the fused head + loss, each once per layer.
+      const int64_t t = std::min<int64_t>(lm->block_size(), 4);
+      rows = t;
+      rows_at_batch = batch_size * lm->block_size();
+      const std::vector<int32_t> tokens(t, 0);
+      lm->Loss(tokens, tokens, 1, t, /*training=*/false, 0);
+    }
     plan.ops = recorder.entries();
+  }
+  for (ops::PlanEntry& e : plan.ops) {
+    // Per-row outputs scale with the rows; a loss (a scalar) does not.
+    if (!e.output_shape.empty() && e.output_shape[0] == rows) {
+      e.output_bytes = e.output_bytes / rows * rows_at_batch;
+    }
   }
   for (const Parameter& p : (*model)->parameters()) plan.parameter_count += p.value.numel();
   plan.memory = EstimateMemory(model_spec, precision, optimizer, batch_size);

@@ -34,8 +34,13 @@ using core::FieldError;
 using core::SubjectError;
 using nn::BuildModel;
 using nn::CheckDataDims;
+using nn::Classifier;
+using nn::DescribeModel;
+using nn::IsLanguageModel;
+using nn::LanguageModel;
 using nn::Model;
 using nn::ModelOps;
+using nn::ModelShape;
 using nn::Parameter;
 using nn::ValidateModelSpec;
 using ops::AutocastOptions;
@@ -79,6 +84,13 @@ absl::Status Bad(const std::string& field, const std::string& why) {
   return FieldError(field, why);
 }
 
+// A language model's trainer has no classification set; its Batcher is
+// never drawn from.
+const data::Dataset& NoExamples() {
+  static const data::Dataset* none = new data::Dataset();
+  return *none;
+}
+
 }  // namespace
 
 absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
@@ -112,7 +124,10 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
 
 absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
   std::vector<OpId> ops = ModelOps(config.model);
-  for (OpId op : {OpId::kCrossEntropy, OpId::kMulScalar, OpId::kAdd}) ops.push_back(op);
+  // The step's own: a classifier's loss (a language model's is its own op),
+  // the loss scaling and the accumulation.
+  if (!IsLanguageModel(config.model)) ops.push_back(OpId::kCrossEntropy);
+  for (OpId op : {OpId::kMulScalar, OpId::kAdd}) ops.push_back(op);
   for (OpId op : ops) {
     if (!backend.HasKernel(op)) {
       return SubjectError(absl::StatusCode::kFailedPrecondition, "device",
@@ -131,6 +146,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   absl::StatusOr<Backend*> backend = BackendFor(config.device);
   if (!backend.ok()) return backend.status();
   if (absl::Status s = CheckKernels(config, **backend); !s.ok()) return s;
+  if (IsLanguageModel(config.model)) {
+    return Bad("data", "a language model (model.gpt) trains on token data (data.tokens)");
+  }
   for (const data::Dataset* d : {train, test}) {
     if (d == nullptr) continue;
     if (absl::Status s = CheckDataDims(config.model, d->feature_dim, d->num_classes); !s.ok()) {
@@ -147,6 +165,45 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   return std::unique_ptr<Trainer>(new Trainer(config, train, test, *std::move(model)));
 }
 
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config,
+                                                         const TokenData& tokens) {
+  if (absl::Status s = ValidateTrainerConfig(config); !s.ok()) return s;
+  if (!IsLanguageModel(config.model)) {
+    return Bad("data", "token data (data.tokens) trains a language model (model.gpt)");
+  }
+  absl::StatusOr<Backend*> backend = BackendFor(config.device);
+  if (!backend.ok()) return backend.status();
+  if (absl::Status s = CheckKernels(config, **backend); !s.ok()) return s;
+  const int64_t block = DescribeModel(config.model).tokens_per_example;
+  if (tokens.train.empty()) return Bad("data.tokens", "has no training tokens");
+  absl::StatusOr<data::TokenWindows> windows =
+      data::TokenWindows::Create(tokens.train, block, config.training.seed ^ 0x70c5ull);
+  if (!windows.ok()) {
+    return Bad("model.gpt.block_size", std::string(windows.status().message()));
+  }
+  if (tokens.val != nullptr && tokens.val->size() < block + 1) {
+    return Bad("data.tokens",
+               absl::StrCat("the validation tokens (", tokens.val->size(),
+                            ") are fewer than one window of block_size + 1 = ", block + 1,
+                            " (a larger held_out_fraction or val shard is needed)"));
+  }
+  if (tokens.eval_windows < 0) {
+    return Bad("data.tokens.eval_windows", absl::StrCat("must be >= 0, got ", tokens.eval_windows));
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      BuildModel(config.model, config.precision, config.training.seed);
+  if (!model.ok()) return model.status();
+  std::unique_ptr<Trainer> t(new Trainer(config, nullptr, nullptr, *std::move(model)));
+  t->tokens_ = tokens;
+  t->windows_ = *std::move(windows);
+  for (const data::TokenSequence* shard : tokens.train) t->train_tokens_ += shard->size();
+  if (tokens.val != nullptr) {
+    t->eval_batches_ =
+        data::EvalWindows(*tokens.val, block, config.training.batch_size, tokens.eval_windows);
+  }
+  t->ComputeTotalSteps();
+  return t;
+}
 Trainer::Trainer(const TrainerConfig& config, const data::Dataset* train, const data::Dataset* test,
                  std::unique_ptr<Model> model)
     : config_(config),
@@ -154,7 +211,13 @@ Trainer::Trainer(const TrainerConfig& config, const data::Dataset* train, const 
       test_(test),
       model_(std::move(model)),
       scaler_(config.precision.loss_scaling),
-      batcher_(train, config.training.batch_size, config.training.seed ^ 0x5eedull) {
+      batcher_(train != nullptr ? train : &NoExamples(), config.training.batch_size,
+               config.training.seed ^ 0x5eedull) {
+  classifier_ = model_->AsClassifier();
+  lm_ = model_->AsLanguageModel();
+  const ModelShape shape = DescribeModel(config.model);
+  flops_per_example_ = shape.flops_per_example;
+  tokens_per_example_ = shape.tokens_per_example;
   if (config.device != Device::kCpu) {
     absl::StatusOr<Backend*> be = BackendFor(config.device);
     device_backend_ = be.ok() ? *be : nullptr;
@@ -173,7 +236,8 @@ Trainer::Trainer(const TrainerConfig& config, const data::Dataset* train, const 
     sum_sq_ = Tensor::Zeros({1}, DType::kF32, config.device);
     loss_sum_ = Tensor::Zeros({}, DType::kF64, config.device);  // summed in f64, as on the CPU
     PushScalerStateToDevice();
-    const int64_t bytes = train->num_examples * train->feature_dim * int64_t{sizeof(float)};
+    const int64_t bytes =
+        train ? train->num_examples * train->feature_dim * int64_t{sizeof(float)} : 0;
     if (bytes > 0 && bytes <= config.device_dataset_max_bytes &&
         train->num_examples <= std::numeric_limits<int32_t>::max()) {
       device_features_ = ToDevice(train->features, train->num_examples, train->feature_dim);
@@ -182,11 +246,36 @@ Trainer::Trainer(const TrainerConfig& config, const data::Dataset* train, const 
   }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, &model_->parameters(),
                                            config.precision.master_weights);
-  const TrainingSpec& t = config.training;
-  total_steps_ =
-      t.steps > 0
-          ? t.steps
-          : std::max<int64_t>(1, t.epochs * batcher_.batches_per_epoch() / t.grad_accumulation);
+  peak_flops_ = config.peak_flops;
+  if (peak_flops_ <= 0) {
+    absl::StatusOr<Backend*> be = BackendFor(config.device);
+    if (be.ok()) peak_flops_ = (*be)->PeakFlops();
+  }
+  ComputeTotalSteps();
+}
+
+int64_t Trainer::BatchesPerEpoch() const {
+  if (lm_ != nullptr) {
+    // An epoch is as many windows as the training tokens hold side by side.
+    const int64_t per_batch = config_.training.batch_size * tokens_per_example_;
+    return per_batch > 0 ? train_tokens_ / per_batch : 0;
+  }
+  return batcher_.batches_per_epoch();
+}
+
+int64_t Trainer::Epoch() const {
+  if (lm_ != nullptr) {
+    const int64_t per_epoch = BatchesPerEpoch() * config_.training.batch_size;
+    return per_epoch > 0 ? windows_->position() / per_epoch : 0;
+  }
+  return batcher_.position().epoch;
+}
+
+void Trainer::ComputeTotalSteps() {
+  const TrainingSpec& t = config_.training;
+  total_steps_ = t.steps > 0
+                     ? t.steps
+                     : std::max<int64_t>(1, t.epochs * BatchesPerEpoch() / t.grad_accumulation);
 }
 
 StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
@@ -208,6 +297,8 @@ void Trainer::FinishMetrics(std::chrono::steady_clock::time_point start, int64_t
   m->grad_norm = grad_norm;
   m->samples_per_s = seconds > 0 ? t.batch_size * t.grad_accumulation / seconds : 0;
   m->skipped_total = skipped_total_;
+  m->tokens_per_s = m->samples_per_s * static_cast<double>(tokens_per_example_);
+  m->mfu = peak_flops_ > 0 ? m->samples_per_s * flops_per_example_ / peak_flops_ : 0;
 }
 
 void Trainer::PushScalerStateToDevice() {
@@ -247,22 +338,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   optimizer_->ZeroGrad();
   be.Fill(loss_sum_, 0.0);
   for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
-    Tensor x;
-    if (micro == 0 && has_next_) {
-      std::swap(batch_, next_batch_);
-      x = next_x_;
-      next_x_ = Tensor();
-      has_next_ = false;
-    } else {
-      batcher_.Next(&batch_);
-      x = UploadBatch(batch_);
-    }
-    Tensor loss;
-    {
-      AutocastScope region(RegionFor(config_.precision));
-      Tensor logits = model_->Forward(x, /*training=*/true, t.seed + step_ * 7919 + micro);
-      loss = SoftmaxCrossEntropy(logits, batch_.labels);
-    }
+    Tensor loss = MicroBatchLoss(micro);
     Kernel<AddInPlaceKernel>(loss_sum_.device())(loss_sum_, loss.Detach(), 1.0);
     // loss * scale with the scale read on the device, never on the host.
     Tensor scaled = MulScalar(loss, 1.0 / t.grad_accumulation);
@@ -300,8 +376,8 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
     be.UpdateScaleOnDevice(amp_, u);
   }
   ++step_;
-  const int64_t epoch = batcher_.position().epoch;
-  if (step_ < total_steps_) {
+  const int64_t epoch = Epoch();
+  if (step_ < total_steps_ && classifier_ != nullptr) {
     position_before_next_ = batcher_.position();
     batcher_.Next(&next_batch_);
     next_x_ = UploadBatch(next_batch_);
@@ -333,14 +409,7 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   optimizer_->ZeroGrad();
   double loss_sum = 0;
   for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
-    batcher_.Next(&batch_);
-    Tensor x = Tensor::FromVector(batch_.features, {batch_.size, train_->feature_dim});
-    Tensor loss;
-    {
-      AutocastScope region(RegionFor(config_.precision));
-      Tensor logits = model_->Forward(x, /*training=*/true, t.seed + step_ * 7919 + micro);
-      loss = SoftmaxCrossEntropy(logits, batch_.labels);
-    }
+    Tensor loss = MicroBatchLoss(micro);
     loss_sum += loss.Item();
     Tensor scaled = scaler_.Scale(MulScalar(loss, 1.0 / t.grad_accumulation));
     Backward(scaled);
@@ -375,11 +444,38 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
     ++skipped_total_;
     if (callbacks) callbacks->OnSkip(*event);
   }
-  FinishMetrics(start, batcher_.position().epoch, loss_sum, skip, grad_norm, &m);
+  FinishMetrics(start, Epoch(), loss_sum, skip, grad_norm, &m);
   return m;
 }
 
+Tensor Trainer::MicroBatchLoss(int64_t micro) {
+  const TrainingSpec& t = config_.training;
+  const uint64_t dropout_seed = t.seed + step_ * 7919 + micro;
+  if (lm_ != nullptr) {
+    const data::TokenBatch b = windows_->Next(t.batch_size);
+    AutocastScope region(RegionFor(config_.precision));
+    return lm_->Loss(b.inputs, b.targets, b.batch, b.block, /*training=*/true, dropout_seed);
+  }
+  Tensor x;
+  if (device_backend_ == nullptr) {
+    batcher_.Next(&batch_);
+    x = Tensor::FromVector(batch_.features, {batch_.size, train_->feature_dim});
+  } else if (micro == 0 && has_next_) {
+    std::swap(batch_, next_batch_);
+    x = next_x_;
+    next_x_ = Tensor();
+    has_next_ = false;
+  } else {
+    batcher_.Next(&batch_);
+    x = UploadBatch(batch_);
+  }
+  AutocastScope region(RegionFor(config_.precision));
+  Tensor logits = classifier_->Forward(x, /*training=*/true, dropout_seed);
+  return SoftmaxCrossEntropy(logits, batch_.labels);
+}
+
 EvalMetrics Trainer::Evaluate(const data::Dataset& data) {
+  if (classifier_ == nullptr) return EvaluateTokens();
   NoGradGuard no_grad;
   AutocastScope region(RegionFor(config_.precision));
   if (device_backend_ != nullptr) device_backend_->SetMatmulOptions(config_.precision.allow_tf32);
@@ -392,8 +488,8 @@ EvalMetrics Trainer::Evaluate(const data::Dataset& data) {
                                 data.features.begin() + (start + n) * data.feature_dim);
     std::vector<int32_t> labels(data.labels.begin() + start, data.labels.begin() + start + n);
     Tensor logits =
-        model_->Forward(Tensor::FromVector(features, {n, data.feature_dim}).To(config_.device),
-                        /*training=*/false, 0);
+        classifier_->Forward(Tensor::FromVector(features, {n, data.feature_dim}).To(config_.device),
+                             /*training=*/false, 0);
     loss_sum += SoftmaxCrossEntropy(logits, labels).Item() * n;
     std::vector<float> l = logits.ToFloats();
     const int64_t c = logits.dim(1);
@@ -413,11 +509,33 @@ EvalMetrics Trainer::Evaluate(const data::Dataset& data) {
   return m;
 }
 
+EvalMetrics Trainer::EvaluateTokens() {
+  EvalMetrics m;
+  m.step = step_;
+  if (lm_ == nullptr) return m;
+  NoGradGuard no_grad;
+  AutocastScope region(RegionFor(config_.precision));
+  if (device_backend_ != nullptr) device_backend_->SetMatmulOptions(config_.precision.allow_tf32);
+  double nats = 0;  // summed over tokens
+  for (const data::TokenBatch& b : eval_batches_) {
+    const int64_t n = b.batch * b.block;
+    nats += lm_->Loss(b.inputs, b.targets, b.batch, b.block, /*training=*/false, 0).Item() *
+            static_cast<double>(n);
+    m.tokens += n;
+    m.examples += b.batch;
+  }
+  m.loss = m.tokens ? nats / static_cast<double>(m.tokens) : 0;
+  // One token is one byte: nats per byte over ln 2.
+  if (tokens_.byte_level) m.bits_per_byte = m.loss / std::log(2.0);
+  return m;
+}
+
 TrainerState Trainer::SaveState() const {
   TrainerState state;
   state.step = step_;
   state.skipped_total = skipped_total_;
   state.data_position = has_next_ ? position_before_next_ : batcher_.position();
+  state.token_windows = windows_ ? windows_->position() : 0;
   state.scaler = scaler_.state();
   state.optimizer_steps = optimizer_->steps_taken();
   for (const Parameter& p : model_->parameters()) {
@@ -458,6 +576,7 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
   scaler_.LoadState(state.scaler);
   PushScalerStateToDevice();
   batcher_.Seek(state.data_position);
+  if (windows_) windows_->set_position(state.token_windows);
   has_next_ = false;  // a prefetched batch belongs to the old position
   next_x_ = Tensor();
   step_ = state.step;
@@ -469,7 +588,7 @@ absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
                                          const CancellationToken* cancel) {
   TrainResult result;
   const int64_t per_epoch =
-      std::max<int64_t>(1, batcher_.batches_per_epoch() / config_.training.grad_accumulation);
+      std::max<int64_t>(1, BatchesPerEpoch() / config_.training.grad_accumulation);
   const int64_t eval_every =
       config_.training.eval_interval > 0 ? config_.training.eval_interval : per_epoch;
   while (step_ < total_steps_) {
@@ -481,16 +600,22 @@ absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
     if (device_backend_ != nullptr) {
       if (absl::Status health = device_backend_->Health(); !health.ok()) return health;
     }
-    if (test_ != nullptr && (step_ % eval_every == 0 || step_ == total_steps_)) {
-      EvalMetrics e = Evaluate(*test_);
+    if (std::optional<EvalMetrics> e = EvaluateIfDue(eval_every)) {
       result.final_eval = e;
-      if (callbacks) callbacks->OnEval(e);
+      if (callbacks) callbacks->OnEval(*e);
     }
     if (callbacks) callbacks->OnStep(result.last_step);
   }
   result.steps_completed = step_;
   result.skipped_steps = skipped_total_;
   return result;
+}
+
+std::optional<EvalMetrics> Trainer::EvaluateIfDue(int64_t eval_every) {
+  if (step_ % eval_every != 0 && step_ != total_steps_) return std::nullopt;
+  if (classifier_ != nullptr && test_ != nullptr) return Evaluate(*test_);
+  if (lm_ != nullptr && !eval_batches_.empty()) return EvaluateTokens();
+  return std::nullopt;
 }
 
 }  // namespace ampd::engine::train

@@ -18,6 +18,8 @@
 #include "engine/backend/backend.h"
 #include "engine/data/batcher.h"
 #include "engine/data/dataset.h"
+#include "engine/data/token_sequence.h"
+#include "engine/data/token_windows.h"
 #include "engine/nn/model.h"
 #include "engine/optim/optimizer.h"
 
@@ -49,6 +51,22 @@ struct TrainerConfig {
   Device device = Device::kCpu;
   // Training sets up to this many bytes of features stay on the device.
   int64_t device_dataset_max_bytes = kDeviceDatasetMaxBytes;
+  // The FLOP/s model FLOPs utilisation is reported against; 0: the device
+  // backend's PeakFlops() (the CPU's measured bf16 GEMM rate, a GPU's data
+  // sheet). Stays 0 and MFU is not reported when neither knows.
+  double peak_flops = 0;
+};
+
+// A language model's data: the train shards (a window never crosses from one
+// into the next) and a held-out sequence for evaluations.
+struct TokenData {
+  std::vector<const data::TokenSequence*> train;  // must outlive the trainer
+  const data::TokenSequence* val = nullptr;       // null: no evaluations
+  // Byte-level tokens: evaluations also report bits per byte.
+  bool byte_level = false;
+  // Windows of block_size + 1 tokens per evaluation, from the start of val;
+  // 0: all of it.
+  int64_t eval_windows = 0;
 };
 
 // Every invalid field, reported as "training.batch_size: must be >= 1, got 0".
@@ -68,15 +86,22 @@ struct StepMetrics {
   double loss_scale = 1;
   bool skipped = false;
   double grad_norm = 0;
-  double samples_per_s = 0;
+  double samples_per_s = 0;  // examples (a language model's windows) per second
   int64_t skipped_total = 0;
+  double tokens_per_s = 0;  // language models: trained tokens per second
+  // Model FLOPs per second over the peak (TrainerConfig::peak_flops); 0 when
+  // the peak is unknown.
+  double mfu = 0;
 };
 
 struct EvalMetrics {
   int64_t step = 0;
   double loss = 0;
-  double accuracy = 0;
-  int64_t examples = 0;
+  double accuracy = 0;   // classifiers
+  int64_t examples = 0;  // a language model's: windows
+  int64_t tokens = 0;    // language models: tokens scored
+  // Byte-level language models: the loss in bits per byte (loss / ln 2).
+  double bits_per_byte = 0;
 };
 
 class TrainerCallbacks {
@@ -111,6 +136,7 @@ struct TrainerState {
   int64_t step = 0;
   int64_t skipped_total = 0;
   data::Batcher::Position data_position;
+  int64_t token_windows = 0;  // language models: windows drawn so far
   backend::GradScalerState scaler;
   int64_t optimizer_steps = 0;
   // "param/NAME" for the model, plus the optimizer's state tensors.
@@ -123,6 +149,9 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config,
                                                          const data::Dataset* train,
                                                          const data::Dataset* test);
+  // A language model (config.model a GPT) on token windows.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerConfig& config,
+                                                         const TokenData& tokens);
 
   // Runs to the end (or until cancelled, checked before every step).
   absl::StatusOr<TrainResult> Run(TrainerCallbacks* callbacks = nullptr,
@@ -133,6 +162,8 @@ class Trainer {
   // last event of its step (metric streams resume after it without gaps).
   StepMetrics RunStep(TrainerCallbacks* callbacks = nullptr);
   EvalMetrics Evaluate(const data::Dataset& data);
+  // A language model's loss on its held-out windows (TokenData::val).
+  EvalMetrics EvaluateTokens();
 
   // A snapshot (copies) of the run's state, and its restoration into a
   // trainer built from the same config. Load checks every name and shape.
@@ -148,6 +179,15 @@ class Trainer {
  private:
   Trainer(const TrainerConfig& config, const data::Dataset* train, const data::Dataset* test,
           std::unique_ptr<nn::Model> model);
+  void ComputeTotalSteps();
+
+  // One micro-batch's loss: the next batch drawn, the forward run under
+  // autocast. Classifier batches on a device come from the prefetch.
+  Tensor MicroBatchLoss(int64_t micro);
+  int64_t BatchesPerEpoch() const;
+  int64_t Epoch() const;
+  // The evaluation due after step_ (test set or held-out tokens), if any.
+  std::optional<EvalMetrics> EvaluateIfDue(int64_t eval_every);
 
   StepMetrics Step(TrainerCallbacks* callbacks);
   // The same step on a device backend: unscale, skip and scale update stay on
@@ -164,6 +204,15 @@ class Trainer {
   const data::Dataset* train_;
   const data::Dataset* test_;
   std::unique_ptr<nn::Model> model_;
+  nn::Classifier* classifier_ = nullptr;  // exactly one of these two
+  nn::LanguageModel* lm_ = nullptr;       // is set (model_'s kind)
+  TokenData tokens_;                      // language models
+  std::optional<data::TokenWindows> windows_;
+  std::vector<data::TokenBatch> eval_batches_;  // TokenData::val's, made once
+  int64_t train_tokens_ = 0;
+  double flops_per_example_ = 0;
+  int64_t tokens_per_example_ = 0;
+  double peak_flops_ = 0;
   std::unique_ptr<optim::Optimizer> optimizer_;
   amp::GradScaler scaler_;
   data::Batcher batcher_;

@@ -46,6 +46,8 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
     r->set_grad_norm(m.grad_norm);
     r->set_samples_per_s(m.samples_per_s);
     r->set_skipped_total(m.skipped_total);
+    r->set_tokens_per_s(m.tokens_per_s);
+    r->set_mfu(m.mfu);
     append_(std::move(e));
   }
   void RecordEval(const engine::train::EvalMetrics& m) {
@@ -56,6 +58,8 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
     r->set_loss(m.loss);
     r->set_accuracy(m.accuracy);
     r->set_examples(m.examples);
+    r->set_tokens(m.tokens);
+    r->set_bits_per_byte(m.bits_per_byte);
     append_(std::move(e));
   }
 
@@ -81,8 +85,10 @@ RunResult Failed(std::string reason) { return {RunResult::Outcome::kFailed, std:
 }  // namespace
 
 absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
-                                                const engine::runner::JobSpecContext& context) {
-  const bool cacheable = !data.has_file();
+                                                const engine::runner::JobSpecContext& context,
+                                                const engine::train::TrainerConfig& config) {
+  // Files (and uploads) are read afresh: they can change between jobs.
+  const bool cacheable = !data.has_file() && !(data.has_tokens() && !data.tokens().has_builtin());
   const std::string key = data.SerializeAsString();
   if (cacheable) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -90,12 +96,19 @@ absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
     if (it != sets_.end()) return it->second;
   }
   // Loaded outside the lock: a large set must not hold up other jobs' hits.
+  // (The config only bounds shard tokens by the model's vocabulary; shards
+  // are never cached.)
+  engine::train::TrainerConfig copy = config;
   absl::StatusOr<engine::runner::JobData> loaded =
-      engine::runner::LoadJobData(data, context, nullptr);
+      engine::runner::LoadJobData(data, context, &copy);
   if (!loaded.ok()) return loaded.status();
   Sets sets;
-  sets.train = std::make_shared<const engine::data::Dataset>(std::move(loaded->train));
-  if (loaded->test && loaded->test->num_examples > 0) {
+  if (loaded->tokens) {
+    sets.tokens = std::make_shared<const engine::runner::TokenJobData>(std::move(*loaded->tokens));
+  } else {
+    sets.train = std::make_shared<const engine::data::Dataset>(std::move(loaded->train));
+  }
+  if (!loaded->tokens && loaded->test && loaded->test->num_examples > 0) {
     sets.test = std::make_shared<const engine::data::Dataset>(std::move(*loaded->test));
   }
   if (cacheable) {
@@ -116,11 +129,16 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
     if (hooks.check_data) {
       if (absl::Status s = hooks.check_data(); !s.ok()) return Failed(std::string(s.message()));
     }
-    absl::StatusOr<DataCache::Sets> sets = data->Load(request.spec.data(), request.context);
-    if (!sets.ok()) return Failed(std::string(sets.status().message()));
     engine::train::TrainerConfig config = request.resolved.config;
-    engine::nn::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes);
-    auto created = engine::train::Trainer::Create(config, sets->train.get(), sets->test.get());
+    absl::StatusOr<DataCache::Sets> sets = data->Load(request.spec.data(), request.context, config);
+    if (!sets.ok()) return Failed(std::string(sets.status().message()));
+    absl::StatusOr<std::unique_ptr<engine::train::Trainer>> created;
+    if (sets->tokens) {
+      created = engine::train::Trainer::Create(config, sets->tokens->View());
+    } else {
+      engine::nn::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes);
+      created = engine::train::Trainer::Create(config, sets->train.get(), sets->test.get());
+    }
     if (!created.ok()) return Failed(std::string(created.status().message()));
     engine::train::Trainer& trainer = **created;
     if (hooks.started) hooks.started(trainer.total_steps());

@@ -31,9 +31,12 @@ class DataCache {
   struct Sets {
     std::shared_ptr<const engine::data::Dataset> train;
     std::shared_ptr<const engine::data::Dataset> test;  // null without a test set
+    // A language model's data (data.tokens); train and test are then null.
+    std::shared_ptr<const engine::runner::TokenJobData> tokens;
   };
   absl::StatusOr<Sets> Load(const ampd::v1::DataSpec& data,
-                            const engine::runner::JobSpecContext& context);
+                            const engine::runner::JobSpecContext& context,
+                            const engine::train::TrainerConfig& config);
   size_t cached() const;
 
  private:

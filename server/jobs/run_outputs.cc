@@ -54,6 +54,9 @@ void RunOutputs::AfterStep(const engine::train::StepMetrics& m) {
   if (s.ok()) s = tb.AddScalar("train/grad_norm", m.step, m.grad_norm, now);
   if (s.ok()) s = tb.AddScalar("train/skipped_steps", m.step, m.skipped_total, now);
   if (s.ok()) s = tb.AddScalar("train/samples_per_s", m.step, m.samples_per_s, now);
+  if (s.ok() && m.tokens_per_s > 0)
+    s = tb.AddScalar("train/tokens_per_s", m.step, m.tokens_per_s, now);
+  if (s.ok() && m.mfu > 0) s = tb.AddScalar("train/mfu", m.step, m.mfu, now);
   Fail(s);
   const bool by_steps =
       options_.checkpoint_every_steps > 0 && m.step % options_.checkpoint_every_steps == 0;
@@ -65,8 +68,14 @@ void RunOutputs::AfterStep(const engine::train::StepMetrics& m) {
 
 void RunOutputs::AfterEval(const engine::train::EvalMetrics& e) {
   const double now = engine::io::WallTimeSeconds();
-  absl::Status s = tensorboard_->AddScalar("eval/accuracy", e.step, e.accuracy, now);
-  if (s.ok()) s = tensorboard_->AddScalar("eval/loss", e.step, e.loss, now);
+  // A language model's evaluation has no accuracy; a byte-level one has
+  // bits per byte.
+  absl::Status s = tensorboard_->AddScalar("eval/loss", e.step, e.loss, now);
+  if (s.ok() && e.tokens == 0)
+    s = tensorboard_->AddScalar("eval/accuracy", e.step, e.accuracy, now);
+  if (s.ok() && e.bits_per_byte > 0) {
+    s = tensorboard_->AddScalar("eval/bits_per_byte", e.step, e.bits_per_byte, now);
+  }
   Fail(s);
 }
 

@@ -132,8 +132,11 @@ TEST(PersistenceTest, JobsHistoryAndProfilesSurviveARestart) {
   EXPECT_EQ(list.jobs(0).id(), newer.id());
 }
 
-TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdenticalLosses) {
-  const std::string spec = TinyJobJson(1500, "32-true", 3);
+// Runs `spec` (`steps` steps) uninterrupted on one server, then again on a
+// server killed with SIGKILL the moment its step-300 checkpoint is complete
+// and restarted: the restarted run must end with every step once, the same
+// losses bit for bit, and the same final weights byte for byte.
+void ExpectKilledRunResumesBitwise(const std::string& spec, int steps) {
   // Reference: the same job, uninterrupted, on its own server.
   std::map<int64_t, double> reference;
   std::string reference_weights;
@@ -148,7 +151,7 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
     ASSERT_EQ(final, v1::SUCCEEDED);
     reference_weights = Slurp(ref.data_dir() + "/jobs/" + job.id() + "/model.safetensors");
   }
-  ASSERT_EQ(reference.size(), 1500u);
+  ASSERT_EQ(reference.size(), static_cast<size_t>(steps));
   ASSERT_GT(reference_weights.size(), 1000u);
 
   auto first =
@@ -185,13 +188,13 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
     EXPECT_NE(second.log().find("resuming from checkpoint"), std::string::npos) << second.log();
     Client c2(second);
     v1::Job resumed = c2.WaitFor(name, v1::SUCCEEDED);
-    EXPECT_EQ(resumed.progress().step(), 1500);
+    EXPECT_EQ(resumed.progress().step(), steps);
     int duplicates = -1;
     v1::JobState final = v1::JOB_STATE_UNSPECIFIED;
     std::map<int64_t, double> losses = c2.Losses(name, &duplicates, &final);
     EXPECT_EQ(final, v1::SUCCEEDED);
     EXPECT_EQ(duplicates, 0);
-    ASSERT_EQ(losses.size(), 1500u);
+    ASSERT_EQ(losses.size(), static_cast<size_t>(steps));
     for (const auto& [step, loss] : reference) {
       ASSERT_EQ(losses[step], loss) << "step " << step;  // bitwise: same deterministic run
     }
@@ -199,6 +202,24 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
     // The final weights equal the uninterrupted run's, byte for byte.
     EXPECT_EQ(Slurp(data_dir + "/jobs/" + resumed.id() + "/model.safetensors"), reference_weights);
   }
+}
+
+TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdenticalLosses) {
+  ExpectKilledRunResumesBitwise(TinyJobJson(1500, "32-true", 3), 1500);
+}
+
+// The same for a GPT on the built-in corpus: the windows drawn resume from
+// the checkpoint's position, dropout masks from the step.
+TEST(PersistenceTest, AGptJobKilledMidRunFinishesAfterRestartBitwiseEqual) {
+  ExpectKilledRunResumesBitwise(R"({"model": {"gpt": {"blockSize": "16", "nLayer": "1",
+      "nHead": "2", "nEmbd": "32", "dropout": 0.1}},
+    "data": {"tokens": {"builtin": "fortunes", "evalWindows": "8"}},
+    "optimizer": {"lr": 0.003, "weightDecay": 0.1},
+    "schedule": {"kind": "KIND_WARMUP_COSINE", "warmupSteps": "20"},
+    "precision": {"profile": "bf16-mixed"},
+    "training": {"steps": "600", "batchSize": "4", "evalInterval": "50", "clipNorm": 1.0,
+                 "seed": "9"}})",
+                                600);
 }
 
 TEST(PersistenceTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {

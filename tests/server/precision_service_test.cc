@@ -125,6 +125,10 @@ TEST_F(PrecisionServiceTest, CapabilitiesListTheCpuAndWhyCudaIsMissing) {
   EXPECT_EQ(cpu_info->name(), cpu.name);
   EXPECT_EQ(cpu_info->bf16_native(), cpu.avx512_bf16);
   EXPECT_TRUE(cpu_info->compute_capability().empty());
+  // MFU's denominator: the bf16 GEMM rate measured when the server started
+  // (a 2-core machine does tens to hundreds of GFLOP/s).
+  EXPECT_GT(cpu_info->peak_bf16_flops(), 1e9) << cpu_info->DebugString();
+  EXPECT_LT(cpu_info->peak_bf16_flops(), 1e14) << cpu_info->DebugString();
   const std::set<std::string> modes(cpu_info->precision_modes().begin(),
                                     cpu_info->precision_modes().end());
   for (const char* m : {"32-true", "16-mixed", "16-true", "O0", "O1", "O2", "O3"}) {

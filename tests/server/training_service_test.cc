@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
 #include <set>
 #include <thread>
 
@@ -365,6 +366,57 @@ TEST_F(TrainingServiceTest, InvalidSpecsNameEveryBadField) {
   // The server is unharmed: a good job still runs to completion.
   v1::Job ok = Create(TinyJobJson(3));
   EXPECT_EQ(WaitFor(ok.name(), {v1::SUCCEEDED}).state(), v1::SUCCEEDED);
+}
+
+TEST_F(TrainingServiceTest, InvalidGptSpecsNameEveryBadField) {
+  grpc::Status s = TryCreate(R"({"model": {"gpt": {"nHead": "3", "blockSize": "-1"}},
+      "data": {"tokens": {"text": "../x.txt", "heldOutFraction": 2, "evalWindows": "-3"}}})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  std::vector<std::string> fields = ViolatedFields(s);
+  std::set<std::string> got(fields.begin(), fields.end());
+  for (const char* f : {"spec.model.gpt.block_size", "spec.data.tokens.text",
+                        "spec.data.tokens.held_out_fraction", "spec.data.tokens.eval_windows"}) {
+    EXPECT_TRUE(got.count(f)) << "missing " << f << " in " << s.error_message();
+  }
+  s = TryCreate(R"({"model": {"gpt": {"nHead": "3"}}, "data": {"builtin": "fortunes"}})");
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"spec.model.gpt.n_head"});
+  s = TryCreate(R"({"model": {"gpt": {}}, "data": {"synthetic": {}}})");
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"spec.data"});
+  // Too large for this server's limits: refused before it is queued.
+  s = TryCreate(R"({"model": {"gpt": {"nLayer": "48", "nEmbd": "1600", "nHead": "25",
+      "blockSize": "1024", "vocabSize": "50257"}}, "data": {"builtin": "fortunes"}})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+}
+
+// A GPT job over gRPC: its step records carry tokens/s and MFU, its
+// evaluations val loss and bits per byte (and no accuracy).
+TEST_F(TrainingServiceTest, AGptJobStreamsTokensPerSecondMfuAndBitsPerByte) {
+  v1::Job job = Create(R"({"model": {"gpt": {"blockSize": "16", "nLayer": "1", "nHead": "2",
+      "nEmbd": "32"}}, "data": {"builtin": "fortunes"},
+      "precision": {"profile": "bf16-mixed"},
+      "training": {"steps": "20", "batchSize": "4", "evalInterval": "10"}})");
+  EXPECT_EQ(WaitFor(job.name(), {v1::SUCCEEDED, v1::FAILED}).state(), v1::SUCCEEDED)
+      << Get(job.name()).failure_reason();
+  grpc::Status status;
+  std::vector<v1::MetricsEvent> events = ReadStream(job.name(), 0, &status);
+  int steps = 0, evals = 0;
+  for (const v1::MetricsEvent& e : events) {
+    if (e.has_step_record()) {
+      ++steps;
+      const v1::StepRecord& r = e.step_record();
+      EXPECT_DOUBLE_EQ(r.tokens_per_s(), r.samples_per_s() * 16);
+      EXPECT_GT(r.mfu(), 0);
+      EXPECT_LT(r.mfu(), 1);
+    }
+    if (e.has_eval()) {
+      ++evals;
+      EXPECT_EQ(e.eval().tokens(), 256 * 16);  // 256 windows by default
+      EXPECT_NEAR(e.eval().bits_per_byte(), e.eval().loss() / std::log(2.0), 1e-12);
+      EXPECT_EQ(e.eval().accuracy(), 0);
+    }
+  }
+  EXPECT_EQ(steps, 20);
+  EXPECT_EQ(evals, 2);
 }
 
 TEST_F(TrainingServiceTest, BadDataFailsTheJobWithAReasonAndTheServerGoesOn) {

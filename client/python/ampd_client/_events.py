@@ -86,6 +86,9 @@ class Event:
             return "<Event step %d loss=%.5g lr=%.3g loss_scale=%g%s>" % (
                 r.step, r.loss, r.lr, r.loss_scale, " skipped" if r.skipped else "")
         if self.kind == "eval":
+            if self.record.tokens:  # a language model's: val loss, bits per byte
+                return "<Event eval %d loss=%.5g bits_per_byte=%.4f>" % (
+                    self.step, self.record.loss, self.record.bits_per_byte)
             return "<Event eval %d loss=%.5g accuracy=%.4f>" % (
                 self.step, self.record.loss, self.record.accuracy)
         if self.kind == "state":

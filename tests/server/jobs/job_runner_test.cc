@@ -146,8 +146,8 @@ TEST_F(JobRunnerTest, FailuresSayWhy) {
 
 TEST_F(JobRunnerTest, SyntheticSetsAreLoadedOnceAndShared) {
   const RunRequest r = Request(Tiny(1));
-  absl::StatusOr<DataCache::Sets> a = data_.Load(r.spec.data(), r.context);
-  absl::StatusOr<DataCache::Sets> b = data_.Load(r.spec.data(), r.context);
+  absl::StatusOr<DataCache::Sets> a = data_.Load(r.spec.data(), r.context, r.resolved.config);
+  absl::StatusOr<DataCache::Sets> b = data_.Load(r.spec.data(), r.context, r.resolved.config);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->train.get(), b->train.get());
   ASSERT_NE(a->test, nullptr);
