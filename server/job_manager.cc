@@ -334,6 +334,8 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   job.set_request_id(request_id);
   job.set_owner(owner);
   job.set_precision(record->resolved.config.precision.name);
+  job.set_optimizer(engine::train::DescribeOptimizer(record->resolved.config.model,
+                                                     record->resolved.config.optimizer));
   *job.mutable_create_time() = Now();
   jobs_[id] = record;
   if (!request_id.empty()) request_ids_[RequestKey(owner, request_id)] = id;

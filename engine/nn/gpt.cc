@@ -85,6 +85,11 @@ std::vector<ParameterShape> GptParameters(const GptSpec& s) {
   if (!s.tie_embeddings) {
     p.push_back({"lm_head.weight", "lm_head", {s.vocab_size, C}, false, Init::kNormal, C, 0.02});
   }
+  // Weight decay on the 2-D weights of the linears (and an untied head):
+  // not on biases, norms or the embeddings (nanoGPT's and llm.c's groups).
+  for (ParameterShape& q : p) {
+    q.weight_decay = q.shape.size() == 2 && q.layer != "wte" && q.layer != "wpe";
+  }
   return p;
 }
 
@@ -144,10 +149,8 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Build(const GptSpec& spec, uint64_t se
     const DType dt = p.is_norm && norms_fp32 ? DType::kF32 : param_dtype;
     Tensor value = Tensor::FromDoubles(v, p.shape, dt);
     value.set_requires_grad(true).set_name(p.name);
-    // Weight decay on the 2-D weights of the linears (and an untied head).
-    const bool decay = p.shape.size() == 2 && p.layer != "wte" && p.layer != "wpe";
     gpt->index_[p.name] = gpt->params_.size();
-    gpt->params_.push_back({p.name, p.layer, p.is_norm, std::move(value), decay});
+    gpt->params_.push_back({p.name, p.layer, p.is_norm, std::move(value), p.weight_decay});
   }
   return gpt;
 }

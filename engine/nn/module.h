@@ -28,6 +28,8 @@ struct ParameterShape {
   enum class Init { kUniformFanIn, kOnes, kZeros, kNormal } init = Init::kUniformFanIn;
   int64_t fan_in = 0;
   double std = 0;  // kNormal
+  // Whether the optimizer's weight decay applies (see Parameter).
+  bool weight_decay = true;
   int64_t numel() const;
 };
 

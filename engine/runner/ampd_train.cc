@@ -4,6 +4,7 @@
 //   ampd_train examples/fashion_mlp_bf16.json
 //   ampd_train --explain examples/fashion_mlp_bf16.json
 //   ampd_train --json spec.json        # one JSON object per metric record
+//   ampd_train --steps=50 spec.json    # a short look at a long job
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -87,6 +88,7 @@ class Printer : public TrainerCallbacks {
 int Main(int argc, char** argv) {
   bool json = false, explain = false;
   int64_t every = 50;
+  int64_t steps = 0;  // 0: the spec's
   std::string path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -96,10 +98,18 @@ int Main(int argc, char** argv) {
       explain = true;
     } else if (a.rfind("--log_every=", 0) == 0) {
       every = std::max(1LL, std::atoll(a.c_str() + 12));
+    } else if (a.rfind("--steps=", 0) == 0) {
+      steps = std::atoll(a.c_str() + 8);
+      if (steps <= 0) {
+        std::fprintf(stderr, "ampd_train: --steps must be a positive number, got %s\n",
+                     a.c_str() + 8);
+        return 2;
+      }
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: ampd_train [--json] [--explain] [--log_every=N] SPEC.json\n"
-          "Trains the job described by SPEC.json (ampd.v1.JobSpec in proto3 JSON) locally.\n");
+          "usage: ampd_train [--json] [--explain] [--log_every=N] [--steps=N] SPEC.json\n"
+          "Trains the job described by SPEC.json (ampd.v1.JobSpec in proto3 JSON) locally.\n"
+          "--steps=N overrides training.steps (the schedule follows the new length).\n");
       return 0;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "ampd_train: unknown flag %s (see --help)\n", a.c_str());
@@ -117,6 +127,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "ampd_train: %s\n", std::string(spec.status().message()).c_str());
     return 2;
   }
+  if (steps > 0) spec->mutable_training()->set_steps(steps);
   JobSpecContext context;
   auto job = ResolveJobSpec(*spec, context);
   if (!job.ok()) {
@@ -172,8 +183,9 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (!json) {
-    std::printf("training %s: %lld steps in %s\n", path.c_str(),
-                (long long)(*trainer)->total_steps(), job->config.precision.name.c_str());
+    std::printf("training %s: %lld steps in %s\noptimizer: %s\n", path.c_str(),
+                (long long)(*trainer)->total_steps(), job->config.precision.name.c_str(),
+                train::DescribeOptimizer(job->config.model, job->config.optimizer).c_str());
   }
   Printer printer(json, every);
   auto result = (*trainer)->Run(&printer);

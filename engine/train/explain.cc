@@ -1,5 +1,9 @@
 #include "engine/train/explain.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "engine/autograd/autograd.h"
 #include "engine/core/error_subject.h"
 #include "engine/ops/ops.h"
@@ -93,6 +97,41 @@ absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
   for (const Parameter& p : (*model)->parameters()) plan.parameter_count += p.value.numel();
   plan.memory = EstimateMemory(model_spec, precision, optimizer, batch_size);
   return plan;
+}
+
+std::string DescribeOptimizer(const ModelSpec& model, const OptimizerSpec& o) {
+  std::string out =
+      o.kind == OptimizerSpec::Kind::kAdamW
+          ? absl::StrFormat("AdamW lr %g, betas (%g, %g), eps %g", o.lr, o.beta1, o.beta2, o.eps)
+          : absl::StrFormat("SGD lr %g, momentum %g%s", o.lr, o.momentum,
+                            o.nesterov ? ", nesterov" : "");
+  if (o.weight_decay == 0) return out + ", no weight decay";
+  int64_t decayed_tensors = 0, decayed = 0, kept_tensors = 0, kept = 0;
+  std::vector<std::string> kept_names;  // with block indices folded: h.*.ln_1.weight
+  for (const ParameterShape& p : DescribeModel(model).parameters) {
+    if (p.weight_decay) {
+      ++decayed_tensors;
+      decayed += p.numel();
+      continue;
+    }
+    ++kept_tensors;
+    kept += p.numel();
+    std::string name = p.name;
+    if (name.rfind("h.", 0) == 0) {
+      const size_t dot = name.find('.', 2);
+      if (dot != std::string::npos) name = "h.*" + name.substr(dot);
+    }
+    if (std::find(kept_names.begin(), kept_names.end(), name) == kept_names.end()) {
+      kept_names.push_back(name);
+    }
+  }
+  absl::StrAppendFormat(&out, ", weight decay %g on %d tensors (%d parameters)", o.weight_decay,
+                        decayed_tensors, decayed);
+  if (kept_tensors > 0) {
+    absl::StrAppendFormat(&out, ", none on %d tensors (%d parameters: %s)", kept_tensors, kept,
+                          absl::StrJoin(kept_names, ", "));
+  }
+  return out;
 }
 
 }  // namespace ampd::engine::train

@@ -41,6 +41,12 @@ struct PrecisionPlan {
 MemoryEstimate EstimateMemory(const nn::ModelSpec& model, const amp::PrecisionConfig& precision,
                               const optim::OptimizerSpec& optimizer, int64_t batch_size);
 
+// The optimizer as a job runs it, in one line, with its weight-decay groups:
+// "AdamW lr 0.001, betas (0.9, 0.99), eps 1e-08, weight decay 0.1 on 16
+// tensors (3145728 parameters), none on 34 tensors (... : wte.weight,
+// h.*.ln_1.weight, ...)" (block indices folded into h.*).
+std::string DescribeOptimizer(const nn::ModelSpec& model, const optim::OptimizerSpec& optimizer);
+
 absl::StatusOr<PrecisionPlan> ExplainPrecision(const nn::ModelSpec& model,
                                                const amp::PrecisionConfig& precision,
                                                const optim::OptimizerSpec& optimizer,

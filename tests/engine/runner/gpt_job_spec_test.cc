@@ -239,5 +239,28 @@ TEST(GptExplainTest, EveryOpOfAGptWithItsDtypesAndBytes) {
   EXPECT_GT(plan2->memory.activation_bytes, plan->memory.activation_bytes);
 }
 
+TEST(GptExplainTest, TheOptimizerLineShowsTheWeightDecayGroups) {
+  GptSpec g;
+  g.n_layer = 2;
+  OptimizerSpec o;
+  o.weight_decay = 0.1;
+  const std::string line = train::DescribeOptimizer(g, o);
+  // 4 linear weights per block decay; wte, wpe, 8 biases/norms per block and
+  // ln_f's two do not (the head is tied to wte).
+  EXPECT_NE(line.find("AdamW lr 0.001, betas (0.9, 0.999), eps 1e-08"), std::string::npos) << line;
+  EXPECT_NE(line.find("weight decay 0.1 on 8 tensors"), std::string::npos) << line;
+  EXPECT_NE(line.find("none on 20 tensors"), std::string::npos) << line;
+  EXPECT_NE(line.find("wte.weight, wpe.weight, h.*.ln_1.weight, h.*.ln_1.bias"), std::string::npos)
+      << line;
+  g.tie_embeddings = false;  // an untied head is a linear: it decays
+  EXPECT_NE(train::DescribeOptimizer(g, o).find("on 9 tensors"), std::string::npos);
+  nn::MlpSpec mlp;  // torch.optim's default: every parameter
+  const std::string m = train::DescribeOptimizer(mlp, o);
+  EXPECT_NE(m.find("weight decay 0.1 on 6 tensors"), std::string::npos) << m;
+  EXPECT_EQ(m.find("none on"), std::string::npos) << m;
+  o.weight_decay = 0;
+  EXPECT_NE(train::DescribeOptimizer(g, o).find("no weight decay"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ampd::engine

@@ -12,6 +12,8 @@
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/data/dataset.h"
+#include "engine/data/text_tokens.h"
+#include "engine/nn/gpt.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/fake_device_backend.h"
@@ -195,6 +197,54 @@ TEST(DevicePath, NoOtherHostWaitDuringSteps) {
       EXPECT_EQ(fake.calls["cross_entropy_backward"], 5) << what;
       EXPECT_EQ(fake.calls["MultiplyAndCheckOnDevice"], clip ? 5 : 0) << what;
     }
+  }
+}
+
+// A GPT on the device: the CPU path's losses bit for bit, and still one host
+// wait per step (the fused attention and LM head read nothing back).
+TEST(DevicePath, AGptMatchesTheCpuAndWaitsOncePerStep) {
+  testing::FakeDeviceBackend& fake = Fake();
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "a quick brown fox " + std::to_string(i % 13) + "\n";
+  const data::TokenSplit split = data::SplitHeldOut(data::ByteTokens(text), 0.1);
+  train::TokenData tokens;
+  tokens.train = {&split.train};
+  tokens.val = &split.val;
+  tokens.byte_level = true;
+  tokens.eval_windows = 4;
+  for (const char* mode : {"bf16-mixed", "16-mixed"}) {
+    SCOPED_TRACE(mode);
+    std::vector<std::vector<double>> losses;
+    for (Device device : {Device::kCpu, Device::kCuda}) {
+      TrainerConfig c;
+      nn::GptSpec g;
+      g.block_size = 16;
+      g.n_layer = 2;
+      g.n_head = 2;
+      g.n_embd = 32;
+      g.dropout = 0.1;
+      c.model = g;
+      c.precision = *amp::ResolvePrecision(mode);
+      c.optimizer.weight_decay = 0.1;
+      c.training.steps = 6;
+      c.training.batch_size = 4;
+      c.training.grad_accumulation = 2;
+      c.training.seed = 2;
+      c.device = device;
+      absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c, tokens);
+      ASSERT_TRUE(t.ok()) << t.status();
+      fake.calls.clear();
+      fake.downloads = 0;
+      fake.trainer_reads = 0;
+      losses.emplace_back();
+      for (int i = 0; i < 6; ++i) losses.back().push_back((*t)->RunStep().loss);
+      if (device == Device::kCuda) {
+        EXPECT_EQ(fake.trainer_reads, 6);
+        EXPECT_EQ(fake.downloads, 0);
+        EXPECT_GT(fake.calls["causal_attention"], 0);
+      }
+    }
+    EXPECT_EQ(losses[0], losses[1]);
   }
 }
 
