@@ -14,12 +14,19 @@
 //    of the measured cuBLAS bf16 rate and of --peak_tflops, and the
 //    bf16-mixed / 32-true ratio. Modes are interleaved round by round; the
 //    median round is reported.
+// 3. gpt_step: GPT-2 124M (12 layers, 12 heads, 768 wide, block 1024, vocab
+//    50257, tied head) trained by the same Trainer on random token windows,
+//    bf16-mixed: tokens/s and MFU (model FLOPs 6N + 12LTC per token over
+//    --peak_tflops), against PyTorch eager AMP on the same model
+//    (bench/torch_gpt_bench.py --device=cuda) in the bundle's summary.
 //
 // Lines starting with "RESULT " are machine-readable (tools/gpu_bundle's
 // summary compares them with PyTorch's numbers from bench/torch_amp_bench.py).
 //
 //   gpu_bench [--hidden=4096,8192] [--batch=1024] [--steps=10] [--rounds=5]  (absl flags)
 //             [--gemm=8192] [--peak_tflops=989]
+//             [--gpt_layers=12] [--gpt_embd=768] [--gpt_heads=12] [--gpt_block=1024]
+//             [--gpt_vocab=50257] [--gpt_batch=8]   (--gpt_layers=0: no GPT)
 
 #include <algorithm>
 #include <chrono>
@@ -39,6 +46,8 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
+#include "engine/data/token_sequence.h"
+#include "engine/nn/gpt.h"
 #include "engine/train/trainer.h"
 
 ABSL_FLAG(std::vector<std::string>, hidden, std::vector<std::string>({"4096", "8192"}),
@@ -48,6 +57,12 @@ ABSL_FLAG(int64_t, steps, 10, "Timed steps per mode per round");
 ABSL_FLAG(int64_t, rounds, 5, "Interleaved rounds (the median is reported)");
 ABSL_FLAG(int64_t, gemm, 8192, "Size of the square bf16 GEMM");
 ABSL_FLAG(double, peak_tflops, 989, "Nominal dense bf16 peak, for the %peak column");
+ABSL_FLAG(int64_t, gpt_layers, 12, "GPT layers (0: skip the GPT step)");
+ABSL_FLAG(int64_t, gpt_embd, 768, "GPT width");
+ABSL_FLAG(int64_t, gpt_heads, 12, "GPT heads");
+ABSL_FLAG(int64_t, gpt_block, 1024, "GPT context");
+ABSL_FLAG(int64_t, gpt_vocab, 50257, "GPT vocabulary");
+ABSL_FLAG(int64_t, gpt_batch, 8, "GPT sequences per step");
 
 namespace ampd::bench {
 namespace {
@@ -66,6 +81,8 @@ struct Options {
   int64_t rounds = 5;
   int64_t gemm = 8192;
   double peak_tflops = 989;  // H100/H200 SXM dense bf16, NVIDIA's datasheet
+  engine::nn::GptSpec gpt;   // n_layer 0: skipped
+  int64_t gpt_batch = 8;
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -140,6 +157,59 @@ engine::train::TrainerConfig Config(const std::string& precision, int64_t hidden
   c.training.seed = 1;
   c.device = engine::Device::kCuda;
   return c;
+}
+
+// GPT-2's training step on the GPU in bf16-mixed; random tokens (the step
+// costs the same whatever they are).
+int BenchGpt(const Options& o) {
+  const engine::nn::GptSpec& g = o.gpt;
+  std::vector<uint32_t> ids(static_cast<size_t>(g.block_size + 1) * o.gpt_batch * 16);
+  uint64_t x = 88172645463325252ull;
+  for (uint32_t& id : ids) {  // xorshift: no dependence on <random>'s distributions
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    id = static_cast<uint32_t>(x % static_cast<uint64_t>(g.vocab_size));
+  }
+  const engine::data::TokenSequence tokens = engine::data::TokenSequence::FromU32(ids, "random");
+  engine::train::TokenData data;
+  data.train = {&tokens};
+  engine::train::TrainerConfig c;
+  c.model = g;
+  c.precision = *engine::amp::ResolvePrecision("bf16-mixed");
+  c.optimizer.lr = 6e-4;
+  c.optimizer.weight_decay = 0.1;
+  c.training.steps = 1 << 30;
+  c.training.batch_size = o.gpt_batch;
+  c.training.clip_norm = 1.0;
+  c.device = engine::Device::kCuda;
+  absl::StatusOr<std::unique_ptr<engine::train::Trainer>> t =
+      engine::train::Trainer::Create(c, data);
+  if (!t.ok()) {
+    std::fprintf(stderr, "gpu_bench: gpt: %s\n", std::string(t.status().message()).c_str());
+    return 1;
+  }
+  for (int i = 0; i < 2; ++i) (*t)->RunStep();  // warm-up: plans, allocator
+  std::vector<double> per_step;
+  for (int64_t r = 0; r < o.rounds; ++r) {
+    const auto t0 = Clock::now();
+    for (int64_t s = 0; s < o.steps; ++s) (*t)->RunStep();
+    per_step.push_back(Seconds(t0, Clock::now()) / o.steps);
+  }
+  const double step = Median(per_step);
+  const double tokens_per_s = static_cast<double>(o.gpt_batch * g.block_size) / step;
+  const double mfu = tokens_per_s * engine::nn::GptFlopsPerToken(g) / (o.peak_tflops * 1e12);
+  std::printf(
+      "\ngpt_step: %lld layers x %lld, %lld heads, block %lld, vocab %lld (%lld parameters), "
+      "batch %lld, bf16-mixed, AdamW: %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %.0f TFLOP/s "
+      "(target >= 45%%)\n",
+      (long long)g.n_layer, (long long)g.n_embd, (long long)g.n_head, (long long)g.block_size,
+      (long long)g.vocab_size, (long long)engine::nn::GptParameterCount(g), (long long)o.gpt_batch,
+      step * 1e3, tokens_per_s, 100 * mfu, o.peak_tflops);
+  std::printf("RESULT gpt layers=%lld embd=%lld block=%lld batch=%lld tokens_per_s=%.1f mfu=%.4f\n",
+              (long long)g.n_layer, (long long)g.n_embd, (long long)g.block_size,
+              (long long)o.gpt_batch, tokens_per_s, mfu);
+  return 0;
 }
 
 }  // namespace
@@ -222,6 +292,13 @@ int RunBenchmarks(const Options& o) {
     std::printf("hidden %lld: bf16-mixed / 32-true = %.2fx (target >= 3x)\n", (long long)h,
                 bf16 / fp32_rate);
   }
+  if (o.gpt.n_layer > 0) {
+    if (int rc = BenchGpt(o); rc != 0) return rc;
+    if (absl::Status health = (*gpu)->Health(); !health.ok()) {
+      std::fprintf(stderr, "gpu_bench: %s\n", health.ToString().c_str());
+      return 1;
+    }
+  }
   const engine::cuda::AllocatorStats st = engine::cuda::CudaMemoryStats();
   std::printf(
       "\ndevice allocator: peak in use %.1f MiB, cached %.1f MiB, %lld cudaMalloc calls, "
@@ -250,6 +327,19 @@ int main(int argc, char** argv) {
   o.rounds = absl::GetFlag(FLAGS_rounds);
   o.gemm = absl::GetFlag(FLAGS_gemm);
   o.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);
+  o.gpt.n_layer = absl::GetFlag(FLAGS_gpt_layers);
+  o.gpt.n_embd = absl::GetFlag(FLAGS_gpt_embd);
+  o.gpt.n_head = absl::GetFlag(FLAGS_gpt_heads);
+  o.gpt.block_size = absl::GetFlag(FLAGS_gpt_block);
+  o.gpt.vocab_size = absl::GetFlag(FLAGS_gpt_vocab);
+  o.gpt_batch = absl::GetFlag(FLAGS_gpt_batch);
+  if (o.gpt.n_layer > 0) {
+    if (absl::Status s = ampd::engine::nn::ValidateGpt(o.gpt); !s.ok() || o.gpt_batch <= 0) {
+      std::fprintf(stderr, "gpu_bench: bad GPT flags: %s\n",
+                   s.ok() ? "--gpt_batch must be positive" : std::string(s.message()).c_str());
+      return 2;
+    }
+  }
   if (!ok || o.hidden.empty() || o.batch <= 0 || o.steps <= 0 || o.rounds <= 0 || o.gemm <= 0 ||
       o.peak_tflops <= 0) {
     std::fprintf(stderr, "gpu_bench: every flag must be positive (--helpfull lists them)\n");

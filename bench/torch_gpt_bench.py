@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""PyTorch eager on bench/gpt_bench.cc's GPT step, for the ratio (CPU).
+"""PyTorch eager on bench/gpt_bench.cc's GPT step, for the ratio (CPU), and
+on gpu_bench's GPT-2 124M step (--device=cuda, run by tools/gpu_bundle).
 
 nanoGPT's model (pre-LayerNorm blocks, F.scaled_dot_product_attention with
 is_causal=True, GELU tanh, tied LM head) at the same size, batch and sequence
 length, AdamW, cross entropy; 32-true in f32, bf16-mixed under
-torch.autocast("cpu", dtype=torch.bfloat16) over f32 weights. Prints
-"RESULT torch_gpt step_ms=...", or a SKIPPED line when torch is missing
-(exit 0 either way).
+torch.autocast(device, dtype=torch.bfloat16) over f32 weights. Prints
+"RESULT torch_gpt step_ms=... tokens_per_s=...", or a SKIPPED line when torch
+(or its CUDA) is missing (exit 0 either way).
 """
 
 import argparse
@@ -25,6 +26,7 @@ def main():
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = p.parse_args()
     try:
         import torch
@@ -32,6 +34,9 @@ def main():
         import torch.nn.functional as F
     except ImportError:
         print("SKIPPED torch_gpt_bench: PyTorch is not importable here")
+        return 0
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("SKIPPED torch_gpt_bench: torch.cuda is not available")
         return 0
 
     class Block(nn.Module):
@@ -62,7 +67,7 @@ def main():
             self.ln_f = nn.LayerNorm(a.embd)
 
         def forward(self, idx, targets):
-            pos = torch.arange(idx.shape[1])
+            pos = torch.arange(idx.shape[1], device=idx.device)
             x = self.wte(idx) + self.wpe(pos)
             for block in self.h:
                 x = block(x)
@@ -70,14 +75,14 @@ def main():
             return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
     torch.manual_seed(0)
-    model = Gpt()
+    model = Gpt().to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(1)
-    data = torch.randint(0, a.vocab, (a.batch, a.block + 1), generator=gen)
+    data = torch.randint(0, a.vocab, (a.batch, a.block + 1), generator=gen).to(a.device)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16-mixed"):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16-mixed"):
             loss = model(data[:, :-1], data[:, 1:])
         loss.backward()
         opt.step()
@@ -91,7 +96,9 @@ def main():
         step()
         times.append(time.perf_counter() - t0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}")
-    print(f"RESULT torch_gpt step_ms={1e3 * statistics.median(times):.2f}")
+    step_s = statistics.median(times)
+    print(f"RESULT torch_gpt step_ms={1e3 * step_s:.2f} "
+          f"tokens_per_s={a.batch * a.block / step_s:.1f}")
     return 0
 
 

@@ -49,6 +49,18 @@ def main():
                 target = " (target >= 1.1x: " + ("meets" if x >= 1.1 else "MISSES") + ")" \
                     if mode == "bf16-mixed" else ""
                 print(f"hidden {hidden} {mode}: ampd / PyTorch eager AMP = {x:.2f}x{target}")
+    torch_gpt = [float(r["tokens_per_s"]) for k, r in theirs if k == "torch_gpt" and "tokens_per_s" in r]
+    for kind, r in ours:
+        if kind != "gpt":
+            continue
+        mfu = float(r["mfu"])
+        print(f"gpt {r['layers']}x{r['embd']} block {r['block']} bf16-mixed: "
+              f"{float(r['tokens_per_s']):.0f} tokens/s, MFU {100 * mfu:.1f}% "
+              f"({'meets' if mfu >= 0.45 else 'MISSES'} >= 45%)")
+        if torch_gpt:
+            x = float(r["tokens_per_s"]) / torch_gpt[0]
+            print(f"gpt bf16-mixed: ampd / PyTorch eager AMP = {x:.2f}x "
+                  f"({'meets' if x >= 1.1 else 'MISSES'} >= 1.1x)")
     if not torch:
         print("no PyTorch numbers (not importable): ours/theirs ratios not computed")
     return 0

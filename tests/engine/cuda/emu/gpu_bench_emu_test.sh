@@ -5,7 +5,8 @@
 # bundle's summary (tools/gpu_bundle_summary.py) reads them, with and without
 # PyTorch's numbers.
 set -euo pipefail
-out=$("$1" --hidden=64,128 --batch=32 --steps=2 --rounds=1 --gemm=256 2>&1) || {
+out=$("$1" --hidden=64,128 --batch=32 --steps=2 --rounds=1 --gemm=256 \
+  --gpt_layers=1 --gpt_embd=32 --gpt_heads=2 --gpt_block=16 --gpt_vocab=64 --gpt_batch=2 2>&1) || {
   echo "$out"
   echo "FAIL: gpu_bench exited non-zero"
   exit 1
@@ -26,6 +27,7 @@ for h in 64 128; do
   done
   expect "^hidden $h: bf16-mixed / 32-true = [0-9.]+x"
 done
+expect '^RESULT gpt layers=1 embd=32 block=16 batch=2 tokens_per_s=[0-9.]+ mfu=[0-9.]+'
 if grep -q SKIPPED <<<"$out"; then
   echo "FAIL: skipped on the emulator"
   fail=1
@@ -38,6 +40,7 @@ for h in 64 128; do
     echo "RESULT torch hidden=$h precision=$p samples_per_s=100.0 tflops=0.00" >>"$torch"
   done
 done
+echo "RESULT torch_gpt step_ms=10.0 tokens_per_s=3.2" >>"$torch"
 summary=$(python3 "$2" "$log" "$torch")
 echo "$summary"
 for h in 64 128; do
@@ -46,6 +49,10 @@ for h in 64 128; do
   grep -qE "^hidden $h bf16-mixed: ampd / PyTorch eager AMP = [0-9.]+x \(target >= 1.1x" \
     <<<"$summary" || { echo "FAIL: summary lacks the PyTorch ratio for hidden $h"; fail=1; }
 done
+grep -qE "^gpt 1x32 block 16 bf16-mixed: [0-9]+ tokens/s, MFU [0-9.]+% \((meets|MISSES) >= 45%\)" \
+  <<<"$summary" || { echo "FAIL: summary lacks the GPT MFU line"; fail=1; }
+grep -qE "^gpt bf16-mixed: ampd / PyTorch eager AMP = [0-9.]+x \((meets|MISSES) >= 1.1x\)" \
+  <<<"$summary" || { echo "FAIL: summary lacks the GPT ratio"; fail=1; }
 python3 "$2" "$log" /nonexistent | grep -q "no PyTorch numbers" ||
   { echo "FAIL: summary without PyTorch"; fail=1; }
 exit $fail
