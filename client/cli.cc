@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/status/statusor.h"
+#include "engine/runner/spec_json.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
@@ -147,6 +149,17 @@ bool ReadJsonFile(const std::string& path, google::protobuf::Message* message, s
   }
   std::stringstream ss;
   ss << in.rdbuf();
+  if (auto* spec = dynamic_cast<ampd::v1::JobSpec*>(message)) {
+    // Job specs accept the aliases of spec files (engine/runner/spec_json.h).
+    absl::StatusOr<ampd::v1::JobSpec> parsed =
+        ampd::engine::runner::ParseJobSpecJson(ss.str(), path);
+    if (!parsed.ok()) {
+      *error = std::string(parsed.status().message());
+      return false;
+    }
+    *spec = *std::move(parsed);
+    return true;
+  }
   auto status = google::protobuf::util::JsonStringToMessage(ss.str(), message);
   if (!status.ok()) {
     *error = path + ": not a valid " + message->GetDescriptor()->full_name() + ": " +

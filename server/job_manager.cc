@@ -602,9 +602,10 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     request.outputs.before_checkpoint = [this] { persister_->Flush(); };
   }
   hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec.data(), owner); };
-  hooks.started = [this, &job](int64_t total_steps) {
+  hooks.started = [this, &job](int64_t total_steps, int64_t optimizer_state_bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     job->job.mutable_progress()->set_total_steps(total_steps);
+    job->job.set_optimizer_state_bytes(optimizer_state_bytes);
   };
   hooks.event = [this, &job](v1::MetricsEvent e) {
     {

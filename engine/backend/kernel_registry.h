@@ -128,15 +128,31 @@ bool Registered(Device device) {
 
 }  // namespace kernel_registry_internal
 
+namespace kernel_registry_internal {
+template <typename K, typename = void>
+struct HasOps : std::false_type {};
+template <typename K>
+struct HasOps<K, std::void_t<decltype(K::kOps)>> : std::true_type {};
+}  // namespace kernel_registry_internal
+
+// Whether `device` has kernel K: for kernels no op lists (an optimizer's
+// step), which the trainer checks by name (CheckKernels).
+template <typename K>
+bool KernelRegistered(Device device) {
+  return kernel_registry_internal::Registered<K>(device);
+}
+
 template <typename K>
 bool RegisterKernel(Device device, typename K::Fn fn) {
   KernelSlot<K>(device) = fn;
   if (device == Device::kCpu) {
     // The CPU has every kernel (it is the reference): its registrations say
-    // which kernels each op needs.
-    for (OpId op : K::kOps) {
-      kernel_registry_internal::RecordRequirement(op, K::kName,
-                                                  &kernel_registry_internal::Registered<K>);
+    // which kernels each op needs. (An optimizer step's kernel has no kOps.)
+    if constexpr (kernel_registry_internal::HasOps<K>::value) {
+      for (OpId op : K::kOps) {
+        kernel_registry_internal::RecordRequirement(op, K::kName,
+                                                    &kernel_registry_internal::Registered<K>);
+      }
     }
     kernel_registry_internal::CpuKernelMirrors().push_back(
         &kernel_registry_internal::InstallMirror<K>);

@@ -16,6 +16,8 @@ std::string_view DTypeName(DType dtype) {
       return "bf16";
     case DType::kF64:
       return "f64";
+    case DType::kU8:
+      return "u8";
   }
   // Only reachable through a cast from an out-of-range integer; a visible
   // name makes such a bug show up in logs instead of crashing.
@@ -27,6 +29,7 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "f16" || name == "float16") return DType::kF16;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "f64" || name == "float64") return DType::kF64;
+  if (name == "u8" || name == "uint8") return DType::kU8;
   // Debian's abseil has its own string_view type (ABSL_OPTION_USE_STD_STRING_VIEW
   // is 0), so StrCat does not take std::string_view; plain std::string does.
   std::string message = "unknown dtype \"";
@@ -44,6 +47,8 @@ size_t DTypeSize(DType dtype) {
       return 2;
     case DType::kF64:
       return 8;
+    case DType::kU8:
+      return 1;
   }
   return 0;
 }

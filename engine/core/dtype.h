@@ -10,9 +10,13 @@ namespace ampd::engine::core {
 
 // Element types. f64 exists for reference computations and gradient checks;
 // autocast never touches it (as in torch.autocast).
-enum class DType { kF32, kF16, kBF16, kF64 };
+// kU8 is a storage type (blockwise-quantized optimizer states, safetensors
+// "U8"): tensors of it are created, copied, moved and checkpointed, and their
+// values convert to and from float as the integers 0..255; no op computes
+// in it.
+enum class DType { kF32, kF16, kBF16, kF64, kU8 };
 
-std::string_view DTypeName(DType dtype);  // "f32", "f16", "bf16", "f64"
+std::string_view DTypeName(DType dtype);  // "f32", "f16", "bf16", "f64", "u8"
 // Accepts the names above plus "float32", "float16", "bfloat16", "float64".
 absl::StatusOr<DType> ParseDType(std::string_view name);
 size_t DTypeSize(DType dtype);

@@ -12,6 +12,10 @@
 namespace ampd::engine::core {
 namespace {
 
+uint8_t ToU8(float v) {  // u8 storage: the nearest of 0..255
+  return static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, std::nearbyint(v))));
+}
+
 int64_t Numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -33,6 +37,9 @@ void StoreFloats(const float* src, const Tensor& dst) {
     case DType::kF64:
       for (int64_t i = 0; i < n; ++i) dst.data<double>()[i] = src[i];
       break;
+    case DType::kU8:
+      for (int64_t i = 0; i < n; ++i) dst.data<uint8_t>()[i] = ToU8(src[i]);
+      break;
   }
 }
 
@@ -49,6 +56,9 @@ void StoreFloatRange(const float* src, const Tensor& dst, int64_t begin, int64_t
       break;
     case DType::kF64:
       for (int64_t i = 0; i < len; ++i) dst.data<double>()[begin + i] = src[i];
+      break;
+    case DType::kU8:
+      for (int64_t i = 0; i < len; ++i) dst.data<uint8_t>()[begin + i] = ToU8(src[i]);
       break;
   }
 }
@@ -75,6 +85,9 @@ void LoadFloatsTo(const Tensor& src, F&& fn) {
       case DType::kF64:
         for (int64_t i = 0; i < len; ++i)
           buf[i] = static_cast<float>(src.data<double>()[begin + i]);
+        break;
+      case DType::kU8:
+        for (int64_t i = 0; i < len; ++i) buf[i] = src.data<uint8_t>()[begin + i];
         break;
     }
     fn(begin, len, static_cast<const float*>(buf));
@@ -144,6 +157,9 @@ Tensor Tensor::Full(const std::vector<int64_t>& shape, DType dtype, double value
       break;
     case DType::kBF16:
       std::fill_n(t.data<uint16_t>(), n, F32ToBF16Bits(static_cast<float>(value)));
+      break;
+    case DType::kU8:
+      std::fill_n(t.data<uint8_t>(), n, ToU8(static_cast<float>(value)));
       break;
   }
   return t;
@@ -218,6 +234,9 @@ std::vector<float> Tensor::ToFloats() const {
     case DType::kF64:
       for (int64_t i = 0; i < numel(); ++i) out[i] = static_cast<float>(data<double>()[i]);
       break;
+    case DType::kU8:
+      for (int64_t i = 0; i < numel(); ++i) out[i] = data<uint8_t>()[i];
+      break;
   }
   return out;
 }
@@ -231,6 +250,7 @@ std::vector<double> Tensor::ToDoubles() const {
       return std::vector<double>(data<float>(), data<float>() + numel());
     case DType::kF16:
     case DType::kBF16:
+    case DType::kU8:
       break;
   }
   std::vector<double> out(numel());
@@ -313,6 +333,9 @@ void Tensor::CopyFrom(const Tensor& src) const {
         for (int64_t i = 0; i < numel(); ++i) {
           data<float>()[i] = static_cast<float>(src.data<double>()[i]);
         }
+        break;
+      case DType::kU8:
+        for (int64_t i = 0; i < numel(); ++i) data<float>()[i] = src.data<uint8_t>()[i];
         break;
       case DType::kF32:
         break;

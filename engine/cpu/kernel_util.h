@@ -128,6 +128,9 @@ inline const float* LoadBlock(const Tensor& t, int64_t begin, int64_t len, float
     case DType::kF64:
       for (int64_t i = 0; i < len; ++i) buf[i] = static_cast<float>(t.data<double>()[begin + i]);
       break;
+    case DType::kU8:  // storage only: never an op's input (see core/dtype.h)
+      for (int64_t i = 0; i < len; ++i) buf[i] = t.data<uint8_t>()[begin + i];
+      break;
   }
   return buf;
 }
@@ -155,6 +158,12 @@ inline void StoreBlock(const float* src, const Tensor& t, int64_t begin, int64_t
       break;
     case DType::kF64:
       for (int64_t i = 0; i < len; ++i) t.data<double>()[begin + i] = src[i];
+      break;
+    case DType::kU8:  // storage only
+      for (int64_t i = 0; i < len; ++i) {
+        t.data<uint8_t>()[begin + i] =
+            static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, std::nearbyint(src[i]))));
+      }
       break;
   }
 }

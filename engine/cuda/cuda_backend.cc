@@ -126,6 +126,9 @@ std::vector<double> CudaBackend::ReadScalars(const std::vector<Tensor>& scalars)
         std::memcpy(&h, p, 2);
         out[i] = engine::core::BF16BitsToF32(h);
         break;
+      case DType::kU8:
+        out[i] = static_cast<unsigned char>(*p);
+        break;
     }
   }
   return out;

@@ -445,17 +445,19 @@ class HeaderParser {
       entry.dtype = DType::kBF16;
     } else if (dtype_name == "F64") {
       entry.dtype = DType::kF64;
+    } else if (dtype_name == "U8") {
+      entry.dtype = DType::kU8;
     } else {
       static const char* const kOtherKnown[] = {
-          "BOOL", "U8",      "I8",      "I16",     "U16",     "I32",     "U32", "I64",
-          "U64",  "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
+          "BOOL",    "I8",      "I16",     "U16",     "I32",     "U32", "I64", "U64",
+          "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
       const bool known = std::find(std::begin(kOtherKnown), std::end(kOtherKnown), dtype_name) !=
                          std::end(kOtherKnown);
       std::string shown;
       AppendJsonString(dtype_name, &shown);
       error_ = Corrupt(source_, Offset(dtype_pos),
                        absl::StrCat(where, ": ", known ? "unsupported" : "unknown", " dtype ",
-                                    shown, " (supported: F32, F16, BF16, F64)"));
+                                    shown, " (supported: F32, F16, BF16, F64, U8)"));
       if (known) error_ = absl::UnimplementedError(error_.message());
       return false;
     }
@@ -660,6 +662,8 @@ const char* SafetensorsDTypeName(DType dtype) {
       return "BF16";
     case DType::kF64:
       return "F64";
+    case DType::kU8:
+      return "U8";
   }
   return "INVALID";
 }

@@ -6,14 +6,22 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/cast.h"
+#include "engine/backend/kernels/optimizer8bit.h"
+#include "engine/backend/quant_map.h"
 #include "engine/core/error_subject.h"
 
 namespace ampd::engine::optim {
 
+using backend::AdamW8bitStepKernel;
 using backend::Backend;
 using backend::BackendOf;
 using backend::CastKernel;
+using backend::DynamicMap;
 using backend::Kernel;
+using backend::NearestCode;
+using backend::QuantBlocks;
+using backend::Sgd8bitStepKernel;
+using backend::UnsignedDynamicMap;
 using core::FieldError;
 using core::ShapeString;
 using nn::Parameter;
@@ -31,7 +39,26 @@ absl::Status ValidateOptimizerSpec(const OptimizerSpec& s) {
   if (!(s.beta1 >= 0 && s.beta1 < 1)) return bad("beta1", s.beta1, "must be in [0, 1)");
   if (!(s.beta2 >= 0 && s.beta2 < 1)) return bad("beta2", s.beta2, "must be in [0, 1)");
   if (!(s.eps > 0)) return bad("eps", s.eps, "must be > 0");
+  if (s.state_bits != 8 && s.state_bits != 32) {
+    return FieldError(s.kind == OptimizerSpec::Kind::kSgd ? "optimizer.sgd.state_bits"
+                                                          : "optimizer.adamw.state_bits",
+                      absl::StrCat("must be 32 or 8, got ", s.state_bits));
+  }
+  if (s.min_8bit_size < 0) {
+    return FieldError("optimizer.min_8bit_size",
+                      absl::StrCat("must be >= 0, got ", s.min_8bit_size));
+  }
   return absl::OkStatus();
+}
+
+bool UsesEightBitStates(const OptimizerSpec& spec, int64_t numel, const std::string& layer) {
+  if (spec.state_bits != 8 || numel < spec.min_8bit_size) return false;
+  if (spec.kind == OptimizerSpec::Kind::kSgd && spec.momentum == 0) return false;  // no state
+  return spec.fp32_state_layers.count(layer) == 0;
+}
+
+int64_t StateBytes(const OptimizerSpec& spec, int64_t numel, const std::string& layer) {
+  return UsesEightBitStates(spec, numel, layer) ? numel + 4 * QuantBlocks(numel) : 4 * numel;
 }
 
 double ScheduledLearningRate(const ScheduleSpec& schedule, double base_lr, int64_t step,
@@ -80,11 +107,58 @@ Optimizer::Optimizer(const OptimizerSpec& spec, std::vector<Parameter>* params, 
     weights_.push_back(
         master_ && v.dtype() != DType::kF32 ? Tensor::Zeros(v.shape(), DType::kF32, dev) : v);
     if (weights_.back().impl() != v.impl()) weights_.back().CopyFrom(v);
+    const bool adamw = spec.kind == OptimizerSpec::Kind::kAdamW;
+    if (UsesEightBitStates(spec, v.numel(), p.layer)) {
+      // Zero states: every code is the map's 0 (absmax 0 makes them 0 anyway).
+      const int64_t n = v.numel();
+      codes1_.push_back(Tensor::Full({n}, DType::kU8, NearestCode(DynamicMap(), 0.0f)).To(dev));
+      absmax1_.push_back(Tensor::Zeros({QuantBlocks(n)}, DType::kF32, dev));
+      codes2_.push_back(
+          adamw ? Tensor::Full({n}, DType::kU8, NearestCode(UnsignedDynamicMap(), 0.0f)).To(dev)
+                : Tensor());
+      absmax2_.push_back(adamw ? Tensor::Zeros({QuantBlocks(n)}, DType::kF32, dev) : Tensor());
+      buf1_.emplace_back();
+      buf2_.emplace_back();
+      continue;
+    }
+    codes1_.emplace_back();
+    absmax1_.emplace_back();
+    codes2_.emplace_back();
+    absmax2_.emplace_back();
     buf1_.push_back(Tensor::Zeros(v.shape(), DType::kF32, dev));
-    buf2_.push_back(spec.kind == OptimizerSpec::Kind::kAdamW
-                        ? Tensor::Zeros(v.shape(), DType::kF32, dev)
-                        : Tensor());
+    buf2_.push_back(adamw ? Tensor::Zeros(v.shape(), DType::kF32, dev) : Tensor());
   }
+  if (has_8bit_states()) {
+    // The maps' identity goes into checkpoints with the values themselves.
+    auto map_tensor = [](const std::array<float, 256>& map) {
+      return Tensor::FromVector(std::vector<float>(map.begin(), map.end()), {256}, DType::kF32);
+    };
+    quant_maps_.emplace_back(std::string("quant_map/") + backend::kDynamicMapName,
+                             map_tensor(DynamicMap()));
+    if (spec.kind == OptimizerSpec::Kind::kAdamW) {
+      quant_maps_.emplace_back(std::string("quant_map/") + backend::kUnsignedDynamicMapName,
+                               map_tensor(UnsignedDynamicMap()));
+    }
+  }
+}
+
+bool Optimizer::has_8bit_states() const {
+  for (const Tensor& c : codes1_) {
+    if (c.defined()) return true;
+  }
+  return false;
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const auto* v : {&buf1_, &buf2_, &codes1_, &absmax1_, &codes2_, &absmax2_}) {
+    for (const Tensor& t : *v) {
+      if (t.defined()) n += t.nbytes();
+    }
+  }
+  // SGD without momentum keeps no state (buf1_ exists but is never read).
+  if (spec_.kind == OptimizerSpec::Kind::kSgd && spec_.momentum == 0) n = 0;
+  return n;
 }
 
 std::vector<Tensor> Optimizer::CollectGradients() {
@@ -110,14 +184,25 @@ void Optimizer::Step(double lr) {
   for (size_t i = 0; i < weights_.size(); ++i) {
     if (i >= grads_.size() || !grads_[i].defined()) continue;
     Backend& be = BackendOf(weights_[i]);
+    const Device dev = weights_[i].device();
     if (spec_.kind == OptimizerSpec::Kind::kSgd) {
       Backend::SgdHyper h = SgdHyperFor(spec_, lr);
       if (!(*params_)[i].weight_decay) h.weight_decay = 0;
-      be.SgdStep(weights_[i], grads_[i], buf1_[i], h, steps_ == 1);
+      if (codes1_[i].defined()) {
+        Kernel<Sgd8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i], h,
+                                       steps_ == 1);
+      } else {
+        be.SgdStep(weights_[i], grads_[i], buf1_[i], h, steps_ == 1);
+      }
     } else {
       Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
       if (!(*params_)[i].weight_decay) h.weight_decay = 0;
-      be.AdamWStep(weights_[i], grads_[i], buf1_[i], buf2_[i], h);
+      if (codes1_[i].defined()) {
+        Kernel<AdamW8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i],
+                                         codes2_[i], absmax2_[i], h);
+      } else {
+        be.AdamWStep(weights_[i], grads_[i], buf1_[i], buf2_[i], h);
+      }
     }
     const Tensor& model_copy = (*params_)[i].value;
     if (model_copy.impl() != weights_[i].impl()) model_copy.CopyFrom(weights_[i]);
@@ -160,13 +245,22 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::StateTensors() const {
     const std::string& name = (*params_)[i].name;
     if (weights_[i].impl() != (*params_)[i].value.impl())
       out.emplace_back("master/" + name, weights_[i]);
-    if (adamw) {
+    if (codes1_[i].defined()) {
+      const std::string first = adamw ? "exp_avg" : "momentum";
+      out.emplace_back(first + ".codes/" + name, codes1_[i]);
+      out.emplace_back(first + ".absmax/" + name, absmax1_[i]);
+      if (adamw) {
+        out.emplace_back("exp_avg_sq.codes/" + name, codes2_[i]);
+        out.emplace_back("exp_avg_sq.absmax/" + name, absmax2_[i]);
+      }
+    } else if (adamw) {
       out.emplace_back("exp_avg/" + name, buf1_[i]);
       out.emplace_back("exp_avg_sq/" + name, buf2_[i]);
     } else if (spec_.momentum != 0) {
       out.emplace_back("momentum/" + name, buf1_[i]);
     }
   }
+  for (const auto& m : quant_maps_) out.push_back(m);
   return out;
 }
 
@@ -185,7 +279,17 @@ absl::Status Optimizer::LoadState(const std::vector<std::pair<std::string, Tenso
           ShapeString(target.shape())));
     }
   }
-  for (const auto& [name, target] : StateTensors()) target.CopyFrom(by_name.at(name));
+  for (const auto& [name, map] : quant_maps_) {
+    // The codes mean these values: a checkpoint written with other maps
+    // cannot be continued with these.
+    if (by_name.at(name).ToDoubles() != map.ToDoubles()) {
+      return absl::InvalidArgumentError(absl::StrCat("optimizer state: the checkpoint's ", name,
+                                                     " differs from this build's code map"));
+    }
+  }
+  for (const auto& [name, target] : StateTensors()) {
+    if (name.rfind("quant_map/", 0) != 0) target.CopyFrom(by_name.at(name));
+  }
   // Low-precision model copies follow their (restored) masters.
   for (size_t i = 0; i < params_->size(); ++i) {
     if (weights_[i].impl() != (*params_)[i].value.impl()) (*params_)[i].value.CopyFrom(weights_[i]);

@@ -6,6 +6,7 @@
 // step), otherwise to the parameters themselves. Learning-rate schedules.
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,21 @@ struct OptimizerSpec {
   bool nesterov = false;
   // AdamW
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // 8: AdamW's moments (or SGD's momentum) as blockwise-quantized 8-bit
+  // states (bitsandbytes' method, backend/quant_map.h); 32: f32 states.
+  int state_bits = 32;
+  // With 8-bit states: tensors with fewer elements (biases, norms) keep f32
+  // states, as bitsandbytes' min_8bit_size; and so do these layers
+  // (embeddings, as StableEmbedding does).
+  int64_t min_8bit_size = 4096;
+  std::set<std::string> fp32_state_layers;
 };
+
+// Whether a parameter of `numel` elements in `layer` gets 8-bit states.
+bool UsesEightBitStates(const OptimizerSpec& spec, int64_t numel, const std::string& layer);
+// The bytes of one optimizer state of a parameter: 4 per element in f32, or
+// 1 per element plus 4 per kQuantBlock elements in 8 bits.
+int64_t StateBytes(const OptimizerSpec& spec, int64_t numel, const std::string& layer);
 
 struct ScheduleSpec {
   enum class Kind { kConstant, kWarmupCosine };
@@ -64,11 +79,17 @@ class Optimizer {
   const std::vector<Tensor>& updated_weights() const { return weights_; }
 
   // Checkpointing: every tensor of optimizer state by name ("master/NAME",
-  // "exp_avg/NAME", "exp_avg_sq/NAME", "momentum/NAME"), and the step count.
-  // Load copies values in; names, shapes and dtypes must match.
+  // "exp_avg/NAME", "exp_avg_sq/NAME", "momentum/NAME"; 8-bit states as
+  // "exp_avg.codes/NAME" (u8) and "exp_avg.absmax/NAME" (f32), with the code
+  // maps themselves as "quant_map/<name>"), and the step count. Load copies
+  // values in; names, shapes and dtypes must match, and so must the maps.
   std::vector<std::pair<std::string, Tensor>> StateTensors() const;
   absl::Status LoadState(const std::vector<std::pair<std::string, Tensor>>& tensors,
                          int64_t steps_taken);
+  // The bytes of optimizer state allocated (moments / momentum; not master
+  // weights): what 8-bit states save.
+  int64_t state_bytes() const;
+  bool has_8bit_states() const;
 
  private:
   OptimizerSpec spec_;
@@ -77,7 +98,10 @@ class Optimizer {
   std::vector<Tensor> weights_;  // master f32 copies, or aliases of the params
   std::vector<Tensor> grads_;
   std::vector<Tensor> buf1_, buf2_;  // momentum, or AdamW's exp_avg / exp_avg_sq
-  Tensor device_step_;               // StepFused: applied steps, on the device
+  // 8-bit states instead of buf1_/buf2_ (undefined for f32 states).
+  std::vector<Tensor> codes1_, absmax1_, codes2_, absmax2_;
+  std::vector<std::pair<std::string, Tensor>> quant_maps_;  // when any is 8-bit
+  Tensor device_step_;  // StepFused: applied steps, on the device
   int64_t steps_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -207,19 +208,6 @@ absl::Status ViolationsToStatus(const std::vector<FieldViolation>& violations) {
   return SubjectsError(absl::StatusCode::kInvalidArgument, subjects);
 }
 
-absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json,
-                                             const std::string& source_name) {
-  v1::JobSpec spec;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  auto status = google::protobuf::util::JsonStringToMessage(json, &spec, options);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source_name, ": not a valid ampd.v1.JobSpec: ", std::string(status.message())));
-  }
-  return spec;
-}
-
 absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open job spec file"));
@@ -420,6 +408,20 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
     Violate(&v, "optimizer.lr", absl::StrCat("must be a finite number > 0, got ", o.lr()));
   if (o.weight_decay() < 0)
     Violate(&v, "optimizer.weight_decay", absl::StrCat("must be >= 0, got ", o.weight_decay()));
+  auto state_bits = [&](const char* field, int32_t bits) {
+    if (bits != 0 && bits != 8 && bits != 32) {
+      Violate(&v, field, absl::StrCat("must be 32 or 8 (0: 32), got ", bits));
+    }
+  };
+  state_bits("optimizer.adamw.state_bits", o.adamw().state_bits());
+  state_bits("optimizer.sgd.state_bits", o.sgd().state_bits());
+  if (o.has_min_8bit_size() && o.min_8bit_size() < 0) {
+    Violate(&v, "optimizer.min_8bit_size", absl::StrCat("must be >= 0, got ", o.min_8bit_size()));
+  }
+  if (o.has_sgd() && o.sgd().state_bits() == 8 && o.sgd().momentum() == 0) {
+    Violate(&v, "optimizer.sgd.state_bits",
+            "8-bit states need momentum > 0 (SGD has no other state)");
+  }
   if (o.has_sgd()) {
     if (!(o.sgd().momentum() >= 0 && o.sgd().momentum() < 1))
       Violate(&v, "optimizer.sgd.momentum",
@@ -530,11 +532,15 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   const v1::OptimizerSpec& o = spec.optimizer();
   c.optimizer.lr = o.has_lr() ? o.lr() : 1e-3;
   c.optimizer.weight_decay = o.weight_decay();
+  if (o.has_min_8bit_size()) c.optimizer.min_8bit_size = o.min_8bit_size();
+  c.optimizer.fp32_state_layers.insert(o.fp32_state_layers().begin(), o.fp32_state_layers().end());
   if (o.has_sgd()) {
     c.optimizer.kind = OptimizerSpec::Kind::kSgd;
     c.optimizer.momentum = o.sgd().momentum();
     c.optimizer.nesterov = o.sgd().nesterov();
+    if (o.sgd().state_bits() == 8) c.optimizer.state_bits = 8;
   } else {
+    if (o.adamw().state_bits() == 8) c.optimizer.state_bits = 8;
     c.optimizer.kind = OptimizerSpec::Kind::kAdamW;
     if (o.adamw().has_beta1()) c.optimizer.beta1 = o.adamw().beta1();
     if (o.adamw().has_beta2()) c.optimizer.beta2 = o.adamw().beta2();
@@ -555,6 +561,17 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   c.training.clip_norm = t.clip_norm();
   job.device = spec.device() == v1::DEVICE_CUDA ? Device::kCuda : Device::kCpu;
   job.config.device = job.device;
+  // fp32_state_layers must name layers of this model (a typo would silently
+  // leave a layer in 8 bits).
+  std::set<std::string> layers;
+  for (const nn::ParameterShape& p : nn::DescribeModel(c.model).parameters) layers.insert(p.layer);
+  for (int i = 0; i < o.fp32_state_layers_size(); ++i) {
+    if (!layers.count(o.fp32_state_layers(i))) {
+      Violate(&violations, absl::StrCat("optimizer.fp32_state_layers[", i, "]"),
+              absl::StrCat("\"", o.fp32_state_layers(i), "\" is not a layer of this model"));
+    }
+  }
+  if (!violations.empty()) return ViolationsToStatus(violations);
   return job;
 }
 

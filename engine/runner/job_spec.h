@@ -16,6 +16,7 @@
 #include "engine/core/tensor.h"
 #include "engine/data/dataset.h"
 #include "engine/data/text_tokens.h"
+#include "engine/runner/spec_json.h"
 #include "engine/data/token_sequence.h"
 #include "engine/train/trainer.h"
 
@@ -41,9 +42,7 @@ struct JobSpecContext {
 // INVALID_ARGUMENT listing every violation ("a: why; b: why").
 absl::Status ViolationsToStatus(const std::vector<FieldViolation>& violations);
 
-// Parses proto3 JSON; errors name the file and what protobuf's parser said.
-absl::StatusOr<ampd::v1::JobSpec> ParseJobSpecJson(const std::string& json,
-                                                   const std::string& source_name);
+// ParseJobSpecJson (spec_json.h), on a file.
 absl::StatusOr<ampd::v1::JobSpec> ReadJobSpecFile(const std::string& path);
 
 // A precision config from its proto form (base mode + overrides).

@@ -40,10 +40,12 @@ MemoryEstimate EstimateMemory(const ModelSpec& model_spec, const PrecisionConfig
       m.master_weights_bytes += n * 4;
       m.gradients_bytes += n * 4;
     }
+    // AdamW's two moments or SGD's momentum, each f32 or 8-bit blockwise.
+    const int64_t state = optim::StateBytes(optimizer, n, p.layer);
     if (optimizer.kind == OptimizerSpec::Kind::kAdamW) {
-      m.optimizer_state_bytes += 2 * n * 4;
+      m.optimizer_state_bytes += 2 * state;
     } else if (optimizer.momentum != 0) {
-      m.optimizer_state_bytes += n * 4;
+      m.optimizer_state_bytes += state;
     }
   }
   const DType act = precision.autocast ? precision.autocast_dtype : precision.param_dtype;
@@ -105,6 +107,16 @@ std::string DescribeOptimizer(const ModelSpec& model, const OptimizerSpec& o) {
           ? absl::StrFormat("AdamW lr %g, betas (%g, %g), eps %g", o.lr, o.beta1, o.beta2, o.eps)
           : absl::StrFormat("SGD lr %g, momentum %g%s", o.lr, o.momentum,
                             o.nesterov ? ", nesterov" : "");
+  if (o.state_bits == 8) {
+    int64_t eight = 0, f32 = 0;
+    for (const ParameterShape& p : DescribeModel(model).parameters) {
+      (optim::UsesEightBitStates(o, p.numel(), p.layer) ? eight : f32) += 1;
+    }
+    absl::StrAppendFormat(&out,
+                          ", 8-bit blockwise states on %d tensors (bitsandbytes' dynamic maps, "
+                          "blocks of 256), f32 states on %d",
+                          eight, f32);
+  }
   if (o.weight_decay == 0) return out + ", no weight decay";
   int64_t decayed_tensors = 0, decayed = 0, kept_tensors = 0, kept = 0;
   std::vector<std::string> kept_names;  // with block indices folded: h.*.ln_1.weight

@@ -128,6 +128,16 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
   // the loss scaling and the accumulation.
   if (!IsLanguageModel(config.model)) ops.push_back(OpId::kCrossEntropy);
   for (OpId op : {OpId::kMulScalar, OpId::kAdd}) ops.push_back(op);
+  if (config.optimizer.state_bits == 8 && backend.device() != Device::kCpu) {
+    // The 8-bit steps have no fused device form yet (no found_inf skip, no
+    // model copy in the same pass): refused rather than run another way.
+    return SubjectError(absl::StatusCode::kFailedPrecondition,
+                        config.optimizer.kind == optim::OptimizerSpec::Kind::kSgd
+                            ? "optimizer.sgd.state_bits"
+                            : "optimizer.adamw.state_bits",
+                        absl::StrCat("8-bit optimizer states run on the CPU only so far; the ",
+                                     backend.name(), " backend has no 8-bit step kernel"));
+  }
   for (OpId op : ops) {
     if (!backend.HasKernel(op)) {
       return SubjectError(absl::StatusCode::kFailedPrecondition, "device",
@@ -442,6 +452,7 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   }
   if (event) {
     ++skipped_total_;
+    last_skip_ = *event;
     if (callbacks) callbacks->OnSkip(*event);
   }
   FinishMetrics(start, Epoch(), loss_sum, skip, grad_norm, &m);
@@ -597,6 +608,16 @@ absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
       break;
     }
     result.last_step = Step(callbacks);
+    if (result.last_step.skipped && !scaler_.enabled() && optimizer_->has_8bit_states()) {
+      // Nothing reached the states (the step was not applied), but without a
+      // loss scaler nothing will ever make the next step finite either.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", step_, ": non-finite gradient",
+          last_skip_.first_parameter.empty() ? "" : " in " + last_skip_.first_parameter,
+          " with 8-bit optimizer states and no loss scaling; the job stops here instead of "
+          "skipping steps (lower the learning rate, clip gradients, or use a precision with "
+          "dynamic loss scaling)"));
+    }
     if (device_backend_ != nullptr) {
       if (absl::Status health = device_backend_->Health(); !health.ok()) return health;
     }

@@ -234,6 +234,7 @@ class Trainer {
   int64_t total_steps_ = 0;
   int64_t step_ = 0;
   int64_t skipped_total_ = 0;
+  amp::SkipEvent last_skip_;
 };
 
 }  // namespace ampd::engine::train

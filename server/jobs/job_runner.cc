@@ -141,7 +141,7 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
     }
     if (!created.ok()) return Failed(std::string(created.status().message()));
     engine::train::Trainer& trainer = **created;
-    if (hooks.started) hooks.started(trainer.total_steps());
+    if (hooks.started) hooks.started(trainer.total_steps(), trainer.optimizer().state_bytes());
     if (request.resume) {
       if (absl::Status s = trainer.LoadState(*request.resume); !s.ok()) {
         return Failed(absl::StrCat("cannot resume from checkpoint: ", s.message()));

@@ -57,8 +57,9 @@ struct RunHooks {
   // Re-checks the data paths just before loading (a symlink may have been
   // swapped in since the job was accepted); null: no check.
   std::function<absl::Status()> check_data;
-  // The trainer is built: the run's total steps.
-  std::function<void(int64_t total_steps)> started;
+  // The trainer is built: the run's total steps and the optimizer-state bytes
+  // it allocated.
+  std::function<void(int64_t total_steps, int64_t optimizer_state_bytes)> started;
   // Every step record, evaluation and skipped step, in order.
   std::function<void(ampd::v1::MetricsEvent)> event;
 };

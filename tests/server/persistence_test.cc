@@ -208,6 +208,18 @@ TEST(PersistenceTest, AJobRunningWhenAmpdIsKilledFinishesAfterRestartWithIdentic
   ExpectKilledRunResumesBitwise(TinyJobJson(1500, "32-true", 3), 1500);
 }
 
+// The same with 8-bit AdamW states: codes, absmax values and maps come back
+// from the checkpoint exactly.
+TEST(PersistenceTest, AJobWith8BitOptimizerStatesResumesBitwiseAfterSigkill) {
+  ExpectKilledRunResumesBitwise(R"({"model": {"mlp": {"hidden": [64]}},
+    "data": {"synthetic": {"numExamples": 512, "featureDim": 8, "numClasses": 3,
+                           "numTestExamples": 128, "seed": 7}},
+    "optimizer": {"adamw": {"stateBits": 8}, "min8bitSize": "64"},
+    "precision": {"profile": "16-mixed"},
+    "training": {"steps": "1500", "batchSize": 32, "evalInterval": 100, "seed": "5"}})",
+                                1500);
+}
+
 // The same for a GPT on the built-in corpus: the windows drawn resume from
 // the checkpoint's position, dropout masks from the step.
 TEST(PersistenceTest, AGptJobKilledMidRunFinishesAfterRestartBitwiseEqual) {

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -417,6 +418,34 @@ TEST_F(TrainingServiceTest, AGptJobStreamsTokensPerSecondMfuAndBitsPerByte) {
   }
   EXPECT_EQ(steps, 20);
   EXPECT_EQ(evals, 2);
+}
+
+// GetJob reports the optimizer state a job allocated: 8-bit AdamW states are
+// a quarter of f32 ones, plus an absmax per 256 values.
+TEST_F(TrainingServiceTest, GetJobReportsTheOptimizerStateBytesAllocated) {
+  const std::string spec = R"({"model": {"mlp": {"hidden": [512]}},
+      "data": {"synthetic": {"numExamples": 256, "featureDim": 512, "numClasses": 4}},
+      "optimizer": {"adamw": {"stateBits": BITS}},
+      "training": {"steps": "3", "batchSize": "32"}})";
+  std::map<int, int64_t> bytes;
+  for (const int bits : {32, 8}) {
+    std::string s = spec;
+    s.replace(s.find("BITS"), 4, std::to_string(bits));
+    const v1::Job job = Create(s);
+    const v1::Job done = WaitFor(job.name(), {v1::SUCCEEDED, v1::FAILED});
+    ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+    bytes[bits] = done.optimizer_state_bytes();
+    if (bits == 8) {
+      EXPECT_NE(done.optimizer().find("weight decay"), std::string::npos) << done.optimizer();
+    }
+  }
+  // fc1 512x512 and head 4x512 (< 4096: f32) weights, biases f32.
+  EXPECT_EQ(bytes[32], 2 * 4 * (512 * 512 + 512 + 4 * 512 + 4));
+  EXPECT_EQ(bytes[8], 2 * ((512 * 512 + 4 * 1024) + 4 * (512 + 4 * 512 + 4)));
+  // A CUDA job with 8-bit states is refused naming the field (no GPU here:
+  // the device itself is refused first, with its own field).
+  grpc::Status s = TryCreate(R"({"optimizer": {"adamw": {"stateBits": 4}}})");
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"spec.optimizer.adamw.state_bits"});
 }
 
 TEST_F(TrainingServiceTest, BadDataFailsTheJobWithAReasonAndTheServerGoesOn) {

@@ -102,6 +102,8 @@ double Tol(DType d) {
       return 1.6e-2;
     case DType::kF64:
       return 1e-12;
+    case DType::kU8:  // storage only: copied, never computed
+      return 0;
   }
   return 0;
 }

@@ -1,6 +1,8 @@
 #include "engine/runner/job_spec.h"
 
 #include <fstream>
+#include <set>
+#include <tuple>
 
 #include "engine/train/explain.h"
 #include "gtest/gtest.h"
@@ -175,6 +177,67 @@ TEST(JobSpecTest, ExamplesInTheRepositoryAreValid) {
   ASSERT_TRUE(cuda.ok());
   EXPECT_EQ(cuda->device, Device::kCuda);
   EXPECT_EQ(cuda->config.device, Device::kCuda);
+}
+
+TEST(JobSpecTest, EightBitOptimizerStatesAndTheirAliases) {
+  auto job =
+      ResolveJobSpec(Parse(R"({"optimizer": {"adamw": {"stateBits": 8}, "min8bitSize": "1000",
+      "fp32StateLayers": ["head"]}})"),
+                     {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->config.optimizer.state_bits, 8);
+  EXPECT_EQ(job->config.optimizer.min_8bit_size, 1000);
+  EXPECT_EQ(job->config.optimizer.fp32_state_layers, std::set<std::string>{"head"});
+  // bitsandbytes' name for it, and the others, in any case.
+  for (const auto& [alias, kind, bits] :
+       std::vector<std::tuple<std::string, OptimizerSpec::Kind, int>>{
+           {"adamw8bit", OptimizerSpec::Kind::kAdamW, 8},
+           {"AdamW8bit", OptimizerSpec::Kind::kAdamW, 8},
+           {"adamw", OptimizerSpec::Kind::kAdamW, 32},
+           {"sgd8bit", OptimizerSpec::Kind::kSgd, 8}}) {
+    auto spec = ParseJobSpecJson(
+        R"({"optimizer": ")" + alias + R"(", "training": {"seed": "18446744073709551615"}})",
+        "alias.json");
+    ASSERT_TRUE(spec.ok()) << alias << ": " << spec.status();
+    EXPECT_EQ(spec->training().seed(), 18446744073709551615ull);  // no double on the way
+    const auto& o = spec->optimizer();
+    EXPECT_EQ(o.has_sgd(), kind == OptimizerSpec::Kind::kSgd) << alias;
+    EXPECT_EQ(o.has_sgd() ? o.sgd().state_bits() : o.adamw().state_bits(), bits == 8 ? 8 : 0)
+        << alias;
+  }
+  auto unknown = ParseJobSpecJson(R"({"optimizer": "lion"})", "alias.json");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("alias.json: optimizer: unknown name \"lion\""),
+            std::string::npos)
+      << unknown.status();
+  // Each bad field by name.
+  auto v = ValidateJobSpec(
+      Parse(R"({"optimizer": {"adamw": {"stateBits": 4}, "min8bitSize": "-1"}})"), {});
+  EXPECT_EQ(Fields(v),
+            (std::vector<std::string>{"optimizer.adamw.state_bits", "optimizer.min_8bit_size"}));
+  v = ValidateJobSpec(Parse(R"({"optimizer": {"sgd": {"stateBits": 8}}})"), {});
+  EXPECT_EQ(Fields(v), std::vector<std::string>{"optimizer.sgd.state_bits"});
+  auto layers = ResolveJobSpec(
+      Parse(R"({"optimizer": {"adamw": {"stateBits": 8}, "fp32StateLayers": ["fc1", "wte"]}})"),
+      {});
+  ASSERT_FALSE(layers.ok());
+  EXPECT_NE(layers.status().message().find("optimizer.fp32_state_layers[1]"), std::string::npos)
+      << layers.status();
+  // Explain counts 8-bit states at their size: 1 byte + 4 per 256 elements.
+  MlpSpec mlp;
+  mlp.input_dim = 512;
+  mlp.hidden = {512};
+  mlp.num_classes = 16;
+  OptimizerSpec eight;
+  eight.state_bits = 8;
+  const int64_t full = train::EstimateMemory(mlp, *ResolvePrecision("32-true"), OptimizerSpec(), 8)
+                           .optimizer_state_bytes;
+  const int64_t small =
+      train::EstimateMemory(mlp, *ResolvePrecision("32-true"), eight, 8).optimizer_state_bytes;
+  // fc1.weight 512*512 and head.weight 16*512 = 8192 are 8-bit; the biases stay f32.
+  const int64_t expect = 2 * ((512 * 512 + 4 * 1024) + (16 * 512 + 4 * 32) + 4 * 512 + 4 * 16);
+  EXPECT_EQ(small, expect);
+  EXPECT_LT(small, full / 3);
 }
 
 TEST(ExplainTest, PlanAndMemoryFollowThePrecision) {

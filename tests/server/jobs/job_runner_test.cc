@@ -66,7 +66,7 @@ class JobRunnerTest : public ::testing::Test {
   RunHooks Hooks(Recorded* r, engine::train::CancellationToken* cancel = nullptr,
                  int64_t cancel_at = 0) {
     RunHooks h;
-    h.started = [r](int64_t total) { r->total = total; };
+    h.started = [r](int64_t total, int64_t) { r->total = total; };
     h.event = [r, cancel, cancel_at](v1::MetricsEvent e) {
       if (cancel && e.has_step_record() && e.step_record().step() == cancel_at) cancel->Cancel();
       r->events.push_back(std::move(e));

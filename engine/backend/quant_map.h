@@ -1,0 +1,47 @@
+#ifndef AMPD_ENGINE_BACKEND_QUANT_MAP_H_
+#define AMPD_ENGINE_BACKEND_QUANT_MAP_H_
+
+// The code maps of blockwise 8-bit optimizer states (bitsandbytes' method,
+// "8-bit Optimizers via Block-wise Quantization", Dettmers et al. 2022): a
+// state tensor is cut into blocks of kQuantBlock values; each block keeps one
+// f32 absmax and one uint8 code per value, the value being
+// map[code] * absmax. Adam's first moment (signed) uses the dynamic map, its
+// second moment (never negative) the unsigned dynamic map: bitsandbytes'
+// create_dynamic_map(signed, max_exponent_bits=7, total_bits=8). For each
+// decade i = 0..6 they hold the midpoints of linspace(0.1, 1) bins scaled by
+// 10^(i-6), 2^i per sign (signed) or 2^(i+1) (unsigned) of them, plus 0 and
+// 1: 256 sorted values. The values here are bitsandbytes' own f32 numbers (its
+// linspace rounds in f32), so codes mean the same in both; the derivation in
+// exact arithmetic agrees with them to 2 ulp (tests/engine/backend).
+
+#include <array>
+#include <cstdint>
+
+namespace ampd::engine::backend {
+
+inline constexpr int64_t kQuantBlock = 256;
+
+// The number of blocks (absmax values) of an n-value state.
+inline int64_t QuantBlocks(int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; }
+
+const std::array<float, 256>& DynamicMap();          // signed
+const std::array<float, 256>& UnsignedDynamicMap();  // unsigned
+
+// The map's identity, stored with checkpoints beside the map itself.
+inline constexpr char kDynamicMapName[] = "bnb-dynamic-signed-8bit";
+inline constexpr char kUnsignedDynamicMapName[] = "bnb-dynamic-unsigned-8bit";
+
+// Nearest code to `x` (already divided by its block's absmax, so in
+// [-1, 1]); ties go to the smaller code. Exact for every value of the map.
+uint8_t NearestCode(const std::array<float, 256>& map, float x);
+
+// Blockwise quantization of n values: absmax[b] = max |x| over block b (a
+// block of zeros gets absmax 0 and code of 0), codes[i] = NearestCode(x / absmax).
+void QuantizeBlockwise(const std::array<float, 256>& map, const float* x, int64_t n, uint8_t* codes,
+                       float* absmax);
+void DequantizeBlockwise(const std::array<float, 256>& map, const uint8_t* codes,
+                         const float* absmax, int64_t n, float* x);
+
+}  // namespace ampd::engine::backend
+
+#endif  // AMPD_ENGINE_BACKEND_QUANT_MAP_H_
