@@ -53,8 +53,10 @@ ABSL_FLAG(int64_t, batch, 256, "Batch size");
 ABSL_FLAG(std::vector<std::string>, hidden, std::vector<std::string>({"2048", "2048"}),
           "Hidden widths (784-H1-...-10)");
 ABSL_FLAG(std::vector<std::string>, precisions,
-          std::vector<std::string>({"32-true", "bf16-mixed", "16-mixed", "bf16-true", "O2"}),
-          "Precision modes (any ResolvePrecision accepts)");
+          std::vector<std::string>({"32-true", "bf16-mixed", "bf16-mixed+adamw8bit", "16-mixed",
+                                    "bf16-true", "O2"}),
+          "Precision modes (any ResolvePrecision accepts; MODE+adamw8bit: with 8-bit AdamW "
+          "states)");
 ABSL_FLAG(int64_t, gemm_ms, 50, "Minimum length of one timed batch of GEMM calls (ms)");
 ABSL_FLAG(bool, no_mlp, false, "Skip the training-step section");
 ABSL_FLAG(bool, no_gemm, false, "Skip the GEMM section");
@@ -76,7 +78,8 @@ struct Options {
   int64_t warmup = 3;  // untimed steps per mode first
   int64_t batch = 256;
   std::vector<int64_t> hidden = {2048, 2048};
-  std::vector<std::string> precisions = {"32-true", "bf16-mixed", "16-mixed", "bf16-true", "O2"};
+  std::vector<std::string> precisions = {"32-true",  "bf16-mixed", "bf16-mixed+adamw8bit",
+                                         "16-mixed", "bf16-true",  "O2"};
   double gemm_ms = 50;  // minimum time of one timed GEMM batch
   bool mlp = true;
   bool gemm = true;
@@ -213,7 +216,12 @@ int RunMlp(const Options& o) {
 
   std::vector<ModeRun> runs;
   for (const std::string& name : o.precisions) {
-    absl::StatusOr<engine::amp::PrecisionConfig> precision = engine::amp::ResolvePrecision(name);
+    // "MODE+adamw8bit": the same mode with 8-bit AdamW states.
+    const std::string suffix = "+adamw8bit";
+    const bool eight_bit = name.size() > suffix.size() &&
+                           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const std::string mode = eight_bit ? name.substr(0, name.size() - suffix.size()) : name;
+    absl::StatusOr<engine::amp::PrecisionConfig> precision = engine::amp::ResolvePrecision(mode);
     if (!precision.ok()) {
       std::fprintf(stderr, "%s\n", std::string(precision.status().message()).c_str());
       return 1;
@@ -227,6 +235,7 @@ int RunMlp(const Options& o) {
     config.precision = *precision;
     config.optimizer.kind = engine::optim::OptimizerSpec::Kind::kAdamW;
     config.optimizer.lr = 1e-3;
+    config.optimizer.state_bits = eight_bit ? 8 : 32;
     config.training.steps = 1 << 30;  // constant schedule; never reached
     config.training.batch_size = o.batch;
     config.training.seed = 0;

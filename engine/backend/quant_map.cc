@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace ampd::engine::backend {
 
@@ -128,9 +129,63 @@ uint8_t NearestCode(const std::array<float, 256>& map, float x) {
   return static_cast<uint8_t>(x - map[hi - 1] <= map[hi] - x ? hi - 1 : hi);
 }
 
+namespace {
+
+// NearestCode without the binary search: floats are bucketed by their top 16
+// bits (sign, exponent, 7 mantissa bits); each bucket starts its search at
+// the largest code at or below the bucket's lowest value. The maps are never
+// denser than 1 value per 2^-7 relative width, so a step or two finds the
+// largest code <= x, and x is then between it and the next.
+class BucketCoder {
+ public:
+  explicit BucketCoder(const std::array<float, 256>& map) : map_(map) {
+    for (uint32_t key = 0; key < 65536; ++key) {
+      const float a = FromBits(key << 16), b = FromBits((key << 16) | 0xFFFFu);
+      const float lo = std::isnan(a) || std::isnan(b) ? 0.0f : std::min(a, b);
+      const auto it = std::upper_bound(map.begin(), map.end(), lo);  // first > lo
+      start_[key] = it == map.begin() ? 0 : static_cast<uint8_t>(it - map.begin() - 1);
+    }
+  }
+  uint8_t Code(float x) const {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    int c = start_[bits >> 16];
+    while (c < 255 && map_[c + 1] <= x) ++c;
+    if (map_[c] > x) return static_cast<uint8_t>(c);  // below the map's first value
+    if (c == 255) return 255;
+    return static_cast<uint8_t>(x - map_[c] <= map_[c + 1] - x ? c : c + 1);
+  }
+
+ private:
+  static float FromBits(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  const std::array<float, 256>& map_;
+  std::array<uint8_t, 65536> start_;
+};
+
+const BucketCoder& CoderFor(const std::array<float, 256>& map) {
+  static const BucketCoder* signed_coder = new BucketCoder(DynamicMap());
+  static const BucketCoder* unsigned_coder = new BucketCoder(UnsignedDynamicMap());
+  if (&map == &DynamicMap()) return *signed_coder;
+  if (&map == &UnsignedDynamicMap()) return *unsigned_coder;
+  static const BucketCoder* other = nullptr;  // a test's own map (never the engine's)
+  if (other == nullptr) other = new BucketCoder(map);
+  return *other;
+}
+
+}  // namespace
+
+uint8_t FastNearestCode(const std::array<float, 256>& map, float x) {
+  return CoderFor(map).Code(x);
+}
+
 void QuantizeBlockwise(const std::array<float, 256>& map, const float* x, int64_t n, uint8_t* codes,
                        float* absmax) {
-  const uint8_t zero = NearestCode(map, 0.0f);
+  const BucketCoder& coder = CoderFor(map);
+  const uint8_t zero = coder.Code(0.0f);
   for (int64_t b = 0; b * kQuantBlock < n; ++b) {
     const int64_t begin = b * kQuantBlock, len = std::min(kQuantBlock, n - begin);
     float m = 0;
@@ -141,7 +196,7 @@ void QuantizeBlockwise(const std::array<float, 256>& map, const float* x, int64_
       continue;
     }
     const float inv = 1.0f / m;
-    for (int64_t i = 0; i < len; ++i) codes[begin + i] = NearestCode(map, x[begin + i] * inv);
+    for (int64_t i = 0; i < len; ++i) codes[begin + i] = coder.Code(x[begin + i] * inv);
   }
 }
 

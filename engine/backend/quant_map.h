@@ -34,6 +34,8 @@ inline constexpr char kUnsignedDynamicMapName[] = "bnb-dynamic-unsigned-8bit";
 // Nearest code to `x` (already divided by its block's absmax, so in
 // [-1, 1]); ties go to the smaller code. Exact for every value of the map.
 uint8_t NearestCode(const std::array<float, 256>& map, float x);
+// The same code from a 64K-entry table per map (what the kernels use).
+uint8_t FastNearestCode(const std::array<float, 256>& map, float x);
 
 // Blockwise quantization of n values: absmax[b] = max |x| over block b (a
 // block of zeros gets absmax 0 and code of 0), codes[i] = NearestCode(x / absmax).

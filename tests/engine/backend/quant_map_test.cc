@@ -118,6 +118,32 @@ TEST(QuantMapTest, RandomBlocksAreWithinTheMapsGapOfTheirValues) {
   }
 }
 
+TEST(QuantMapTest, TheTableCoderEqualsTheBinarySearchEverywhere) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const auto* map : {&DynamicMap(), &UnsignedDynamicMap()}) {
+    std::vector<float> probe;
+    for (float v : *map) {  // every value, its float neighbours, and the midpoints
+      probe.push_back(v);
+      probe.push_back(std::nextafter(v, 2.0f));
+      probe.push_back(std::nextafter(v, -2.0f));
+    }
+    for (int c = 0; c + 1 < 256; ++c) {
+      const float mid = ((*map)[c] + (*map)[c + 1]) / 2;
+      for (float v : {mid, std::nextafter(mid, 2.0f), std::nextafter(mid, -2.0f)}) {
+        probe.push_back(v);
+      }
+    }
+    for (int i = 0; i < 200000; ++i) {
+      const float u = uniform(rng);
+      probe.push_back(u);
+      probe.push_back(u * std::pow(10.0f, -static_cast<float>(i % 9)));  // every decade
+    }
+    for (float v : {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, 2.0f}) probe.push_back(v);
+    for (float v : probe) ASSERT_EQ(FastNearestCode(*map, v), NearestCode(*map, v)) << v;
+  }
+}
+
 TEST(QuantMapTest, AZeroBlockIsZero) {
   std::vector<float> x(300, 0.0f), back(300, 1.0f);
   std::vector<uint8_t> codes(300);
