@@ -49,10 +49,39 @@ def parse_message(value: Any, cls: Type[_message.Message], what: str) -> _messag
         raise SpecError("%s: %s" % (source, e)) from e
 
 
+_OPTIMIZER_ALIASES = {
+    "adamw": {"adamw": {}},
+    "adamw8bit": {"adamw": {"stateBits": 8}},  # bitsandbytes' name
+    "sgd": {"sgd": {}},
+    "sgd8bit": {"sgd": {"stateBits": 8}},
+}
+
+
+def _expand_aliases(data: Any, source: str) -> Any:
+    """"optimizer": "adamw8bit" -> {"adamw": {"stateBits": 8}}, as ampd's own
+    spec reader (engine/runner/spec_json.h) does."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("optimizer"), str):
+        return data
+    name = data["optimizer"]
+    if name.lower() not in _OPTIMIZER_ALIASES:
+        raise SpecError('%s: optimizer: unknown name "%s" (known: %s, or an object)'
+                        % (source, name, ", ".join(sorted(_OPTIMIZER_ALIASES))))
+    out = dict(data)
+    out["optimizer"] = json.loads(json.dumps(_OPTIMIZER_ALIASES[name.lower()]))
+    return out
+
+
 def job_spec(spec: Any) -> job_spec_pb2.JobSpec:
     """A JobSpec from a dict (protobuf's JSON form, as in examples/*.json), JSON
-    text, the path of a JSON file, or a JobSpec."""
-    return parse_message(spec, job_spec_pb2.JobSpec, "job spec")
+    text, the path of a JSON file, or a JobSpec. "optimizer": "adamw8bit" (and
+    "adamw", "sgd", "sgd8bit") are accepted for the spelled-out optimizer."""
+    if isinstance(spec, _message.Message):
+        return parse_message(spec, job_spec_pb2.JobSpec, "job spec")
+    data, source = _load(spec, "job spec")
+    try:
+        return json_format.ParseDict(_expand_aliases(data, source), job_spec_pb2.JobSpec())
+    except json_format.ParseError as e:
+        raise SpecError("%s: %s" % (source, e)) from e
 
 
 def model_spec(model: Any) -> job_spec_pb2.ModelSpec:

@@ -421,6 +421,16 @@ def test_explain(client):
     assert info.value.fields == ["batch_size"]
 
 
+def test_optimizer_aliases_in_specs():
+    from ampd_client import _specs
+    spec = _specs.job_spec({"optimizer": "adamw8bit", "training": {"steps": 3}})
+    assert spec.optimizer.HasField("adamw") and spec.optimizer.adamw.state_bits == 8
+    assert _specs.job_spec('{"optimizer": "SGD8bit"}').optimizer.sgd.state_bits == 8
+    assert _specs.job_spec({"optimizer": "adamw"}).optimizer.adamw.state_bits == 0
+    with pytest.raises(ampd_client.SpecError, match='optimizer: unknown name "lion"'):
+        _specs.job_spec({"optimizer": "lion"})
+
+
 def test_precision_spec_helpers():
     assert precision.spec("bf16-mixed").profile == "bf16-mixed"
     assert precision.spec("profiles/mine").profile == "mine"
