@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace ampd::engine::backend {
 
@@ -138,7 +139,9 @@ namespace {
 // largest code <= x, and x is then between it and the next.
 class BucketCoder {
  public:
-  explicit BucketCoder(const std::array<float, 256>& map) : map_(map) {
+  explicit BucketCoder(const std::array<float, 256>& map) {
+    std::copy(map.begin(), map.end(), padded_.begin());
+    padded_[256] = std::numeric_limits<float>::infinity();
     for (uint32_t key = 0; key < 65536; ++key) {
       const float a = FromBits(key << 16), b = FromBits((key << 16) | 0xFFFFu);
       const float lo = std::isnan(a) || std::isnan(b) ? 0.0f : std::min(a, b);
@@ -147,13 +150,17 @@ class BucketCoder {
     }
   }
   uint8_t Code(float x) const {
+    // Branch-free (the codes of random data would mispredict every branch):
+    // a bucket holds at most two map values, so two conditional steps reach
+    // the largest code <= x (padded_[256] is +inf), then the nearer of it and
+    // the next, ties to the smaller as NearestCode.
     uint32_t bits;
     std::memcpy(&bits, &x, 4);
     int c = start_[bits >> 16];
-    while (c < 255 && map_[c + 1] <= x) ++c;
-    if (map_[c] > x) return static_cast<uint8_t>(c);  // below the map's first value
-    if (c == 255) return 255;
-    return static_cast<uint8_t>(x - map_[c] <= map_[c + 1] - x ? c : c + 1);
+    c += padded_[c + 1] <= x;
+    c += padded_[c + 1] <= x;
+    c += padded_[c + 1] - x < x - padded_[c];
+    return static_cast<uint8_t>(c);
   }
 
  private:
@@ -162,7 +169,7 @@ class BucketCoder {
     std::memcpy(&f, &b, 4);
     return f;
   }
-  const std::array<float, 256>& map_;
+  std::array<float, 257> padded_;
   std::array<uint8_t, 65536> start_;
 };
 
