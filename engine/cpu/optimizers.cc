@@ -3,6 +3,7 @@
 
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
+#include "engine/cpu/optimizer_math.h"
 
 namespace ampd::engine::cpu {
 
@@ -70,14 +71,7 @@ void CpuBackendImpl::SgdStep(const Tensor& param, const Tensor& grad, const Tens
         out[i] = ps[i] - h.lr * d;
       }
     } else {
-      float* __restrict buf = mom + begin;
-      AMPD_SIMD
-      for (int64_t i = 0; i < len; ++i) {
-        float d = gs[i] + h.weight_decay * ps[i];
-        buf[i] = first ? d : h.momentum * buf[i] + d;
-        d = h.nesterov ? d + h.momentum * buf[i] : buf[i];
-        out[i] = ps[i] - h.lr * d;
-      }
+      SgdMomentumBlock(h, first, gs, ps, mom + begin, out, len);
     }
     StoreBlock(out, param, begin, len);
   });
@@ -85,30 +79,15 @@ void CpuBackendImpl::SgdStep(const Tensor& param, const Tensor& grad, const Tens
 
 void CpuBackendImpl::AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                const Tensor& exp_avg_sq, const AdamWHyper& h) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
-  const float step_size = static_cast<float>(h.lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.0f - h.lr * h.weight_decay;
-  const float beta1 = h.beta1, beta2 = h.beta2, eps = h.eps;
-  const float one_minus_beta1 = 1.0f - h.beta1, one_minus_beta2 = 1.0f - h.beta2;
+  const AdamWBlockMath math(h);
   float* m_all = exp_avg.data<float>();
   float* v_all = exp_avg_sq.data<float>();
   ForBlocks(param.numel(), [&](int64_t begin, int64_t len) {
     float g_buf[kBlock], p_buf[kBlock];
-    const float* __restrict gs = LoadBlock(grad, begin, len, g_buf);
+    const float* gs = LoadBlock(grad, begin, len, g_buf);
     const float* ps = LoadBlock(param, begin, len, p_buf);
     float* out = DestBlock(param, begin, p_buf);  // element i read, then written
-    float* __restrict m = m_all + begin;
-    float* __restrict v = v_all + begin;
-    AMPD_SIMD
-    for (int64_t i = 0; i < len; ++i) {
-      const float g = gs[i];
-      m[i] = beta1 * m[i] + one_minus_beta1 * g;
-      v[i] = beta2 * v[i] + one_minus_beta2 * g * g;
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-      out[i] = ps[i] * decay - step_size * m[i] / denom;
-    }
+    math.Update(gs, ps, m_all + begin, v_all + begin, out, len);
     StoreBlock(out, param, begin, len);
   });
 }

@@ -8,6 +8,7 @@
 #include "engine/backend/quant_map.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
+#include "engine/cpu/optimizer_math.h"
 
 namespace ampd::engine::cpu {
 namespace {
@@ -26,13 +27,7 @@ static_assert(kBlock % kQuantBlock == 0, "a CPU block holds whole quantization b
 void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_codes,
                    const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax,
                    const DeviceAmp::AdamWHyper& h) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
-  const float step_size = static_cast<float>(h.lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.0f - h.lr * h.weight_decay;
-  const float beta1 = h.beta1, beta2 = h.beta2, eps = h.eps;
-  const float one_minus_beta1 = 1.0f - h.beta1, one_minus_beta2 = 1.0f - h.beta2;
+  const AdamWBlockMath math(h);
   uint8_t* mc = m_codes.data<uint8_t>();
   uint8_t* vc = v_codes.data<uint8_t>();
   float* ma = m_absmax.data<float>();
@@ -41,20 +36,13 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
   const auto& unsigned_map = UnsignedDynamicMap();
   ForBlocks(param.numel(), [&](int64_t begin, int64_t len) {
     float g_buf[kBlock], p_buf[kBlock], m[kBlock], v[kBlock];
-    const float* __restrict gs = LoadBlock(grad, begin, len, g_buf);
+    const float* gs = LoadBlock(grad, begin, len, g_buf);
     const float* ps = LoadBlock(param, begin, len, p_buf);
     float* out = DestBlock(param, begin, p_buf);  // element i read, then written
     const int64_t qb = begin / kQuantBlock;
     DequantizeBlockwise(signed_map, mc + begin, ma + qb, len, m);
     DequantizeBlockwise(unsigned_map, vc + begin, va + qb, len, v);
-    AMPD_SIMD
-    for (int64_t i = 0; i < len; ++i) {
-      const float g = gs[i];
-      m[i] = beta1 * m[i] + one_minus_beta1 * g;
-      v[i] = beta2 * v[i] + one_minus_beta2 * g * g;
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-      out[i] = ps[i] * decay - step_size * m[i] / denom;
-    }
+    math.Update(gs, ps, m, v, out, len);
     StoreBlock(out, param, begin, len);
     QuantizeBlockwise(signed_map, m, len, mc + begin, ma + qb);
     QuantizeBlockwise(unsigned_map, v, len, vc + begin, va + qb);
@@ -68,18 +56,12 @@ void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes, c
   const auto& map = DynamicMap();
   ForBlocks(param.numel(), [&](int64_t begin, int64_t len) {
     float g_buf[kBlock], p_buf[kBlock], buf[kBlock];
-    const float* __restrict gs = LoadBlock(grad, begin, len, g_buf);
+    const float* gs = LoadBlock(grad, begin, len, g_buf);
     const float* ps = LoadBlock(param, begin, len, p_buf);
     float* out = DestBlock(param, begin, p_buf);
     const int64_t qb = begin / kQuantBlock;
     DequantizeBlockwise(map, c + begin, a + qb, len, buf);
-    AMPD_SIMD
-    for (int64_t i = 0; i < len; ++i) {
-      float d = gs[i] + h.weight_decay * ps[i];
-      buf[i] = first ? d : h.momentum * buf[i] + d;
-      d = h.nesterov ? d + h.momentum * buf[i] : buf[i];
-      out[i] = ps[i] - h.lr * d;
-    }
+    SgdMomentumBlock(h, first, gs, ps, buf, out, len);
     StoreBlock(out, param, begin, len);
     QuantizeBlockwise(map, buf, len, c + begin, a + qb);
   });

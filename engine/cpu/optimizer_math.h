@@ -1,0 +1,64 @@
+#ifndef AMPD_ENGINE_CPU_OPTIMIZER_MATH_H_
+#define AMPD_ENGINE_CPU_OPTIMIZER_MATH_H_
+
+// The f32 math of one block of an optimizer step (torch.optim semantics),
+// shared by the 32-bit steps (optimizers.cc) and the 8-bit ones
+// (optimizers8bit.cc), which differ only in how the states are stored.
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/backend/device_amp.h"
+#include "engine/cpu/kernel_util.h"
+
+namespace ampd::engine::cpu {
+
+// AdamW with bias corrections: m, v updated in place, out = the new param
+// (out may alias p: element i is read before it is written).
+class AdamWBlockMath {
+ public:
+  explicit AdamWBlockMath(const backend::DeviceAmp::AdamWHyper& h)
+      : step_size_(static_cast<float>(
+            h.lr / (1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step))))),
+        bc2_sqrt_(static_cast<float>(
+            std::sqrt(1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step))))),
+        decay_(1.0f - h.lr * h.weight_decay),
+        beta1_(h.beta1),
+        beta2_(h.beta2),
+        eps_(h.eps),
+        one_minus_beta1_(1.0f - h.beta1),
+        one_minus_beta2_(1.0f - h.beta2) {}
+
+  void Update(const float* __restrict gs, const float* ps, float* __restrict m, float* __restrict v,
+              float* out, int64_t len) const {
+    AMPD_SIMD
+    for (int64_t i = 0; i < len; ++i) {
+      const float g = gs[i];
+      m[i] = beta1_ * m[i] + one_minus_beta1_ * g;
+      v[i] = beta2_ * v[i] + one_minus_beta2_ * g * g;
+      const float denom = std::sqrt(v[i]) / bc2_sqrt_ + eps_;
+      out[i] = ps[i] * decay_ - step_size_ * m[i] / denom;
+    }
+  }
+
+ private:
+  float step_size_, bc2_sqrt_, decay_, beta1_, beta2_, eps_, one_minus_beta1_, one_minus_beta2_;
+};
+
+// SGD with momentum (buf updated in place; `first` initialises it), weight
+// decay and Nesterov.
+inline void SgdMomentumBlock(const backend::DeviceAmp::SgdHyper& h, bool first,
+                             const float* __restrict gs, const float* ps, float* __restrict buf,
+                             float* out, int64_t len) {
+  AMPD_SIMD
+  for (int64_t i = 0; i < len; ++i) {
+    float d = gs[i] + h.weight_decay * ps[i];
+    buf[i] = first ? d : h.momentum * buf[i] + d;
+    d = h.nesterov ? d + h.momentum * buf[i] : buf[i];
+    out[i] = ps[i] - h.lr * d;
+  }
+}
+
+}  // namespace ampd::engine::cpu
+
+#endif  // AMPD_ENGINE_CPU_OPTIMIZER_MATH_H_
