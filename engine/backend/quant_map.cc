@@ -173,26 +173,28 @@ class BucketCoder {
   std::array<uint8_t, 65536> start_;
 };
 
-const BucketCoder& CoderFor(const std::array<float, 256>& map) {
+// The table of one of the engine's two maps; null for any other map, which
+// then takes the binary search.
+const BucketCoder* CoderFor(const std::array<float, 256>& map) {
   static const BucketCoder* signed_coder = new BucketCoder(DynamicMap());
   static const BucketCoder* unsigned_coder = new BucketCoder(UnsignedDynamicMap());
-  if (&map == &DynamicMap()) return *signed_coder;
-  if (&map == &UnsignedDynamicMap()) return *unsigned_coder;
-  static const BucketCoder* other = nullptr;  // a test's own map (never the engine's)
-  if (other == nullptr) other = new BucketCoder(map);
-  return *other;
+  if (&map == &DynamicMap()) return signed_coder;
+  if (&map == &UnsignedDynamicMap()) return unsigned_coder;
+  return nullptr;
 }
 
 }  // namespace
 
 uint8_t FastNearestCode(const std::array<float, 256>& map, float x) {
-  return CoderFor(map).Code(x);
+  const BucketCoder* coder = CoderFor(map);
+  return coder != nullptr ? coder->Code(x) : NearestCode(map, x);
 }
 
 void QuantizeBlockwise(const std::array<float, 256>& map, const float* x, int64_t n, uint8_t* codes,
                        float* absmax) {
-  const BucketCoder& coder = CoderFor(map);
-  const uint8_t zero = coder.Code(0.0f);
+  const BucketCoder* coder = CoderFor(map);
+  auto code = [&](float v) { return coder != nullptr ? coder->Code(v) : NearestCode(map, v); };
+  const uint8_t zero = code(0.0f);
   for (int64_t b = 0; b * kQuantBlock < n; ++b) {
     const int64_t begin = b * kQuantBlock, len = std::min(kQuantBlock, n - begin);
     float m = 0;
@@ -203,7 +205,7 @@ void QuantizeBlockwise(const std::array<float, 256>& map, const float* x, int64_
       continue;
     }
     const float inv = 1.0f / m;
-    for (int64_t i = 0; i < len; ++i) codes[begin + i] = coder.Code(x[begin + i] * inv);
+    for (int64_t i = 0; i < len; ++i) codes[begin + i] = code(x[begin + i] * inv);
   }
 }
 

@@ -107,9 +107,10 @@ std::string DescribeOptimizer(const ModelSpec& model, const OptimizerSpec& o) {
           ? absl::StrFormat("AdamW lr %g, betas (%g, %g), eps %g", o.lr, o.beta1, o.beta2, o.eps)
           : absl::StrFormat("SGD lr %g, momentum %g%s", o.lr, o.momentum,
                             o.nesterov ? ", nesterov" : "");
+  const std::vector<ParameterShape> parameters = DescribeModel(model).parameters;
   if (o.state_bits == 8) {
     int64_t eight = 0, f32 = 0;
-    for (const ParameterShape& p : DescribeModel(model).parameters) {
+    for (const ParameterShape& p : parameters) {
       (optim::UsesEightBitStates(o, p.numel(), p.layer) ? eight : f32) += 1;
     }
     absl::StrAppendFormat(&out,
@@ -120,7 +121,7 @@ std::string DescribeOptimizer(const ModelSpec& model, const OptimizerSpec& o) {
   if (o.weight_decay == 0) return out + ", no weight decay";
   int64_t decayed_tensors = 0, decayed = 0, kept_tensors = 0, kept = 0;
   std::vector<std::string> kept_names;  // with block indices folded: h.*.ln_1.weight
-  for (const ParameterShape& p : DescribeModel(model).parameters) {
+  for (const ParameterShape& p : parameters) {
     if (p.weight_decay) {
       ++decayed_tensors;
       decayed += p.numel();

@@ -149,13 +149,23 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config,
-                                                         const data::Dataset* train,
-                                                         const data::Dataset* test) {
+namespace {
+
+// What both Create()s check first: the config's fields, then that its device
+// is usable and has every kernel the job runs.
+absl::Status CheckConfigAndDevice(const TrainerConfig& config) {
   if (absl::Status s = ValidateTrainerConfig(config); !s.ok()) return s;
   absl::StatusOr<Backend*> backend = BackendFor(config.device);
   if (!backend.ok()) return backend.status();
-  if (absl::Status s = CheckKernels(config, **backend); !s.ok()) return s;
+  return CheckKernels(config, **backend);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config,
+                                                         const data::Dataset* train,
+                                                         const data::Dataset* test) {
+  if (absl::Status s = CheckConfigAndDevice(config); !s.ok()) return s;
   if (IsLanguageModel(config.model)) {
     return Bad("data", "a language model (model.gpt) trains on token data (data.tokens)");
   }
@@ -177,13 +187,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config,
                                                          const TokenData& tokens) {
-  if (absl::Status s = ValidateTrainerConfig(config); !s.ok()) return s;
+  if (absl::Status s = CheckConfigAndDevice(config); !s.ok()) return s;
   if (!IsLanguageModel(config.model)) {
     return Bad("data", "token data (data.tokens) trains a language model (model.gpt)");
   }
-  absl::StatusOr<Backend*> backend = BackendFor(config.device);
-  if (!backend.ok()) return backend.status();
-  if (absl::Status s = CheckKernels(config, **backend); !s.ok()) return s;
   const int64_t block = DescribeModel(config.model).tokens_per_example;
   if (tokens.train.empty()) return Bad("data.tokens", "has no training tokens");
   absl::StatusOr<data::TokenWindows> windows =
