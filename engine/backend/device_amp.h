@@ -89,6 +89,11 @@ class DeviceAmp {
     Tensor found_inf;   // optional
     Tensor model_copy;  // optional
     Tensor step;        // AdamW: required
+    // For the host mirror (kernel_registry.h): the 8-bit steps take these.
+    template <typename F>
+    friend FusedStepArgs MapTensors(const FusedStepArgs& a, F f) {
+      return {f(a.found_inf), f(a.model_copy), f(a.step)};
+    }
   };
   virtual void SgdStepFused(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                             const SgdHyper& h, bool first, const FusedStepArgs& args);

@@ -132,68 +132,72 @@ uint8_t NearestCode(const std::array<float, 256>& map, float x) {
 
 namespace {
 
-// NearestCode without the binary search: floats are bucketed by their top 16
-// bits (sign, exponent, 7 mantissa bits); each bucket starts its search at
-// the largest code at or below the bucket's lowest value. The maps are never
-// denser than 1 value per 2^-7 relative width, so a step or two finds the
-// largest code <= x, and x is then between it and the next.
-class BucketCoder {
- public:
-  explicit BucketCoder(const std::array<float, 256>& map) {
-    std::copy(map.begin(), map.end(), padded_.begin());
-    padded_[256] = std::numeric_limits<float>::infinity();
-    for (uint32_t key = 0; key < 65536; ++key) {
-      const float a = FromBits(key << 16), b = FromBits((key << 16) | 0xFFFFu);
-      const float lo = std::isnan(a) || std::isnan(b) ? 0.0f : std::min(a, b);
-      const auto it = std::upper_bound(map.begin(), map.end(), lo);  // first > lo
-      start_[key] = it == map.begin() ? 0 : static_cast<uint8_t>(it - map.begin() - 1);
+float FromBits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// Floats as unsigned integers in the same order (-0 just below +0).
+uint32_t Ordered(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+float FromOrdered(uint32_t k) { return FromBits((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k); }
+
+// The largest x in [a, b] that NearestCode gives a's code (x - a <= b - x in
+// f32, which is monotone in x): a bisection over the floats between them.
+float Threshold(float a, float b) {
+  auto takes_a = [&](float x) { return x - a <= b - x; };
+  uint32_t lo = Ordered(a), hi = Ordered(b);  // takes_a(a), !takes_a(b)
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    (takes_a(FromOrdered(mid)) ? lo : hi) = mid;
+  }
+  return FromOrdered(lo);
+}
+
+// The table of `map`, or null when some bucket holds two thresholds (then
+// the two-lookup rule would be wrong and callers take the binary search).
+const CodeTable* BuildCodeTable(const std::array<float, 256>& map) {
+  auto* t = new CodeTable;
+  for (int c = 0; c < 255; ++c) t->threshold[c] = Threshold(map[c], map[c + 1]);
+  t->threshold[255] = std::numeric_limits<float>::infinity();
+  t->start.fill(0);
+  for (uint32_t key = 0; key < 65536; ++key) {
+    const float a = FromBits(key << 16), b = FromBits((key << 16) | 0xFFFFu);
+    if (std::isnan(a) || std::isnan(b)) continue;  // never a state's value
+    const float lo = std::min(a, b), hi = std::max(a, b);
+    const uint8_t start = NearestCode(map, lo);
+    if (NearestCode(map, hi) > start + 1) {
+      delete t;
+      return nullptr;
     }
+    t->start[key] = start;
   }
-  uint8_t Code(float x) const {
-    // Branch-free (the codes of random data would mispredict every branch):
-    // a bucket holds at most two map values, so two conditional steps reach
-    // the largest code <= x (padded_[256] is +inf), then the nearer of it and
-    // the next, ties to the smaller as NearestCode.
-    uint32_t bits;
-    std::memcpy(&bits, &x, 4);
-    int c = start_[bits >> 16];
-    c += padded_[c + 1] <= x;
-    c += padded_[c + 1] <= x;
-    c += padded_[c + 1] - x < x - padded_[c];
-    return static_cast<uint8_t>(c);
-  }
-
- private:
-  static float FromBits(uint32_t b) {
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-  }
-  std::array<float, 257> padded_;
-  std::array<uint8_t, 65536> start_;
-};
-
-// The table of one of the engine's two maps; null for any other map, which
-// then takes the binary search.
-const BucketCoder* CoderFor(const std::array<float, 256>& map) {
-  static const BucketCoder* signed_coder = new BucketCoder(DynamicMap());
-  static const BucketCoder* unsigned_coder = new BucketCoder(UnsignedDynamicMap());
-  if (&map == &DynamicMap()) return signed_coder;
-  if (&map == &UnsignedDynamicMap()) return unsigned_coder;
-  return nullptr;
+  return t;
 }
 
 }  // namespace
 
+const CodeTable* CodeTableFor(const std::array<float, 256>& map) {
+  static const CodeTable* signed_table = BuildCodeTable(DynamicMap());
+  static const CodeTable* unsigned_table = BuildCodeTable(UnsignedDynamicMap());
+  if (&map == &DynamicMap()) return signed_table;
+  if (&map == &UnsignedDynamicMap()) return unsigned_table;
+  return nullptr;
+}
+
 uint8_t FastNearestCode(const std::array<float, 256>& map, float x) {
-  const BucketCoder* coder = CoderFor(map);
-  return coder != nullptr ? coder->Code(x) : NearestCode(map, x);
+  const CodeTable* table = CodeTableFor(map);
+  return table != nullptr ? table->Code(x) : NearestCode(map, x);
 }
 
 void QuantizeBlockwise(const std::array<float, 256>& map, const float* x, int64_t n, uint8_t* codes,
                        float* absmax) {
-  const BucketCoder* coder = CoderFor(map);
-  auto code = [&](float v) { return coder != nullptr ? coder->Code(v) : NearestCode(map, v); };
+  const CodeTable* table = CodeTableFor(map);
+  auto code = [&](float v) { return table != nullptr ? table->Code(v) : NearestCode(map, v); };
   const uint8_t zero = code(0.0f);
   for (int64_t b = 0; b * kQuantBlock < n; ++b) {
     const int64_t begin = b * kQuantBlock, len = std::min(kQuantBlock, n - begin);

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 namespace ampd::engine::backend {
 
@@ -34,7 +35,27 @@ inline constexpr char kUnsignedDynamicMapName[] = "bnb-dynamic-unsigned-8bit";
 // Nearest code to `x` (already divided by its block's absmax, so in
 // [-1, 1]); ties go to the smaller code. Exact for every value of the map.
 uint8_t NearestCode(const std::array<float, 256>& map, float x);
-// The same code from a 64K-entry table per map (what the kernels use).
+
+// NearestCode as two lookups (what the CPU kernels use, scalar or AVX-512):
+// a float's top 16 bits (sign, exponent, 7 mantissa bits) pick a bucket,
+// whose entry is the code of its lowest value; the maps are never denser
+// than one decision threshold per bucket, so x takes that code or the next:
+//   code = start[key] + (x > threshold[start[key]]),
+// threshold[c] being the largest float NearestCode gives code c (+inf for
+// 255). Built once, and checked, for the engine's two maps.
+struct CodeTable {
+  std::array<uint8_t, 65536 + 3> start;  // +3: room for 4-byte gathers
+  std::array<float, 256> threshold;
+  uint8_t Code(float x) const {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    const uint8_t c = start[bits >> 16];
+    return static_cast<uint8_t>(c + (x > threshold[c]));
+  }
+};
+// The table of DynamicMap() or UnsignedDynamicMap(); null for any other map.
+const CodeTable* CodeTableFor(const std::array<float, 256>& map);
+// NearestCode through the map's table when it has one.
 uint8_t FastNearestCode(const std::array<float, 256>& map, float x);
 
 // Blockwise quantization of n values: absmax[b] = max |x| over block b (a

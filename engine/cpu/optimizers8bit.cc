@@ -2,10 +2,14 @@
 // of kBlock elements (kBlock / kQuantBlock quantization blocks) at a time,
 // over the OpenMP pool. The f32 math is AdamWStep's / SgdStep's line for line,
 // so an 8-bit step differs from a 32-bit one only by the states' rounding.
+// The codes go through blockwise_quant (AVX-512 where the processor has it).
+// The fused form's arguments are host tensors here: the skip flag and the
+// step counter are read directly, and the model copy is written per block.
 #include <cmath>
 
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/quant_map.h"
+#include "engine/cpu/blockwise_quant.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 #include "engine/cpu/optimizer_math.h"
@@ -14,19 +18,26 @@ namespace ampd::engine::cpu {
 namespace {
 
 using backend::AdamW8bitStepKernel;
-using backend::DequantizeBlockwise;
 using backend::DeviceAmp;
 using backend::DynamicMap;
 using backend::kQuantBlock;
-using backend::QuantizeBlockwise;
 using backend::Sgd8bitStepKernel;
 using backend::UnsignedDynamicMap;
 
 static_assert(kBlock % kQuantBlock == 0, "a CPU block holds whole quantization blocks");
 
+using FusedArgs = DeviceAmp::FusedStepArgs;
+
+bool Skipped(const FusedArgs& args) {
+  return args.found_inf.defined() && args.found_inf.data<float>()[0] != 0.0f;
+}
+
 void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_codes,
                    const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax,
-                   const DeviceAmp::AdamWHyper& h) {
+                   const DeviceAmp::AdamWHyper& hyper, const FusedArgs& args) {
+  if (Skipped(args)) return;
+  DeviceAmp::AdamWHyper h = hyper;
+  if (args.step.defined()) h.step = static_cast<int64_t>(args.step.data<float>()[0]) + 1;
   const AdamWBlockMath math(h);
   uint8_t* mc = m_codes.data<uint8_t>();
   uint8_t* vc = v_codes.data<uint8_t>();
@@ -40,17 +51,19 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
     const float* ps = LoadBlock(param, begin, len, p_buf);
     float* out = DestBlock(param, begin, p_buf);  // element i read, then written
     const int64_t qb = begin / kQuantBlock;
-    DequantizeBlockwise(signed_map, mc + begin, ma + qb, len, m);
-    DequantizeBlockwise(unsigned_map, vc + begin, va + qb, len, v);
+    DequantizeBlocks(signed_map, mc + begin, ma + qb, len, m);
+    DequantizeBlocks(unsigned_map, vc + begin, va + qb, len, v);
     math.Update(gs, ps, m, v, out, len);
     StoreBlock(out, param, begin, len);
-    QuantizeBlockwise(signed_map, m, len, mc + begin, ma + qb);
-    QuantizeBlockwise(unsigned_map, v, len, vc + begin, va + qb);
+    if (args.model_copy.defined()) StoreBlock(out, args.model_copy, begin, len);
+    QuantizeBlocks(signed_map, m, len, mc + begin, ma + qb);
+    QuantizeBlocks(unsigned_map, v, len, vc + begin, va + qb);
   });
 }
 
 void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes, const Tensor& absmax,
-                 const DeviceAmp::SgdHyper& h, bool first) {
+                 const DeviceAmp::SgdHyper& h, bool first, const FusedArgs& args) {
+  if (Skipped(args)) return;
   uint8_t* c = codes.data<uint8_t>();
   float* a = absmax.data<float>();
   const auto& map = DynamicMap();
@@ -60,10 +73,11 @@ void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes, c
     const float* ps = LoadBlock(param, begin, len, p_buf);
     float* out = DestBlock(param, begin, p_buf);
     const int64_t qb = begin / kQuantBlock;
-    DequantizeBlockwise(map, c + begin, a + qb, len, buf);
+    DequantizeBlocks(map, c + begin, a + qb, len, buf);
     SgdMomentumBlock(h, first, gs, ps, buf, out, len);
     StoreBlock(out, param, begin, len);
-    QuantizeBlockwise(map, buf, len, c + begin, a + qb);
+    if (args.model_copy.defined()) StoreBlock(out, args.model_copy, begin, len);
+    QuantizeBlocks(map, buf, len, c + begin, a + qb);
   });
 }
 

@@ -5,9 +5,9 @@
 // defined one family per file, each file registering its own in the kernel
 // registry: matmul.cc (cuBLASLt), elementwise.cc, reductions.cc, softmax.cc
 // (and cross-entropy), layer_norm.cc, embedding.cc; device_amp.cc has the
-// AMP and optimizer updates; cuda_backend.cc memory, streams and the
-// backend's registration. Their launchers are in kernels.h (kernels/*.cu).
-// Internal to engine/cuda.
+// AMP and optimizer updates, optimizers8bit.cc the 8-bit ones;
+// cuda_backend.cc memory, streams and the backend's registration. Their
+// launchers are in kernels.h (kernels/*.cu). Internal to engine/cuda.
 
 #include <cstdint>
 #include <mutex>
@@ -57,6 +57,9 @@ struct ThreadContext {
   // The last labels uploaded: a step's loss and its backward use the same.
   std::vector<int32_t> labels;
   Tensor labels_on_device;
+  // The 8-bit optimizer states' code maps (signed, then unsigned), uploaded
+  // on this thread's stream when first needed.
+  Tensor quant_maps;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -165,6 +168,12 @@ class CudaBackend final : public backend::Backend {
   void AdamWStepFused(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                       const Tensor& exp_avg_sq, const AdamWHyper& h,
                       const FusedStepArgs& args) override;
+  // optimizers8bit.cc (fused: skip, device step and model copy as above)
+  void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_codes,
+                     const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax,
+                     const AdamWHyper& h, const FusedStepArgs& args);
+  void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes,
+                   const Tensor& absmax, const SgdHyper& h, bool first, const FusedStepArgs& args);
 
  private:
   static ThreadContext& RawCtx() {
@@ -190,6 +199,7 @@ class CudaBackend final : public backend::Backend {
   void Upload(void* dst, const void* src, size_t bytes);
   void Download(void* dst, const void* src, size_t bytes);
   Tensor UploadLabels(const std::vector<int32_t>& labels);
+  const float* QuantMaps();  // device, 512 f32 (null after an error)
   // The defined tensors, kMaxTensorsPerLaunch to a list (none: no list).
   static std::vector<TensorList> Lists(const std::vector<Tensor>& tensors);
   void SumOfSquaresInto(const std::vector<Tensor>& tensors, const Tensor& out);

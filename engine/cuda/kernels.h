@@ -129,6 +129,21 @@ std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, flo
                             float* exp_avg_sq, int64_t n, const AdamWArgs& a, const float* step_ptr,
                             const float* found_inf, void* model_copy, int mdt, Stream s);
 
+
+// The 8-bit steps (backend/kernels/optimizer8bit.h; kernels/optimizers8bit.cu):
+// one block per quantization block of 256 values; `maps` (device, 512 f32)
+// is the signed dynamic map then the unsigned one. Codes (u8) and absmax
+// (f32, one per 256) are updated in place; skip, device step and model copy
+// as LaunchAdamWStep.
+std::string LaunchAdamW8bitStep(void* param, int pdt, const void* grad, int gdt,
+                                uint8_t* m_codes, float* m_absmax, uint8_t* v_codes,
+                                float* v_absmax, int64_t n, const AdamWArgs& a,
+                                const float* step_ptr, const float* found_inf, void* model_copy,
+                                int mdt, const float* maps, Stream s);
+std::string LaunchSgd8bitStep(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
+                              float* absmax, int64_t n, const SgdArgs& a, const float* found_inf,
+                              void* model_copy, int mdt, const float* maps, Stream s);
+
 }  // namespace ampd::engine::cuda
 
 #endif  // AMPD_ENGINE_CUDA_KERNELS_H_

@@ -10,6 +10,7 @@ CUDA_KERNEL_FAMILIES = [
     "embedding",
     "layer_norm",
     "optimizers",
+    "optimizers8bit",
     "reductions",
     "softmax",
 ]
@@ -32,6 +33,7 @@ CUDA_BACKEND_SRCS = [
     "embedding.cc",
     "layer_norm.cc",
     "matmul.cc",
+    "optimizers8bit.cc",
     "reductions.cc",
     "softmax.cc",
 ]

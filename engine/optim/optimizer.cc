@@ -190,7 +190,7 @@ void Optimizer::Step(double lr) {
       if (!(*params_)[i].weight_decay) h.weight_decay = 0;
       if (codes1_[i].defined()) {
         Kernel<Sgd8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i], h,
-                                       steps_ == 1);
+                                       steps_ == 1, Backend::FusedStepArgs{});
       } else {
         be.SgdStep(weights_[i], grads_[i], buf1_[i], h, steps_ == 1);
       }
@@ -199,7 +199,7 @@ void Optimizer::Step(double lr) {
       if (!(*params_)[i].weight_decay) h.weight_decay = 0;
       if (codes1_[i].defined()) {
         Kernel<AdamW8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i],
-                                         codes2_[i], absmax2_[i], h);
+                                         codes2_[i], absmax2_[i], h, Backend::FusedStepArgs{});
       } else {
         be.AdamWStep(weights_[i], grads_[i], buf1_[i], buf2_[i], h);
       }
@@ -225,15 +225,26 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
     args.found_inf = found_inf;
     const Tensor& model_copy = (*params_)[i].value;
     if (model_copy.impl() != weights_[i].impl()) args.model_copy = model_copy;
+    const Device dev = weights_[i].device();
     if (spec_.kind == OptimizerSpec::Kind::kSgd) {
       Backend::SgdHyper h = SgdHyperFor(spec_, lr);
       if (!(*params_)[i].weight_decay) h.weight_decay = 0;
-      be.SgdStepFused(weights_[i], grads_[i], buf1_[i], h, steps_ == 1, args);
+      if (codes1_[i].defined()) {
+        Kernel<Sgd8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i], h,
+                                       steps_ == 1, args);
+      } else {
+        be.SgdStepFused(weights_[i], grads_[i], buf1_[i], h, steps_ == 1, args);
+      }
     } else {
       Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
       if (!(*params_)[i].weight_decay) h.weight_decay = 0;
       args.step = device_step_;
-      be.AdamWStepFused(weights_[i], grads_[i], buf1_[i], buf2_[i], h, args);
+      if (codes1_[i].defined()) {
+        Kernel<AdamW8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i],
+                                         codes2_[i], absmax2_[i], h, args);
+      } else {
+        be.AdamWStepFused(weights_[i], grads_[i], buf1_[i], buf2_[i], h, args);
+      }
     }
   }
 }

@@ -11,6 +11,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/backend/kernels/embedding.h"
+#include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/core/error_subject.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
@@ -128,15 +129,16 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
   // the loss scaling and the accumulation.
   if (!IsLanguageModel(config.model)) ops.push_back(OpId::kCrossEntropy);
   for (OpId op : {OpId::kMulScalar, OpId::kAdd}) ops.push_back(op);
-  if (config.optimizer.state_bits == 8 && backend.device() != Device::kCpu) {
-    // The 8-bit steps have no fused device form yet (no found_inf skip, no
-    // model copy in the same pass): refused rather than run another way.
-    return SubjectError(absl::StatusCode::kFailedPrecondition,
-                        config.optimizer.kind == optim::OptimizerSpec::Kind::kSgd
-                            ? "optimizer.sgd.state_bits"
-                            : "optimizer.adamw.state_bits",
-                        absl::StrCat("8-bit optimizer states run on the CPU only so far; the ",
-                                     backend.name(), " backend has no 8-bit step kernel"));
+  if (config.optimizer.state_bits == 8) {
+    const bool sgd = config.optimizer.kind == optim::OptimizerSpec::Kind::kSgd;
+    const bool has = sgd ? backend::KernelRegistered<backend::Sgd8bitStepKernel>(backend.device())
+                         : backend::KernelRegistered<backend::AdamW8bitStepKernel>(backend.device());
+    if (!has) {
+      return SubjectError(absl::StatusCode::kFailedPrecondition,
+                          sgd ? "optimizer.sgd.state_bits" : "optimizer.adamw.state_bits",
+                          absl::StrCat("the ", backend.name(),
+                                       " backend has no 8-bit optimizer step kernel"));
+    }
   }
   for (OpId op : ops) {
     if (!backend.HasKernel(op)) {

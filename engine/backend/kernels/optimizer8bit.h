@@ -8,6 +8,13 @@
 // per-block absmax and re-quantizes to the nearest code (m with the signed
 // map, v with the unsigned one). No op lists them: the trainer asks for them
 // by name when a job's optimizer has 8-bit states (CheckKernels).
+//
+// They are the fused form, as DeviceAmp's AdamWStepFused: with `args`
+// empty they are the plain step at h.step; otherwise nothing changes when
+// args.found_inf is non-zero, AdamW's bias correction uses args.step + 1
+// (the steps applied before, on the device), and args.model_copy gets the
+// new weights rounded to its dtype in the same pass. On a GPU that is one
+// launch per tensor and no host read.
 
 #include "engine/backend/device_amp.h"
 #include "engine/backend/kernel_registry.h"
@@ -19,7 +26,7 @@ struct AdamW8bitStepKernel {
   static constexpr const char* kName = "adamw8bit_step";
   using Fn = void (*)(const Tensor& param, const Tensor& grad, const Tensor& m_codes,
                       const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax,
-                      const DeviceAmp::AdamWHyper& h);
+                      const DeviceAmp::AdamWHyper& h, const DeviceAmp::FusedStepArgs& args);
 };
 
 // SGD's momentum buffer in 8 bits (signed map); `first` initialises it to
@@ -27,7 +34,8 @@ struct AdamW8bitStepKernel {
 struct Sgd8bitStepKernel {
   static constexpr const char* kName = "sgd8bit_step";
   using Fn = void (*)(const Tensor& param, const Tensor& grad, const Tensor& codes,
-                      const Tensor& absmax, const DeviceAmp::SgdHyper& h, bool first);
+                      const Tensor& absmax, const DeviceAmp::SgdHyper& h, bool first,
+                      const DeviceAmp::FusedStepArgs& args);
 };
 
 }  // namespace ampd::engine::backend

@@ -32,6 +32,8 @@
 #include "engine/backend/kernels/embedding.h"
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/matmul.h"
+#include "engine/backend/kernels/optimizer8bit.h"
+#include "engine/backend/quant_map.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/backend/kernels/softmax.h"
 #include "engine/cpu/cpu_backend.h"
@@ -574,6 +576,81 @@ TEST_F(CudaBackendTest, FusedOptimizerStepsMatchTheReferenceAndSkipOnTheFlag) {
   }
 }
 
+// The 8-bit steps (bitsandbytes' blockwise states) against the CPU kernel:
+// from states three CPU steps have built, one fused GPU step gives the CPU's
+// codes and absmax values bit for bit (the kernel does the CPU's f32
+// operations with round-to-nearest intrinsics, no FMAs) and its weights to
+// 1e-6 (the bias corrections use the device's f64 pow, which may differ from
+// the host's by an ulp); AdamW's block of zero gradients keeps absmax 0; a set flag changes
+// nothing; the model copy is the new weights rounded.
+TEST_F(CudaBackendTest, EightBitStepsGiveTheCpuCodesBitForBitAndSkipOnTheFlag) {
+  using backend::AdamW8bitStepKernel;
+  using backend::QuantBlocks;
+  using backend::Sgd8bitStepKernel;
+  const int64_t n = 5 * 256 + 77;  // a partial last block
+  const Backend::FusedStepArgs none;
+  for (bool adamw : {false, true}) {
+    for (bool skip : {false, true}) {
+      const std::string what = std::string(adamw ? "adamw8bit" : "sgd8bit") + (skip ? " skipped" : "");
+      Tensor p = Random({n}, DType::kF32, 40);
+      Tensor c1 = Tensor::Zeros({n}, DType::kU8), a1 = Tensor::Zeros({QuantBlocks(n)}, DType::kF32);
+      Tensor c2 = Tensor::Zeros({n}, DType::kU8), a2 = Tensor::Zeros({QuantBlocks(n)}, DType::kF32);
+      Backend::AdamWHyper ah;
+      ah.lr = 1e-3f;
+      ah.weight_decay = 0.01f;
+      Backend::SgdHyper sh;
+      sh.lr = 0.1f;
+      sh.momentum = 0.9f;
+      sh.weight_decay = 1e-4f;
+      auto grad = [&](uint32_t seed) {
+        Tensor g = Random({n}, DType::kF32, seed, -1, 1);
+        for (int64_t i = 256; i < 512; ++i) g.data<float>()[i] = 0;  // block 1 stays zero
+        return g;
+      };
+      auto cpu_step = [&](const Tensor& g, int64_t step, const Backend::FusedStepArgs& args) {
+        if (adamw) {
+          ah.step = step;
+          Cpu<AdamW8bitStepKernel>()(p, g, c1, a1, c2, a2, ah, args);
+        } else {
+          Cpu<Sgd8bitStepKernel>()(p, g, c1, a1, sh, step == 1, args);
+        }
+      };
+      for (int step = 1; step <= 3; ++step) cpu_step(grad(40 + step), step, none);
+      Tensor g = grad(50);
+      Tensor gp = G(p), gc1 = G(c1), ga1 = G(a1), gc2 = G(c2), ga2 = G(a2);
+      Tensor copy = Tensor::Zeros({n}, DType::kBF16, Device::kCuda);
+      Backend::FusedStepArgs args;
+      args.found_inf = Tensor::Full({1}, DType::kF32, skip ? 1.0 : 0.0, Device::kCuda);
+      args.model_copy = copy;
+      args.step = Tensor::Full({1}, DType::kF32, 3.0, Device::kCuda);  // 3 applied before
+      const std::vector<double> p0 = p.ToDoubles(), c0 = c1.ToDoubles(), m0 = a1.ToDoubles();
+      if (adamw) {
+        Gpu<AdamW8bitStepKernel>()(gp, G(g), gc1, ga1, gc2, ga2, ah, args);
+      } else {
+        Gpu<Sgd8bitStepKernel>()(gp, G(g), gc1, ga1, sh, false, args);
+      }
+      ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+      if (skip) {
+        EXPECT_EQ(gp.ToDoubles(), p0) << what;  // untouched, bit for bit
+        EXPECT_EQ(gc1.ToDoubles(), c0) << what;
+        EXPECT_EQ(ga1.ToDoubles(), m0) << what;
+        EXPECT_EQ(copy.ToDoubles(), std::vector<double>(n, 0.0)) << what;
+        continue;
+      }
+      cpu_step(g, 4, none);
+      EXPECT_EQ(gc1.ToDoubles(), c1.ToDoubles()) << what << " codes";
+      EXPECT_EQ(ga1.ToDoubles(), a1.ToDoubles()) << what << " absmax";
+      if (adamw) {
+        EXPECT_EQ(a1.ToDoubles()[1], 0.0) << what << ": the zero block";  // (SGD decays into it)
+        EXPECT_EQ(gc2.ToDoubles(), c2.ToDoubles()) << what << " second-moment codes";
+        EXPECT_EQ(ga2.ToDoubles(), a2.ToDoubles()) << what << " second-moment absmax";
+      }
+      ExpectClose(gp, p, 1e-6, what);
+      ExpectClose(copy, Cpu<CastKernel>()(p, DType::kBF16), Tol(DType::kBF16), what + " model copy");
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, ErrorsBecomeStatusesAndTheNextJobStartsClean) {
   Tensor huge = gpu_->Allocate({int64_t{1} << 48}, DType::kF32, false);  // 1 PiB
   absl::Status health = gpu_->Health();
@@ -619,6 +696,27 @@ TEST_F(CudaBackendTest, TrainingOnTheGpuTracksTheCpuRunAndAllocatesOnlyWhileWarm
     EXPECT_LT(gpu_loss.back(), 0.7 * gpu_loss.front()) << mode;
     EXPECT_GT(cuda::CudaMemoryStats().peak_in_use_bytes, 0);
   }
+}
+
+// 8-bit AdamW states through the trainer's device path (the fused 8-bit
+// step, skip flag and model copy on the device): the run tracks the CPU's.
+TEST_F(CudaBackendTest, TrainingWithEightBitStatesTracksTheCpuRun) {
+  std::vector<double> loss[2];
+  for (Device d : {Device::kCpu, Device::kCuda}) {
+    TrainerConfig c = Config("bf16-mixed", d);
+    c.optimizer.state_bits = 8;
+    c.training.steps = 30;
+    auto t = Trainer::Create(c, &Data(), nullptr);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->optimizer().has_8bit_states());
+    for (int step = 0; step < 30; ++step) loss[d == Device::kCuda].push_back((*t)->RunStep().loss);
+  }
+  ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+  for (int step : {0, 10, 29}) {
+    EXPECT_NEAR(loss[1][step], loss[0][step], 3e-2 * std::max(1.0, loss[0][step]))
+        << "step " << step + 1;
+  }
+  EXPECT_LT(loss[1].back(), 0.7 * loss[1].front());
 }
 
 // SGD with momentum, gradient clipping, two micro-batches per step and a loss

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/kernel_registry.h"
+#include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/quant_map.h"
 #include "engine/nn/model.h"
 #include "engine/optim/optimizer.h"
@@ -269,6 +271,9 @@ TEST(Optimizer8bitTest, ANonFiniteGradientWithoutLossScalingFailsTheJob) {
   }
 }
 
+// A device runs 8-bit states when it has the 8-bit kernels (the fake device
+// mirrors the CPU's; tests/engine/train:trainer_device_test runs them), and
+// one without them refuses the job on the field that asked for them.
 TEST(Optimizer8bitTest, ADeviceWithoutThe8BitKernelIsRefusedNamingTheField) {
   static testing::FakeDeviceBackend* fake = [] {
     auto* b = new testing::FakeDeviceBackend();
@@ -277,11 +282,21 @@ TEST(Optimizer8bitTest, ADeviceWithoutThe8BitKernelIsRefusedNamingTheField) {
   }();
   TrainerConfig c = MlpConfig("bf16-mixed", OptimizerSpec::Kind::kAdamW);
   c.device = Device::kCuda;
+  EXPECT_TRUE(train::CheckKernels(c, *fake).ok());
+  backend::UnregisterKernel<backend::AdamW8bitStepKernel>(Device::kCuda);
   absl::Status s = train::CheckKernels(c, *fake);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("optimizer.adamw.state_bits"), std::string::npos) << s;
+  EXPECT_EQ(s.message(),
+            "optimizer.adamw.state_bits: the fake-cuda backend has no 8-bit optimizer step kernel");
   c.optimizer.state_bits = 32;
   EXPECT_TRUE(train::CheckKernels(c, *fake).ok());
+  c.optimizer.kind = OptimizerSpec::Kind::kSgd;  // SGD's 8-bit kernel is still there
+  c.optimizer.momentum = 0.9;
+  c.optimizer.state_bits = 8;
+  EXPECT_TRUE(train::CheckKernels(c, *fake).ok());
+  backend::UnregisterKernel<backend::Sgd8bitStepKernel>(Device::kCuda);
+  EXPECT_NE(train::CheckKernels(c, *fake).message().find("optimizer.sgd.state_bits"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -175,6 +175,44 @@ TEST(DevicePath, GradientAccumulationAndClippingMatchTheCpu) {
   }
 }
 
+// 8-bit optimizer states on the device path: the fused 8-bit steps skip on
+// the device flag and write the model copy themselves, giving the CPU path's
+// run bit for bit (losses, codes, absmax values), skip storms included, with
+// one host wait per step.
+TEST(DevicePath, EightBitStatesMatchTheCpuBitForBitAndSkipOnTheDevice) {
+  testing::FakeDeviceBackend& fake = Fake();
+  for (const OptimizerSpec::Kind kind : {OptimizerSpec::Kind::kAdamW, OptimizerSpec::Kind::kSgd}) {
+    const bool adamw = kind == OptimizerSpec::Kind::kAdamW;
+    for (const char* mode : {"bf16-mixed", "16-mixed", "32-true"}) {
+      SCOPED_TRACE(std::string(adamw ? "adamw8bit " : "sgd8bit ") + mode);
+      auto config = [&](Device d) {
+        TrainerConfig c = Config(mode, kind, d);
+        c.optimizer.state_bits = 8;
+        c.optimizer.min_8bit_size = 0;  // these layers are small
+        if (std::string(mode) == "16-mixed") {
+          c.precision.loss_scaling.init_scale = std::ldexp(1.0, 40);  // skips first
+          c.precision.loss_scaling.growth_interval = 4;
+        }
+        return c;
+      };
+      TrainRun cpu = Train(config(Device::kCpu), 20);
+      fake.calls.clear();
+      fake.trainer_reads = 0;
+      TrainRun dev = Train(config(Device::kCuda), 20);
+      ExpectSameRun(cpu, dev);
+      // 10 tensors: 3 linears' weights and biases, 2 LayerNorms' scales and shifts.
+      EXPECT_EQ(fake.calls[adamw ? "adamw8bit_step" : "sgd8bit_step"], 20 * 10);
+      EXPECT_EQ(fake.trainer_reads, 20);
+      if (std::string(mode) == "16-mixed") {
+        EXPECT_GE(dev.skips.size(), 5u);
+      }
+      bool has_codes = false;
+      for (const auto& [name, t] : dev.state.tensors) has_codes |= t.dtype() == DType::kU8;
+      EXPECT_TRUE(has_codes);
+    }
+  }
+}
+
 // Nothing else waits for the device during a step: no Item() or copy to the
 // host in the forward or backward (the loss gradient, scaled on the device,
 // is read by the cross-entropy backward where it is).

@@ -55,6 +55,13 @@ void __syncthreads();
 using std::max;
 using std::min;
 
+// CUDA's round-to-nearest intrinsics, which nvcc never contracts into FMAs:
+// here plain IEEE operations (the host compiler emits no FMAs either).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,

@@ -1,0 +1,143 @@
+// The 8-bit optimizer steps (bitsandbytes' blockwise method,
+// backend/quant_map.h): one thread block per quantization block of 256
+// values, one value per thread. Each dequantizes its value, runs the f32
+// update, the block takes the new absmax of each state, and each thread
+// re-quantizes to the nearest code by binary search over the map in shared
+// memory. The f32 math is the CPU's (cpu/optimizer_math.h) operation for
+// operation, with round-to-nearest intrinsics so that nvcc fuses nothing
+// into FMAs: the codes then equal the CPU's bit for bit (the bias
+// corrections' f64 pow may differ by an ulp from the host's, which changes
+// the f32 constants only in rare cases).
+
+#include "engine/cuda/kernels/kernel_util.h"
+
+namespace ampd::engine::cuda {
+namespace {
+
+using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
+
+constexpr int kQuantBlock = 256;
+static_assert(kThreads == kQuantBlock, "one thread per value of a quantization block");
+
+// backend::NearestCode: the first value >= x, then the nearer of it and its
+// predecessor, ties to the smaller code.
+__device__ __forceinline__ uint8_t NearestCode(const float* map, float x) {
+  int lo = 0, hi = 256;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (map[mid] < x) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == 0) return 0;
+  if (lo == 256) return 255;
+  return static_cast<uint8_t>(__fsub_rn(x, map[lo - 1]) <= __fsub_rn(map[lo], x) ? lo - 1 : lo);
+}
+
+// The block's new absmax of `value` (thread 0 stores it), then this thread's code.
+__device__ __forceinline__ void Requantize(const float* map, float value, bool valid,
+                                           uint8_t* codes, float* absmax, int64_t qb, int64_t i) {
+  const float m = BlockMax(valid ? fabsf(value) : 0.0f);
+  if (threadIdx.x == 0) absmax[qb] = m;
+  if (valid) codes[i] = NearestCode(map, m == 0 ? 0.0f : __fmul_rn(value, __fdiv_rn(1.0f, m)));
+}
+
+__device__ __forceinline__ void LoadMaps(const float* maps, float* first, float* second) {
+  first[threadIdx.x] = maps[threadIdx.x];
+  if (second) second[threadIdx.x] = maps[kQuantBlock + threadIdx.x];
+  __syncthreads();
+}
+
+__global__ void AdamW8bitStepKernel(void* param, int pdt, const void* grad, int gdt,
+                                    uint8_t* m_codes, float* m_absmax, uint8_t* v_codes,
+                                    float* v_absmax, int64_t n, AdamWArgs a, const float* step_ptr,
+                                    const float* found_inf, void* model_copy, int mdt,
+                                    const float* maps) {
+  if (found_inf && *found_inf != 0.0f) return;  // skipped step: nothing changes
+  __shared__ float signed_map[kQuantBlock];
+  __shared__ float unsigned_map[kQuantBlock];
+  LoadMaps(maps, signed_map, unsigned_map);
+  const int64_t step = step_ptr ? static_cast<int64_t>(*step_ptr) + 1 : a.step;
+  const float step_size = static_cast<float>(
+      a.lr / (1.0 - pow(static_cast<double>(a.beta1), static_cast<double>(step))));
+  const float bc2_sqrt = static_cast<float>(
+      sqrt(1.0 - pow(static_cast<double>(a.beta2), static_cast<double>(step))));
+  const float decay = __fsub_rn(1.0f, __fmul_rn(a.lr, a.weight_decay));
+  const float one_minus_beta1 = __fsub_rn(1.0f, a.beta1);
+  const float one_minus_beta2 = __fsub_rn(1.0f, a.beta2);
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  for (int64_t qb = blockIdx.x; qb < blocks; qb += gridDim.x) {
+    const int64_t i = qb * kQuantBlock + threadIdx.x;
+    const bool valid = i < n;
+    float m = 0, v = 0;
+    if (valid) {
+      const float g = Load<float>(grad, gdt, i);
+      m = __fmul_rn(signed_map[m_codes[i]], m_absmax[qb]);
+      v = __fmul_rn(unsigned_map[v_codes[i]], v_absmax[qb]);
+      m = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(one_minus_beta1, g));
+      v = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+      const float denom = __fadd_rn(__fdiv_rn(sqrtf(v), bc2_sqrt), a.eps);
+      const float p = Load<float>(param, pdt, i);
+      Store<float>(param, pdt, i,
+                   __fsub_rn(__fmul_rn(p, decay), __fdiv_rn(__fmul_rn(step_size, m), denom)));
+      if (model_copy) Store<float>(model_copy, mdt, i, Load<float>(param, pdt, i));
+    }
+    // Every thread has read this block's absmax values before they change.
+    Requantize(signed_map, m, valid, m_codes, m_absmax, qb, i);
+    Requantize(unsigned_map, v, valid, v_codes, v_absmax, qb, i);
+  }
+}
+
+__global__ void Sgd8bitStepKernel(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
+                                  float* absmax, int64_t n, SgdArgs a, const float* found_inf,
+                                  void* model_copy, int mdt, const float* maps) {
+  if (found_inf && *found_inf != 0.0f) return;
+  __shared__ float signed_map[kQuantBlock];
+  LoadMaps(maps, signed_map, nullptr);
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  for (int64_t qb = blockIdx.x; qb < blocks; qb += gridDim.x) {
+    const int64_t i = qb * kQuantBlock + threadIdx.x;
+    const bool valid = i < n;
+    float buf = 0;
+    if (valid) {
+      const float p = Load<float>(param, pdt, i);
+      float d = __fadd_rn(Load<float>(grad, gdt, i), __fmul_rn(a.weight_decay, p));
+      buf = a.first ? d : __fadd_rn(__fmul_rn(a.momentum, __fmul_rn(signed_map[codes[i]], absmax[qb])), d);
+      d = a.nesterov ? __fadd_rn(d, __fmul_rn(a.momentum, buf)) : buf;
+      Store<float>(param, pdt, i, __fsub_rn(p, __fmul_rn(a.lr, d)));
+      if (model_copy) Store<float>(model_copy, mdt, i, Load<float>(param, pdt, i));
+    }
+    Requantize(signed_map, buf, valid, codes, absmax, qb, i);
+  }
+}
+
+int QuantGrid(int64_t n) {
+  return static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>((n + kQuantBlock - 1) / kQuantBlock, int64_t{65535} * 8)));
+}
+
+}  // namespace
+
+std::string LaunchAdamW8bitStep(void* param, int pdt, const void* grad, int gdt,
+                                uint8_t* m_codes, float* m_absmax, uint8_t* v_codes,
+                                float* v_absmax, int64_t n, const AdamWArgs& a,
+                                const float* step_ptr, const float* found_inf, void* model_copy,
+                                int mdt, const float* maps, Stream s) {
+  if (n == 0) return "";
+  LAUNCH(AdamW8bitStepKernel, QuantGrid(n), kThreads, S(s), param, pdt, grad, gdt, m_codes,
+         m_absmax, v_codes, v_absmax, n, a, step_ptr, found_inf, model_copy, mdt, maps);
+  return Check("AdamW8bitStepKernel");
+}
+
+std::string LaunchSgd8bitStep(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
+                              float* absmax, int64_t n, const SgdArgs& a, const float* found_inf,
+                              void* model_copy, int mdt, const float* maps, Stream s) {
+  if (n == 0) return "";
+  LAUNCH(Sgd8bitStepKernel, QuantGrid(n), kThreads, S(s), param, pdt, grad, gdt, codes, absmax, n,
+         a, found_inf, model_copy, mdt, maps);
+  return Check("Sgd8bitStepKernel");
+}
+
+}  // namespace ampd::engine::cuda

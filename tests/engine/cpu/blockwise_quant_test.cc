@@ -1,0 +1,83 @@
+// The CPU's blockwise (de)quantization paths (AVX-512 and scalar) against
+// backend::QuantizeBlockwise / DequantizeBlockwise, bit for bit: random
+// blocks over every decade, values on and next to each decision threshold,
+// a block of zeros, partial blocks and lengths that are not multiples of 16.
+
+#include "engine/cpu/blockwise_quant.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/backend/quant_map.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine::cpu {
+namespace {
+
+using backend::CodeTableFor;
+using backend::DynamicMap;
+using backend::QuantBlocks;
+using backend::UnsignedDynamicMap;
+
+std::vector<float> Values(bool is_signed, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(is_signed ? -1.0f : 0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) {
+    // Blocks of different scales, and values spread over every decade.
+    x[i] = u(rng) * std::pow(10.0f, -static_cast<float>(i % 7)) * (1 + (i / 256) % 5);
+  }
+  for (int64_t i = 256; i < std::min<int64_t>(n, 512); ++i) x[i] = 0;  // a zero block
+  return x;
+}
+
+TEST(BlockwiseQuantTest, EveryPathGivesTheReferenceCodesAndValues) {
+  if (!HasAvx512Quant()) GTEST_SKIP() << "no AVX-512F here: only the scalar path runs";
+  for (const auto* map : {&DynamicMap(), &UnsignedDynamicMap()}) {
+    const bool is_signed = map == &DynamicMap();
+    for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{256}, int64_t{2048}, int64_t{5 * 256 + 77}}) {
+      std::vector<float> x = Values(is_signed, n, static_cast<uint32_t>(n));
+      std::vector<uint8_t> want(n), got(n);
+      std::vector<float> want_max(QuantBlocks(n)), got_max(QuantBlocks(n));
+      backend::QuantizeBlockwise(*map, x.data(), n, want.data(), want_max.data());
+      QuantizeBlocks(*map, x.data(), n, got.data(), got_max.data(), QuantPath::kAvx512);
+      ASSERT_EQ(got, want) << "n " << n;
+      ASSERT_EQ(got_max, want_max) << "n " << n;
+      std::vector<float> want_x(n), got_x(n);
+      backend::DequantizeBlockwise(*map, want.data(), want_max.data(), n, want_x.data());
+      DequantizeBlocks(*map, want.data(), want_max.data(), n, got_x.data(), QuantPath::kAvx512);
+      ASSERT_EQ(got_x, want_x) << "n " << n;
+    }
+  }
+}
+
+TEST(BlockwiseQuantTest, ValuesAtTheDecisionThresholdsTakeTheBinarySearchsCode) {
+  for (const auto* map : {&DynamicMap(), &UnsignedDynamicMap()}) {
+    ASSERT_NE(CodeTableFor(*map), nullptr);
+    const auto& threshold = CodeTableFor(*map)->threshold;
+    // One block whose absmax is 1: each value is quantized as it is.
+    std::vector<float> x = {1.0f};
+    for (int c = 0; c < 255; ++c) {
+      x.push_back(threshold[c]);
+      x.push_back(std::nextafter(threshold[c], 2.0f));
+      x.push_back(std::nextafter(threshold[c], -2.0f));
+    }
+    x.resize(((x.size() + 255) / 256) * 256, 1.0f);  // whole blocks, each with a 1
+    for (size_t b = 0; b < x.size(); b += 256) x[b] = 1.0f;
+    const int64_t n = static_cast<int64_t>(x.size());
+    for (QuantPath path : {QuantPath::kScalar, QuantPath::kAvx512}) {
+      if (path == QuantPath::kAvx512 && !HasAvx512Quant()) continue;
+      std::vector<uint8_t> codes(n);
+      std::vector<float> absmax(QuantBlocks(n));
+      QuantizeBlocks(*map, x.data(), n, codes.data(), absmax.data(), path);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(codes[i], backend::NearestCode(*map, x[i])) << x[i];
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ampd::engine::cpu
