@@ -79,18 +79,11 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CreateJob(grpc::CallbackServerCon
   if (request->request_id().size() > 128) {
     return Done(ctx, InvalidField("request_id", "must be at most 128 characters"));
   }
-  engine::runner::JobSpecContext context;  // profiles are resolved by the manager
-  std::vector<engine::runner::FieldViolation> violations =
-      engine::runner::ValidateJobSpec(request->spec(), context);
-  // Unknown profile names are checked by the manager (it knows user profiles).
-  violations.erase(std::remove_if(violations.begin(), violations.end(),
-                                  [](const auto& v) { return v.field == "precision.profile"; }),
-                   violations.end());
-  if (!violations.empty()) return Done(ctx, InvalidArgument(violations, "spec."));
+  // The manager resolves the spec (it knows the user's profiles) and reports
+  // every violation at once; then limits, and the device's preconditions
+  // ("spec.device": no GPU, or an op without a kernel there).
   absl::StatusOr<v1::Job> job =
       jobs_->Create(request->spec(), request->request_id(), who.name, who.admin);
-  // The remaining violations (profiles), limits, and the device's
-  // preconditions ("spec.device": no GPU, or an op without a kernel there).
   if (!job.ok()) return Done(ctx, JobError(job.status(), "", "spec."));
   *response = *job;
   LogInfo(

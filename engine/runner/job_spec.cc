@@ -1,10 +1,12 @@
 #include "engine/runner/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/error_subject.h"
@@ -505,8 +507,14 @@ std::optional<std::pair<int64_t, int>> KnownDataShape(const v1::DataSpec& d) {
 }
 
 absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpecContext& context) {
+  // Every violation in one status (AIP-193): the field checks and the
+  // precision (ValidateJobSpec), then what needs the resolved model, which
+  // is checked whenever the model and data fields themselves are valid.
   std::vector<FieldViolation> violations = ValidateJobSpec(spec, context);
-  if (!violations.empty()) return ViolationsToStatus(violations);
+  const bool model_known =
+      std::none_of(violations.begin(), violations.end(), [](const FieldViolation& v) {
+        return absl::StartsWith(v.field, "model") || absl::StartsWith(v.field, "data");
+      });
   ResolvedJob job;
   TrainerConfig& c = job.config;
   MlpSpec mlp;
@@ -528,7 +536,8 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   }
   c.model = mlp;
   if (spec.model().has_gpt()) c.model = GptFromProto(spec.model().gpt(), spec.data());
-  c.precision = ResolveJobPrecision(spec.precision(), context, &violations);
+  std::vector<FieldViolation> reported;  // ValidateJobSpec has them already
+  c.precision = ResolveJobPrecision(spec.precision(), context, &reported);
   const v1::OptimizerSpec& o = spec.optimizer();
   c.optimizer.lr = o.has_lr() ? o.lr() : 1e-3;
   c.optimizer.weight_decay = o.weight_decay();
@@ -564,8 +573,10 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   // fp32_state_layers must name layers of this model (a typo would silently
   // leave a layer in 8 bits).
   std::set<std::string> layers;
-  for (const nn::ParameterShape& p : nn::DescribeModel(c.model).parameters) layers.insert(p.layer);
-  for (int i = 0; i < o.fp32_state_layers_size(); ++i) {
+  if (model_known) {
+    for (const nn::ParameterShape& p : nn::DescribeModel(c.model).parameters) layers.insert(p.layer);
+  }
+  for (int i = 0; model_known && i < o.fp32_state_layers_size(); ++i) {
     if (!layers.count(o.fp32_state_layers(i))) {
       Violate(&violations, absl::StrCat("optimizer.fp32_state_layers[", i, "]"),
               absl::StrCat("\"", o.fp32_state_layers(i), "\" is not a layer of this model"));

@@ -1,6 +1,7 @@
 // Integration tests over loopback against a real ampd process.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -387,6 +388,34 @@ TEST_F(TrainingServiceTest, InvalidGptSpecsNameEveryBadField) {
   s = TryCreate(R"({"model": {"gpt": {"nLayer": "48", "nEmbd": "1600", "nHead": "25",
       "blockSize": "1024", "vocabSize": "50257"}}, "data": {"builtin": "fortunes"}})");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+}
+
+// AIP-193: one BadRequest lists every violation, whichever stage finds it:
+// the field checks, the precision's resolution (an unknown profile), and
+// the checks that need the resolved model (a layer name).
+TEST_F(TrainingServiceTest, FiveViolationsAcrossStagesComeBackInOneBadRequest) {
+  grpc::Status s = TryCreate(R"({"model": {"mlp": {"hidden": [16]}},
+      "data": {"synthetic": {"numExamples": 64, "featureDim": 8, "numClasses": 2}},
+      "optimizer": {"lr": -1, "fp32StateLayers": ["fc9"], "adamw": {"stateBits": 8}},
+      "schedule": {"minLrRatio": 3},
+      "precision": {"profile": "bf17-mixed"},
+      "training": {"batchSize": "0"}})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  std::vector<std::string> fields = ViolatedFields(s);
+  std::sort(fields.begin(), fields.end());
+  EXPECT_EQ(fields, (std::vector<std::string>{
+                        "spec.optimizer.fp32_state_layers[0]", "spec.optimizer.lr",
+                        "spec.precision.profile", "spec.schedule.min_lr_ratio",
+                        "spec.training.batch_size"}))
+      << s.error_message();
+  // A bad model hides only what needs the model: the layer is not checked.
+  s = TryCreate(R"({"model": {"mlp": {"hidden": [-4]}},
+      "optimizer": {"fp32StateLayers": ["fc9"]}, "precision": {"profile": "bf17-mixed"}})");
+  fields = ViolatedFields(s);
+  std::sort(fields.begin(), fields.end());
+  EXPECT_EQ(fields,
+            (std::vector<std::string>{"spec.model.mlp.hidden[0]", "spec.precision.profile"}))
+      << s.error_message();
 }
 
 // A GPT job over gRPC: its step records carry tokens/s and MFU, its
