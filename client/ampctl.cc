@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,9 @@ struct Command {
 };
 
 const char kGlobalHelp[] =
-    "Global flags (before or after the command):\n"
+    "Global flags (before or after the command; --flag=VALUE or --flag VALUE):\n"
     "  --server=HOST:PORT   ampd to talk to (default: $AMPD_SERVER, else localhost:50051)\n"
-    "  --output=table|json  output format (default table)\n"
+    "  --output=table|json  output format (default table); also -o json\n"
     "  --timeout=SECONDS    deadline for each request (default 30)\n"
     "  --token=TOKEN        bearer token for a server with --tokens_file (default: $AMPD_TOKEN)\n"
     "  --tls_ca=PATH        PEM CA that signed the server's certificate; enables TLS\n"
@@ -59,15 +60,21 @@ int Usage(const std::string& message, const Command* command) {
   return kExitUsage;
 }
 
+// "STEP/TOTAL", with "-" for a total not known yet (an epoch count before
+// the data is loaded).
+std::string Progress(const v1::Job& j) {
+  const std::string total =
+      j.progress().total_steps() > 0 ? std::to_string(j.progress().total_steps()) : "-";
+  return std::to_string(j.progress().step()) + "/" + total;
+}
+
 void PrintJobRow(const v1::Job& j) {
-  char progress[64];
-  std::snprintf(progress, sizeof progress, "%lld/%lld", (long long)j.progress().step(),
-                (long long)j.progress().total_steps());
+  const std::string progress = Progress(j);
   char acc[16] = "-";
   if (j.has_latest_eval())
     std::snprintf(acc, sizeof acc, "%.2f%%", 100 * j.latest_eval().accuracy());
   std::printf("%-15s %-10s %-12s %-13s %-8s %s\n", j.id().c_str(), StateName(j.state()).c_str(),
-              j.precision().c_str(), progress, acc, j.spec().display_name().c_str());
+              j.precision().c_str(), progress.c_str(), acc, j.spec().display_name().c_str());
 }
 
 void PrintJob(const Context& ctx, const v1::Job& j) {
@@ -80,8 +87,8 @@ void PrintJob(const Context& ctx, const v1::Job& j) {
     std::printf("name       %s\n", j.spec().display_name().c_str());
   std::printf("state      %s\n", StateName(j.state()).c_str());
   std::printf("precision  %s\n", j.precision().c_str());
-  std::printf("progress   %lld/%lld steps (%lld skipped)\n", (long long)j.progress().step(),
-              (long long)j.progress().total_steps(), (long long)j.progress().skipped_steps());
+  std::printf("progress   %s steps (%lld skipped)\n", Progress(j).c_str(),
+              (long long)j.progress().skipped_steps());
   if (j.has_latest_step()) {
     std::printf("loss       %.4f (step %lld), loss scale %g\n", j.latest_step().loss(),
                 (long long)j.latest_step().step(), j.latest_step().loss_scale());
@@ -550,6 +557,9 @@ const std::map<std::string, Command>& Commands() {
   return *commands;
 }
 
+// The flags that take no value (all others do).
+const std::set<std::string> kSwitches = {"watch", "all", "follow", "help"};
+
 void PrintHelp() {
   std::printf("ampctl: submit, watch and manage ampd training jobs.\n\nCommands:\n");
   for (const auto& [name, c] : Commands()) std::printf("  %s\n", c.usage.c_str());
@@ -578,14 +588,21 @@ int Main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       help = true;
-    } else if (a.rfind("--", 0) == 0) {
-      std::string key = a.substr(2), value;
-      size_t eq = key.find('=');
+    } else if (a.rfind("--", 0) == 0 || a == "-o" || a.rfind("-o=", 0) == 0) {
+      // --flag=value and --flag value (kubectl, gcloud and docker take both),
+      // and -o for --output; the switches (kSwitches) take no value.
+      std::string key = a.rfind("--", 0) == 0 ? a.substr(2) : "output" + a.substr(2), value;
+      const size_t eq = key.find('=');
       if (eq != std::string::npos) {
         value = key.substr(eq + 1);
         key = key.substr(0, eq);
-      } else {
+      } else if (kSwitches.count(key)) {
         value = "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return Usage("--" + key + " needs a value (--" + key + "=VALUE or --" + key + " VALUE)",
+                     nullptr);
       }
       args.flags[key] = value;
     } else if (command.empty()) {

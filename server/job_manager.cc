@@ -336,6 +336,9 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   job.set_precision(record->resolved.config.precision.name);
   job.set_optimizer(engine::train::DescribeOptimizer(record->resolved.config.model,
                                                      record->resolved.config.optimizer));
+  // Known now when the spec gives steps; an epoch count becomes steps once
+  // the data is loaded (until then 0: "unknown").
+  job.mutable_progress()->set_total_steps(record->resolved.config.training.steps);
   *job.mutable_create_time() = Now();
   jobs_[id] = record;
   if (!request_id.empty()) request_ids_[RequestKey(owner, request_id)] = id;

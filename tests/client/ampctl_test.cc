@@ -113,6 +113,68 @@ TEST_F(AmpctlTest, SubmitAndWatchToCompletion) {
   EXPECT_NE(list.out.find("SUCCEEDED"), std::string::npos) << list.out;
 }
 
+// Every flag as --flag=value and --flag value, -o for --output; a value flag
+// at the end without its value is a usage error that names it.
+TEST_F(AmpctlTest, FlagsTakeTheirValueWithOrWithoutAnEqualsSign) {
+  Result submitted = Ampctl({"--server", server_->address(), "-o", "json", "submit", Spec(5),
+                             "--request_id", "flags-1", "--watch"});
+  ASSERT_EQ(submitted.code, 0) << submitted.out << submitted.err;
+  Result got_job = Ampctl({server_flag_, "-o", "json", "submit", Spec(5), "--request_id=flags-1"});
+  ASSERT_EQ(got_job.code, 0) << got_job.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got_job.out, &job).ok()) << got_job.out;
+  for (const std::vector<std::string>& form :
+       {std::vector<std::string>{"--output", "json"}, {"--output=json"}, {"-o", "json"},
+        {"-o=json"}}) {
+    std::vector<std::string> args = {server_flag_, "get", job.name()};
+    args.insert(args.end(), form.begin(), form.end());
+    Result r = Ampctl(args);
+    EXPECT_EQ(r.code, 0) << form[0] << ": " << r.err;
+    v1::Job parsed;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &parsed).ok())
+        << form[0] << ": " << r.out;
+    EXPECT_EQ(parsed.name(), job.name());
+  }
+  Result list = Ampctl({server_flag_, "list", "-o", "json", "--state", "SUCCEEDED"});
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find(job.name()), std::string::npos) << list.out;
+  Result table = Ampctl({"--server", server_->address(), "list", "--state", "SUCCEEDED"});
+  EXPECT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find(" 5/5 "), std::string::npos) << table.out;
+  Result missing = Ampctl({server_flag_, "get", job.name(), "--output"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("--output needs a value"), std::string::npos) << missing.err;
+  Result bad = Ampctl({server_flag_, "get", job.name(), "-o", "yaml"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("expected table or json, got \"yaml\""), std::string::npos) << bad.err;
+}
+
+// A queued job shows its total steps at once when the spec gives them, and
+// "-" while an epoch count has not become steps (the data is not loaded).
+TEST_F(AmpctlTest, ListShowsTheTotalAsSoonAsItIsKnownAndADashUntilThen) {
+  // The first job holds the single worker, so the next two stay queued.
+  Result running = Ampctl({server_flag_, "-o", "json", "submit", Spec(1000000)});
+  ASSERT_EQ(running.code, 0) << running.err;
+  const std::string epochs = TmpFile("epochs.json", R"({"displayName": "by-epochs",
+      "data": {"synthetic": {"numExamples": 64, "featureDim": 8, "numClasses": 2}},
+      "training": {"epochs": 2, "batchSize": "16"}})");
+  ASSERT_EQ(Ampctl({server_flag_, "submit", epochs}).code, 0);
+  const std::string steps = TmpFile("steps.json", R"({"displayName": "by-steps",
+      "data": {"synthetic": {"numExamples": 64, "featureDim": 8, "numClasses": 2}},
+      "training": {"steps": "7", "batchSize": "16"}})");
+  ASSERT_EQ(Ampctl({server_flag_, "submit", steps}).code, 0);
+  Result list = Ampctl({server_flag_, "list", "--state", "QUEUED"});
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_TRUE(std::regex_search(list.out, std::regex(R"(QUEUED\s+\S+\s+0/-\s+-\s+by-epochs)")))
+      << list.out;
+  EXPECT_TRUE(std::regex_search(list.out, std::regex(R"(QUEUED\s+\S+\s+0/7\s+-\s+by-steps)")))
+      << list.out;
+  EXPECT_EQ(list.out.find("0/0"), std::string::npos) << list.out;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(running.out, &job).ok());
+  EXPECT_EQ(Ampctl({server_flag_, "cancel", job.name()}).code, 0);
+}
+
 TEST_F(AmpctlTest, FailedJobExitsOneAndCancelledJobExitsThree) {
   const std::string bad_data = TmpFile(
       "bad_data.json", R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "nope.csv"}}})");
