@@ -355,6 +355,35 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   return created;
 }
 
+JobsSnapshot JobManager::MetricsSnapshot() const {
+  JobsSnapshot s;
+  for (int st = v1::JobState_MIN; st <= v1::JobState_MAX; ++st) {
+    if (v1::JobState_IsValid(st) && st != v1::JOB_STATE_UNSPECIFIED) {
+      s.by_state[v1::JobState_Name(static_cast<v1::JobState>(st))] = 0;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  s.queue_depth = static_cast<int>(queue_.size());
+  for (const auto& [id, record] : jobs_) {
+    const v1::Job& j = record->job;
+    ++s.by_state[v1::JobState_Name(j.state())];
+    if (j.state() != v1::RUNNING) continue;
+    RunningJobMetrics r;
+    r.id = id;
+    r.step = j.progress().step();
+    r.skipped_steps = j.progress().skipped_steps();
+    if (j.has_latest_step()) {
+      const engine::train::TrainingSpec& t = record->resolved.config.training;
+      r.samples_per_s = j.latest_step().samples_per_s();
+      r.steps_per_s = r.samples_per_s / static_cast<double>(std::max<int64_t>(
+                                            1, t.batch_size * std::max<int64_t>(1, t.grad_accumulation)));
+      r.loss_scale = j.latest_step().loss_scale();
+    }
+    s.running.push_back(std::move(r));
+  }
+  return s;
+}
+
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto job = Find(id);
@@ -604,6 +633,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     // The step's record was appended before this callback ran.
     request.outputs.before_checkpoint = [this] { persister_->Flush(); };
   }
+  request.outputs.on_checkpoint = options_.on_checkpoint;
   hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec.data(), owner); };
   hooks.started = [this, &job](int64_t total_steps, int64_t optimizer_state_bytes) {
     std::lock_guard<std::mutex> lock(mu_);

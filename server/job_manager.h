@@ -23,6 +23,7 @@
 #include "engine/runner/job_spec.h"
 #include "engine/train/trainer.h"
 #include "server/job_store.h"
+#include "server/metrics.h"
 #include "server/jobs/event_fanout.h"
 #include "server/jobs/job_queue.h"
 #include "server/jobs/job_runner.h"
@@ -53,6 +54,8 @@ struct JobManagerOptions {
   std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string& name,
                                                          const std::optional<std::string>& owner)>
       profiles;
+  // After each checkpoint a job writes: seconds taken and bytes (metrics).
+  std::function<void(double seconds, int64_t bytes)> on_checkpoint;
 };
 
 using jobs::EventListener;
@@ -93,6 +96,8 @@ class JobManager {
   void Listen(const std::string& id, std::weak_ptr<EventListener> listener);
   // Heartbeats to listeners of queued jobs.
   void SendHeartbeats();
+  // Jobs by state, the queue and each running job's latest step (Prometheus).
+  JobsSnapshot MetricsSnapshot() const;
 
   // Stops taking jobs, cancels queued and running ones (reason: shutdown),
   // joins the workers and writes everything to the store. Idempotent.

@@ -46,6 +46,11 @@ ABSL_FLAG(bool, insecure, false,
 ABSL_FLAG(std::string, tokens_file, "",
           "Bearer-token file, lines \"SHA256HEX_OF_TOKEN PRINCIPAL user|admin\" ('#' comments). "
           "Every RPC except health and reflection then needs \"authorization: Bearer TOKEN\".");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus metrics at http://HOST:PORT/metrics (\"\": off; port 0 picks one). "
+          "Loopback unless --insecure.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the metrics port is written here once serving.");
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
 
 int main(int argc, char** argv) {
@@ -92,6 +97,12 @@ int main(int argc, char** argv) {
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  // The default port may be another ampd's: then a warning, not an exit.
+  options.metrics_required = false;
+  for (int i = 1; i < argc; ++i) {
+    if (absl::StartsWith(argv[i], "--metrics_listen")) options.metrics_required = true;
+  }
   std::error_code ec;
   std::filesystem::create_directories(options.jobs.data_root, ec);
   if (ec) {
@@ -104,13 +115,18 @@ int main(int argc, char** argv) {
     ampd::server::LogError(std::string(server.status().message()));
     return 1;
   }
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    std::ofstream out(port_file + ".tmp");
-    out << (*server)->port() << "\n";
+  auto write_port = [](const std::string& path, int port) {
+    if (path.empty()) return;
+    std::ofstream out(path + ".tmp");
+    out << port << "\n";
     out.close();
-    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+    std::rename((path + ".tmp").c_str(), path.c_str());
+  };
+  // The metrics port first: a test that sees the gRPC port file can scrape.
+  if ((*server)->metrics_port() > 0) {
+    write_port(absl::GetFlag(FLAGS_metrics_port_file), (*server)->metrics_port());
   }
+  write_port(absl::GetFlag(FLAGS_port_file), (*server)->port());
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);

@@ -95,8 +95,20 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   if (!store.ok()) return store.status();
   s->store_ = *std::move(store);
   s->profiles_ = std::make_unique<ProfileStore>(s->store_.get());
+  if (!s->options_.metrics_listen.empty() && !IsLoopbackAddress(s->options_.metrics_listen) &&
+      !s->options_.insecure) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_listen=", s->options_.metrics_listen,
+                     " is not a loopback address and the metrics endpoint has no "
+                     "authentication; pass --insecure to serve it anyway"));
+  }
+  s->metrics_ = std::make_unique<ServerMetrics>();
   JobManagerOptions jobs = s->options_.jobs;
   jobs.store = s->store_.get();
+  ServerMetrics* metrics = s->metrics_.get();
+  jobs.on_checkpoint = [metrics](double seconds, int64_t bytes) {
+    metrics->ObserveCheckpointWrite(seconds, bytes);
+  };
   ProfileStore* profiles = s->profiles_.get();
   jobs.profiles = [profiles](const std::string& name, const std::optional<std::string>& owner)
       -> std::optional<ampd::v1::PrecisionConfig> {
@@ -121,6 +133,9 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   builder.RegisterService(s->training_.get());
   builder.RegisterService(s->precision_.get());
   builder.RegisterService(s->artifacts_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(s->metrics_->RpcInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // MFU's denominator on the host, measured once now (about 0.1 s) rather
   // than inside the first job's first step.
   double cpu_peak = 0;
@@ -136,6 +151,20 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
                                                " (address in use or invalid)"));
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
+  JobManager* manager = s->jobs_.get();
+  s->metrics_->jobs = [manager] { return manager->MetricsSnapshot(); };
+  s->metrics_->open_streams = [] { return TrainingServiceImpl::open_streams(); };
+  if (!s->options_.metrics_listen.empty()) {
+    absl::StatusOr<int> port = s->metrics_->Serve(s->options_.metrics_listen);
+    if (port.ok()) {
+      s->metrics_port_ = *port;
+    } else if (s->options_.metrics_required) {
+      s->Shutdown();
+      return port.status();
+    } else {
+      LogWarning("serving no metrics", {{"error", std::string(port.status().message())}});
+    }
+  }
   AmpdServer* self = s.get();
   s->heartbeat_ = std::thread([self] {
     std::unique_lock<std::mutex> lock(self->mu_);
@@ -150,6 +179,7 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   LogInfo("listening", {{"address", s->options_.listen},
                         {"cpu_bf16_gflops", absl::StrFormat("%.1f", cpu_peak / 1e9)},
                         {"port", std::to_string(s->port_)},
+                        {"metrics_port", std::to_string(s->metrics_port_)},
                         {"data_dir", s->options_.jobs.data_root},
                         {"tls", s->options_.tls_cert.empty()        ? "off"
                                 : s->options_.tls_client_ca.empty() ? "on"
@@ -170,6 +200,7 @@ void AmpdServer::Shutdown() {
   }
   cv_.notify_all();
   LogInfo("shutting down: health NOT_SERVING, no new jobs, stopping running jobs");
+  if (metrics_) metrics_->StopServing();  // its scrapes read the job manager
   if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
   if (jobs_) jobs_->Shutdown();
   if (heartbeat_.joinable()) heartbeat_.join();

@@ -10,6 +10,7 @@
 #include "server/artifact_service.h"
 #include "server/auth.h"
 #include "server/job_manager.h"
+#include "server/metrics.h"
 #include "server/precision_service.h"
 #include "server/profile_store.h"
 #include "server/training_service.h"
@@ -35,6 +36,13 @@ struct ServerOptions {
   bool insecure = false;
   // "SHA256HEX PRINCIPAL ROLE" lines; every RPC then needs a bearer token.
   std::string tokens_file;
+  // Prometheus metrics at http://metrics_listen/metrics ("": none). A
+  // non-loopback address needs `insecure` (the endpoint has no auth). When
+  // the address cannot be bound, Start fails if metrics_required, else it
+  // logs a warning and serves no metrics (the default port may be taken by
+  // another ampd).
+  std::string metrics_listen;
+  bool metrics_required = true;
 };
 
 // Whether `listen` (HOST:PORT) is a loopback address.
@@ -48,6 +56,7 @@ class AmpdServer {
   ~AmpdServer();
 
   int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }  // 0: not serving metrics
   // Graceful: health NOT_SERVING, no new jobs, running jobs stopped, streams
   // end with their job's final state, then the server stops. Idempotent.
   void Shutdown();
@@ -57,6 +66,9 @@ class AmpdServer {
   explicit AmpdServer(ServerOptions options);
 
   ServerOptions options_;
+  // Before everything it observes: destroyed last.
+  std::unique_ptr<ServerMetrics> metrics_;
+  int metrics_port_ = 0;
   Authenticator auth_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<ProfileStore> profiles_;

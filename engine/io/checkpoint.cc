@@ -55,7 +55,8 @@ bool Get(const std::map<std::string, std::string>& m, const std::string& key, T*
 
 }  // namespace
 
-absl::Status WriteCheckpoint(const std::string& dir, const TrainerState& state, int keep) {
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const TrainerState& state,
+                                            int keep) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -85,7 +86,7 @@ absl::Status WriteCheckpoint(const std::string& dir, const TrainerState& state, 
     fs::remove(all[i].second, ec);
     fs::remove(all[i].second + ".sha256", ec);
   }
-  return absl::OkStatus();
+  return path;
 }
 
 std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,

@@ -20,8 +20,9 @@
 namespace ampd::engine::io {
 
 // Writes the checkpoint for `state.step` into `dir` (created if missing), then
-// removes all but the newest `keep` checkpoints.
-absl::Status WriteCheckpoint(const std::string& dir, const train::TrainerState& state, int keep);
+// removes all but the newest `keep` checkpoints. Returns the file written.
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
+                                            const train::TrainerState& state, int keep);
 
 struct LoadedCheckpoint {
   train::TrainerState state;

@@ -1,5 +1,6 @@
 #include "server/jobs/run_outputs.h"
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -82,9 +83,17 @@ void RunOutputs::AfterEval(const engine::train::EvalMetrics& e) {
 void RunOutputs::Checkpoint() {
   if (!error_.ok() || trainer_->steps_done() == last_checkpoint_step_) return;
   if (options_.before_checkpoint) options_.before_checkpoint();
-  absl::Status s = engine::io::WriteCheckpoint(checkpoint_dir(), trainer_->SaveState(),
-                                               options_.keep_checkpoints);
-  if (!s.ok()) return Fail(s);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> path = engine::io::WriteCheckpoint(
+      checkpoint_dir(), trainer_->SaveState(), options_.keep_checkpoints);
+  if (!path.ok()) return Fail(path.status());
+  if (options_.on_checkpoint) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(*path, ec);
+    options_.on_checkpoint(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        ec ? 0 : static_cast<int64_t>(bytes));
+  }
   last_checkpoint_ = options_.now();
   last_checkpoint_step_ = trainer_->steps_done();
   ++checkpoints_written_;

@@ -33,6 +33,8 @@ struct RunOutputOptions {
   // Runs before each checkpoint is written: the job manager flushes the
   // stored history, so that a checkpoint never gets ahead of it.
   std::function<void()> before_checkpoint;
+  // After each checkpoint: how long it took and the file's size (metrics).
+  std::function<void(double seconds, int64_t bytes)> on_checkpoint;
   // The clock of the time trigger (tests replace it).
   std::function<std::chrono::steady_clock::time_point()> now = [] {
     return std::chrono::steady_clock::now();
