@@ -517,6 +517,20 @@ const std::map<std::string, Command>& Commands() {
         {"reconnect_timeout"},
         Watch}},
       {"get", {"ampctl get JOB", "Shows one job.", {}, Get}},
+      {"logs",
+       {"ampctl logs JOB [--follow] [--reconnect_timeout=SECONDS]",
+        "Shows the job's own log: where it trains, checkpoints written, restarts and resumes,\n"
+        "device memory, warnings, skipped steps and state changes. --follow keeps reading until\n"
+        "the job ends, reconnecting after a dropped connection without gaps or repeats.",
+        {"follow", "reconnect_timeout"},
+        [](Context& ctx, const Args& args) {
+          double timeout = 60;
+          if (args.Has("reconnect_timeout") &&
+              !absl::SimpleAtod(args.Get("reconnect_timeout"), &timeout)) {
+            return Usage("--reconnect_timeout: not a number", nullptr);
+          }
+          return ShowLogs(ctx, args.positional[0], args.Has("follow"), timeout);
+        }}},
       {"artifacts", {"ampctl artifacts JOB", "Lists a job's downloadable files.", {}, Artifacts}},
       {"download",
        {"ampctl download JOB [ARTIFACT] [--out=FILE]",

@@ -7,6 +7,8 @@
 #include <deque>
 #include <thread>
 
+#include "google/protobuf/util/time_util.h"
+
 namespace ampd::client {
 
 namespace v1 = ::ampd::v1;
@@ -272,6 +274,94 @@ int WatchJob(Context& ctx, const std::string& job_name, const WatchOptions& opti
   return final_state == v1::SUCCEEDED ? kExitOk
          : final_state == v1::FAILED  ? kExitJobFailed
                                       : kExitJobCancelled;
+}
+
+namespace {
+
+const char* SeverityName(v1::LogRecord::Severity s) {
+  switch (s) {
+    case v1::LogRecord::SEVERITY_WARNING:
+      return "WARNING";
+    case v1::LogRecord::SEVERITY_ERROR:
+      return "ERROR";
+    default:
+      return "INFO";
+  }
+}
+
+// One log line for the events `ampctl logs` shows; "" for the others.
+std::string LogLine(const v1::MetricsEvent& e) {
+  char line[2048];
+  if (e.has_log()) {
+    std::snprintf(line, sizeof line, "%s %-7s step %-6lld %s",
+                  google::protobuf::util::TimeUtil::ToString(e.log().time()).c_str(),
+                  SeverityName(e.log().severity()), (long long)e.step(),
+                  e.log().message().c_str());
+  } else if (e.has_state()) {
+    std::snprintf(line, sizeof line, "%s %-7s step %-6lld state %s%s%s",
+                  google::protobuf::util::TimeUtil::ToString(e.state().time()).c_str(),
+                  e.state().state() == v1::FAILED ? "ERROR" : "INFO", (long long)e.step(),
+                  StateName(e.state().state()).c_str(), e.state().reason().empty() ? "" : ": ",
+                  e.state().reason().c_str());
+  } else if (e.has_skip()) {
+    std::snprintf(line, sizeof line, "%-30s %-7s step %-6lld skipped: %s in %s; loss scale %g -> %g",
+                  "", "WARNING", (long long)e.skip().step(), e.skip().reason().c_str(),
+                  e.skip().parameter().c_str(), e.skip().scale_before(), e.skip().scale_after());
+  } else {
+    return "";
+  }
+  return line;
+}
+
+bool Terminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+}  // namespace
+
+int ShowLogs(Context& ctx, const std::string& job_name, bool follow, double reconnect_timeout_s) {
+  int64_t last_step = 0;
+  int64_t last_sequence = -1;  // the newest event already handled
+  auto last_contact = std::chrono::steady_clock::now();
+  int backoff_ms = 100;
+  while (true) {
+    grpc::ClientContext call;
+    ctx.Authorize(&call);
+    v1::StreamMetricsRequest request;
+    request.set_name(job_name);
+    request.set_since_step(last_step);
+    request.set_history_only(!follow);
+    auto reader = ctx.training->StreamMetrics(&call, request);
+    v1::MetricsEvent event;
+    bool ended = false;
+    while (reader->Read(&event)) {
+      last_contact = std::chrono::steady_clock::now();
+      backoff_ms = 100;
+      if (event.has_heartbeat()) continue;
+      if (event.sequence() <= last_sequence) continue;  // seen before a reconnect
+      last_sequence = event.sequence();
+      if (event.has_step_record()) last_step = event.step_record().step();
+      if (event.has_state() && Terminal(event.state().state())) ended = true;
+      if (ctx.options.output == OutputFormat::kJson) {
+        if (!event.has_step_record() && !event.has_eval()) {
+          std::printf("%s\n", ToJson(event, false).c_str());
+        }
+      } else if (const std::string line = LogLine(event); !line.empty()) {
+        std::printf("%s\n", line.c_str());
+      }
+      std::fflush(stdout);
+    }
+    const grpc::Status status = reader->Finish();
+    if (ended || (status.ok() && !follow)) return kExitOk;
+    if (!status.ok() && !Transient(status.error_code())) {
+      return ReportRpcError(ctx, "logs " + job_name, status);
+    }
+    const double silent =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_contact).count();
+    if (silent > reconnect_timeout_s) return ReportRpcError(ctx, "logs " + job_name, status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min(backoff_ms * 2, 2000);
+  }
 }
 
 }  // namespace ampd::client

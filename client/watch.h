@@ -17,6 +17,13 @@ struct WatchOptions {
 // final state (kExitOk on SUCCEEDED).
 int WatchJob(Context& ctx, const std::string& job_name, const WatchOptions& options);
 
+// The job's own log (LogRecord events: where it trains, checkpoints,
+// restarts, device memory, warnings) with its state changes and skipped
+// steps, one line each. Without `follow`, what the job has logged so far;
+// with it, until the job ends. Reconnects like WatchJob, printing no line
+// twice (events carry their sequence). Returns kExitOk or an RPC error's code.
+int ShowLogs(Context& ctx, const std::string& job_name, bool follow, double reconnect_timeout_s);
+
 // Renders a loss history as a sparkline (▁▂▃▄▅▆▇█), newest last.
 std::string Sparkline(const std::vector<double>& values, size_t width);
 

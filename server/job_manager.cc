@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
@@ -151,6 +152,9 @@ void JobManager::Recover() {
     record->job = std::move(s.job);
     record->sequence = s.sequence;
     record->events = std::move(s.events);
+    for (size_t i = 0; i < record->events.size(); ++i) {
+      record->events[i].set_sequence(static_cast<int64_t>(i));
+    }
     record->persisted_events = record->events.size();
     record->dirty = false;
     next_sequence_ = std::max(next_sequence_, s.sequence + 1);
@@ -182,8 +186,9 @@ void JobManager::Recover() {
     std::vector<std::string> warnings;
     std::optional<engine::io::LoadedCheckpoint> checkpoint =
         engine::io::LoadLatestCheckpoint(jobs::CheckpointDir(options_.data_root, id), &warnings);
-    for (const std::string& w : warnings)
+    for (const std::string& w : warnings) {
       LogWarning("unusable checkpoint", {{"job", id}, {"detail", w}});
+    }
     const int64_t resume_step = checkpoint ? checkpoint->state.step : 0;
     size_t keep = 0;
     if (resume_step > 0) {
@@ -213,11 +218,22 @@ void JobManager::Recover() {
       }
       ++requeued;
     }
+    for (const std::string& w : warnings) {
+      LogLocked(*record, v1::LogRecord::SEVERITY_WARNING, "unusable checkpoint: " + w);
+    }
     if (checkpoint) {
       LogInfo(
           "resuming from checkpoint",
           {{"job", id}, {"checkpoint", checkpoint->path}, {"step", std::to_string(resume_step)}});
       record->resume = std::move(checkpoint->state);
+    }
+    if (state == v1::RUNNING) {
+      LogLocked(*record, v1::LogRecord::SEVERITY_WARNING,
+                checkpoint ? absl::StrCat("ampd restarted while the job was running; it resumes "
+                                          "from its checkpoint of step ",
+                                          resume_step)
+                           : std::string("ampd restarted while the job was running; no usable "
+                                         "checkpoint, so it starts over from step 0"));
     }
     if (state == v1::RUNNING) {
       Transition(*record, v1::QUEUED, "ampd stopped while the job was running; re-queued");
@@ -576,8 +592,26 @@ void JobManager::Transition(JobRecord& job, v1::JobState state, const std::strin
 }
 
 void JobManager::Append(JobRecord& job, v1::MetricsEvent event) {
+  event.set_sequence(static_cast<int64_t>(job.events.size()));
   job.events.push_back(std::move(event));
   job.dirty = true;
+}
+
+void JobManager::LogLocked(JobRecord& job, v1::LogRecord::Severity severity,
+                           const std::string& message) {
+  v1::MetricsEvent e;
+  e.set_step(job.job.progress().step());
+  v1::LogRecord* log = e.mutable_log();
+  log->set_severity(severity);
+  *log->mutable_time() = Now();
+  log->set_message(message);
+  Append(job, std::move(e));
+}
+
+size_t JobManager::HistorySize(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = Find(id);
+  return job ? job->events.size() : 0;
 }
 
 void JobManager::Notify(JobRecord& job) {
@@ -633,12 +667,36 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     // The step's record was appended before this callback ran.
     request.outputs.before_checkpoint = [this] { persister_->Flush(); };
   }
-  request.outputs.on_checkpoint = options_.on_checkpoint;
+  request.outputs.on_checkpoint = [this, &job](double seconds, int64_t bytes) {
+    if (options_.on_checkpoint) options_.on_checkpoint(seconds, bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      LogLocked(*job, v1::LogRecord::SEVERITY_INFO,
+                absl::StrFormat("checkpoint at step %d written: %.1f MiB in %.2f s",
+                                job->job.progress().step(), bytes / 1048576.0, seconds));
+    }
+    Notify(*job);
+  };
   hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec.data(), owner); };
-  hooks.started = [this, &job](int64_t total_steps, int64_t optimizer_state_bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    job->job.mutable_progress()->set_total_steps(total_steps);
-    job->job.set_optimizer_state_bytes(optimizer_state_bytes);
+  const bool resumed = request.resume.has_value();
+  hooks.started = [this, &job, resumed](int64_t total_steps, int64_t optimizer_state_bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job->job.mutable_progress()->set_total_steps(total_steps);
+      job->job.set_optimizer_state_bytes(optimizer_state_bytes);
+      const engine::train::TrainerConfig& c = job->resolved.config;
+      LogLocked(*job, v1::LogRecord::SEVERITY_INFO,
+                absl::StrFormat("training on %s: %d parameters, %s, %s; optimizer state %.1f MiB; "
+                                "%d steps%s",
+                                job->resolved.device == engine::Device::kCuda ? "cuda" : "cpu",
+                                engine::nn::ParameterCount(c.model), c.precision.name,
+                                job->job.optimizer(), optimizer_state_bytes / 1048576.0,
+                                total_steps,
+                                resumed ? absl::StrCat(" (resuming from the checkpoint of step ",
+                                                       job->job.progress().step(), ")")
+                                        : std::string()));
+    }
+    Notify(*job);
   };
   hooks.event = [this, &job](v1::MetricsEvent e) {
     {
@@ -664,6 +722,16 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
   const jobs::RunResult result = jobs::RunJob(request, hooks, &data_cache_, &job->cancel);
 
   std::lock_guard<std::mutex> lock(mu_);
+  if (job->resolved.device != engine::Device::kCpu) {
+    if (absl::StatusOr<engine::backend::Backend*> be =
+            engine::backend::BackendFor(job->resolved.device);
+        be.ok()) {
+      const engine::backend::DeviceMemoryStats m = (*be)->MemoryStats();
+      LogLocked(*job, v1::LogRecord::SEVERITY_INFO,
+                absl::StrFormat("device memory: peak %.1f MiB in use, %.1f MiB cached",
+                                m.peak_in_use_bytes / 1048576.0, m.cached_bytes / 1048576.0));
+    }
+  }
   switch (result.outcome) {
     case jobs::RunResult::Outcome::kFailed:
       Transition(*job, v1::FAILED, result.reason);

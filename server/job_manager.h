@@ -91,6 +91,8 @@ class JobManager {
   absl::Status Read(const std::string& id, size_t cursor, size_t max,
                     std::vector<ampd::v1::MetricsEvent>* events, bool* terminal,
                     bool* training = nullptr) const;
+  // The number of events in the job's history now (0 if it does not exist).
+  size_t HistorySize(const std::string& id) const;
   // Position in the queue (0 = next), or -1 when not queued.
   int QueuePosition(const std::string& id) const;
   void Listen(const std::string& id, std::weak_ptr<EventListener> listener);
@@ -118,6 +120,9 @@ class JobManager {
   void RunJob(const std::shared_ptr<JobRecord>& job);
   void Transition(JobRecord& job, ampd::v1::JobState state, const std::string& reason);
   void Append(JobRecord& job, ampd::v1::MetricsEvent event);
+  // A line of the job's own log (a LogRecord event). Under mu_.
+  void LogLocked(JobRecord& job, ampd::v1::LogRecord::Severity severity,
+                 const std::string& message);
   void Notify(JobRecord& job);
   // Loads jobs from the store; jobs that were running are re-queued.
   void Recover();

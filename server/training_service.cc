@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -176,8 +177,14 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
     MetricsStream* stream_;
   };
 
-  MetricsStream(JobManager* jobs, std::string id, size_t cursor, std::string principal)
-      : jobs_(jobs), id_(std::move(id)), cursor_(cursor), principal_(std::move(principal)) {
+  // `end`: stop (OK) once the cursor reaches it (history_only); SIZE_MAX: follow.
+  MetricsStream(JobManager* jobs, std::string id, size_t cursor, std::string principal,
+                size_t end)
+      : jobs_(jobs),
+        id_(std::move(id)),
+        cursor_(cursor),
+        end_(end),
+        principal_(std::move(principal)) {
     ++g_open_streams;
     bridge_ = std::make_shared<Bridge>(this);
     jobs_->Listen(id_, bridge_);
@@ -220,6 +227,10 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
   void PumpLocked(bool heartbeat) {
     if (heartbeat) heartbeat_due_ = true;
     if (writing_ || finished_) return;
+    if (cursor_ >= end_) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
     std::vector<v1::MetricsEvent> events;
     bool terminal = false, training = false;
     absl::Status s = jobs_->Read(id_, cursor_, 1, &events, &terminal, &training);
@@ -270,6 +281,7 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
   JobManager* jobs_;
   std::string id_;
   size_t cursor_;
+  size_t end_;
   std::string principal_;
   std::shared_ptr<Bridge> bridge_;
   std::mutex mu_;
@@ -307,7 +319,10 @@ grpc::ServerWriteReactor<v1::MetricsEvent>* TrainingServiceImpl::StreamMetrics(
     }
     ++open;  // released in MetricsStream::OnDone
   }
-  return new MetricsStream(jobs_, JobManager::IdFromName(request->name()), *cursor, who.name);
+  const std::string id = JobManager::IdFromName(request->name());
+  const size_t end = request->history_only() ? jobs_->HistorySize(id)
+                                             : std::numeric_limits<size_t>::max();
+  return new MetricsStream(jobs_, id, *cursor, who.name, end);
 }
 
 }  // namespace ampd::server

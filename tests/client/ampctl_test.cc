@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -229,6 +230,63 @@ TEST_F(AmpctlTest, WatchReconnectsAfterTheConnectionIsCut) {
   v1::Job done;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(final_job.out, &done).ok());
   EXPECT_EQ(static_cast<int64_t>(steps.size()), done.progress().step());
+}
+
+// ampctl logs: the job's own lines (where it trains, each checkpoint, state
+// changes). --follow reads until the job ends and, across dropped
+// connections, prints every line once; without it, what is there now.
+TEST(AmpctlLogsTest, FollowSurvivesCutsWithoutGapsOrRepeatsAndMatchesTheHistory) {
+  AmpdProcess server({"--checkpoint_every_steps=25"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const std::string direct = "--server=" + server.address();
+  TcpProxy proxy(server.port());
+  const std::string spec = TmpFile("logs_spec.json", TinyJobJson(1000000));
+  Result submitted = Ampctl({direct, "-o", "json", "submit", spec});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok());
+  std::thread cutter([&] {
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      proxy.CutAll();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    EXPECT_EQ(Ampctl({direct, "cancel", job.name()}).code, 0);
+  });
+  Result followed = Ampctl(
+      {"--server=127.0.0.1:" + std::to_string(proxy.port()), "logs", job.name(), "--follow"});
+  cutter.join();
+  EXPECT_EQ(followed.code, 0) << followed.err;
+  EXPECT_GE(proxy.connections_accepted(), 2);
+  std::vector<int> checkpoints;
+  std::regex re(R"(checkpoint at step (\d+) written: [0-9.]+ MiB in [0-9.]+ s)");
+  for (auto it = std::sregex_iterator(followed.out.begin(), followed.out.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    checkpoints.push_back(std::stoi((*it)[1]));
+  }
+  ASSERT_GE(checkpoints.size(), 4u) << followed.out;
+  for (size_t i = 0; i + 1 < checkpoints.size(); ++i) {  // the last: the cancel's own
+    ASSERT_EQ(checkpoints[i], 25 * static_cast<int>(i + 1)) << "gap or repeat:\n" << followed.out;
+  }
+  EXPECT_NE(followed.out.find("INFO    step 0      training on cpu: "), std::string::npos)
+      << followed.out;
+  // No line twice (each has its event's timestamp).
+  std::istringstream lines(followed.out);
+  std::set<std::string> seen;
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(seen.insert(line).second) << "repeated: " << line;
+  }
+  EXPECT_NE(followed.out.find("state CANCELLED: cancelled by request"), std::string::npos)
+      << followed.out;
+  // Without --follow: the whole history now, the same lines.
+  Result history = Ampctl({direct, "logs", job.name()});
+  EXPECT_EQ(history.code, 0) << history.err;
+  EXPECT_EQ(history.out, followed.out);
+  // -o json: one event per line, with its sequence.
+  Result json = Ampctl({direct, "logs", job.name(), "-o", "json"});
+  EXPECT_EQ(json.code, 0);
+  EXPECT_NE(json.out.find("\"log\":{\"severity\":\"SEVERITY_INFO\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"sequence\""), std::string::npos);
 }
 
 TEST_F(AmpctlTest, BadSpecFilesAreReportedWithFileAndField) {

@@ -62,6 +62,21 @@ class Client {
     return job;
   }
   // Step -> loss, from a full stream; counts duplicate steps.
+  // The job's own log lines (LogRecord events), in order.
+  std::vector<std::string> LogLines(const std::string& name) {
+    grpc::ClientContext ctx;
+    v1::StreamMetricsRequest req;
+    req.set_name(name);
+    req.set_history_only(true);
+    auto reader = training_->StreamMetrics(&ctx, req);
+    std::vector<std::string> lines;
+    v1::MetricsEvent e;
+    while (reader->Read(&e)) {
+      if (e.has_log()) lines.push_back(e.log().message());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return lines;
+  }
   std::map<int64_t, double> Losses(const std::string& name, int* duplicates, v1::JobState* final) {
     grpc::ClientContext ctx;
     v1::StreamMetricsRequest req;
@@ -278,6 +293,20 @@ TEST(PersistenceTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
   v1::JobState final;
   EXPECT_EQ(c2.Losses(job.name(), &duplicates, &final).size(), 1000u);
   EXPECT_EQ(duplicates, 0);
+  // The job's own log says what happened (ampctl logs shows these lines).
+  const std::vector<std::string> lines = c2.LogLines(job.name());
+  auto has = [&](const std::string& text) {
+    for (const std::string& l : lines) {
+      if (l.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has("unusable checkpoint: ")) << ::testing::PrintToString(lines);
+  EXPECT_TRUE(has("ampd restarted while the job was running; it resumes from its checkpoint of "
+                  "step "))
+      << ::testing::PrintToString(lines);
+  EXPECT_TRUE(has("(resuming from the checkpoint of step ")) << ::testing::PrintToString(lines);
+  EXPECT_TRUE(has("checkpoint at step 100 written: ")) << ::testing::PrintToString(lines);
 }
 
 TEST(PersistenceTest, AStorageFailureFailsOnlyThatJobAndTheServerKeepsServing) {

@@ -15,10 +15,11 @@ from ._proto import training_service_pb2
 _JobState = training_service_pb2.JobState
 
 #: Event kinds, after the MetricsEvent oneof: a training step, an evaluation,
-#: a skipped step (inf/NaN gradients), a state change, a heartbeat (queued jobs).
-KINDS = ("step", "eval", "skip", "state", "heartbeat")
+#: a skipped step (inf/NaN gradients), a state change, a heartbeat (queued
+#: jobs), a line of the job's own log (checkpoints, restarts, device memory).
+KINDS = ("step", "eval", "skip", "state", "heartbeat", "log")
 _KIND_OF_FIELD = {"step_record": "step", "eval": "eval", "skip": "skip", "state": "state",
-                  "heartbeat": "heartbeat"}
+                  "heartbeat": "heartbeat", "log": "log"}
 
 # Codes that mean the stream broke rather than that the request was wrong. A
 # connection that drops mid-stream surfaces as UNAVAILABLE, or as INTERNAL /
@@ -35,9 +36,9 @@ _RESUMABLE = frozenset({
 class Event:
     """One MetricsEvent.
 
-    kind: "step" | "eval" | "skip" | "state" | "heartbeat"; step: the step it
-    belongs to; record: the StepRecord / EvalRecord / SkipRecord / StateChange /
-    Heartbeat; raw: the MetricsEvent. The record's fields read through:
+    kind: "step" | "eval" | "skip" | "state" | "heartbeat" | "log"; step: the
+    step it belongs to; record: the StepRecord / EvalRecord / SkipRecord /
+    StateChange / Heartbeat / LogRecord; raw: the MetricsEvent. The record's fields read through:
     event.loss, event.accuracy, event.loss_scale, ...; event.state is the state
     name ("RUNNING") for state events and None otherwise.
     """
@@ -99,6 +100,10 @@ class Event:
             return "<Event skip %d %s>" % (self.step, self.record.reason)
         if self.kind == "heartbeat":
             return "<Event heartbeat queue_position=%d>" % self.record.queue_position
+        if self.kind == "log":
+            return "<Event log %s at step %d: %s>" % (
+                training_service_pb2.LogRecord.Severity.Name(self.record.severity)[9:],
+                self.step, self.record.message)
         return "<Event %s>" % self.kind
 
 

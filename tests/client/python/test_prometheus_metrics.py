@@ -5,7 +5,7 @@ comments) and the values checked for plausibility: a running job's step
 grows between scrapes, the RUNNING gauge is 1 while it trains and 0 after,
 RPCs are counted by method and code, checkpoints by count, bytes and time.
 """
-import os
+import math
 import re
 import time
 import urllib.error
@@ -90,7 +90,8 @@ def test_metrics_during_and_after_a_job(tmp_path):
             assert 0 < step1 < step2, (step1, step2)
             assert value(second, "ampd_job_steps_per_second", job=job.id) > 0
             assert value(second, "ampd_job_samples_per_second", job=job.id) > 0
-            assert value(second, "ampd_job_loss_scale", job=job.id) == 65536  # GradScaler's start
+            scale = value(second, "ampd_job_loss_scale", job=job.id)  # GradScaler: 2^16, growing
+            assert scale >= 1 and math.log2(scale).is_integer(), scale
             assert value(second, "ampd_job_skipped_steps", job=job.id) >= 0
             assert value(second, "ampd_open_streams") >= 1
             create = "/ampd.v1.TrainingService/CreateJob"
