@@ -125,6 +125,7 @@ JobManager::JobManager(JobManagerOptions options)
                              [this](const jobs::PendingWrite& w) { WriteFailed(w); }},
         std::chrono::milliseconds(options_.persist_interval_ms));
   }
+  if (RetentionEnabled()) ApplyRetention();
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -239,6 +240,17 @@ void JobManager::Recover() {
       Transition(*record, v1::QUEUED, "ampd stopped while the job was running; re-queued");
     }
     queue_.Push(id, record->job.owner(), record->job.spec().priority(), record->sequence);
+  }
+  // Files of jobs the store no longer has (a deletion cut short by a crash).
+  for (const char* kind : {"checkpoints", "tensorboard", "jobs"}) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(options_.data_root + "/" + kind, ec)) {
+      const std::string id = e.path().filename().string();
+      if (jobs_.count(id) == 0 && e.is_directory()) {
+        LogInfo("removing the files of a deleted job", {{"job", id}, {"dir", e.path().string()}});
+        std::filesystem::remove_all(e.path(), ec);
+      }
+    }
   }
   LogInfo("recovered jobs from the store", {{"jobs", std::to_string(jobs_.size())},
                                             {"requeued", std::to_string(requeued)},
@@ -494,25 +506,72 @@ absl::Status JobManager::Delete(const std::string& id) {
     }
     jobs_.erase(job->job.id());
   }
-  {
-    // The job's files go with it.
-    const std::string job_id = JobManager::IdFromName(id);
-    std::error_code ec;
-    for (const std::string& dir :
-         {jobs::CheckpointDir(options_.data_root, job_id),
-          options_.data_root + "/tensorboard/" + job_id, options_.data_root + "/jobs/" + job_id}) {
-      std::filesystem::remove_all(dir, ec);
-    }
-  }
+  // Gone for callers already; then the stored record, then the files (a
+  // crash in between leaves only files, which the next start sweeps away).
+  const std::string job_id = JobManager::IdFromName(id);
   if (options_.store != nullptr) {
-    absl::Status s = persister_->DeleteJob(JobManager::IdFromName(id));
+    absl::Status s = persister_->DeleteJob(job_id);
     if (!s.ok())
       LogError("cannot delete job from the store", {{"error", std::string(s.message())}});
   }
+  RemoveJobFiles(job_id);
   for (auto& w : listeners) {
     if (auto l = w.lock()) l->OnJobEvents();
   }
   return absl::OkStatus();
+}
+
+void JobManager::RemoveJobFiles(const std::string& job_id) const {
+  std::error_code ec;
+  for (const std::string& dir : JobDirs(job_id)) std::filesystem::remove_all(dir, ec);
+}
+
+std::vector<std::string> JobManager::JobDirs(const std::string& job_id) const {
+  return {jobs::CheckpointDir(options_.data_root, job_id),
+          options_.data_root + "/tensorboard/" + job_id, options_.data_root + "/jobs/" + job_id};
+}
+
+int JobManager::ApplyRetention() {
+  std::vector<std::pair<std::string, std::string>> doomed;  // id, why
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<int64_t, std::string>> ended;  // end time (ns), id
+    for (const auto& [id, record] : jobs_) {
+      if (!IsTerminal(record->job.state())) continue;
+      ended.emplace_back(
+          google::protobuf::util::TimeUtil::TimestampToNanoseconds(record->job.end_time()), id);
+    }
+    std::sort(ended.begin(), ended.end());  // oldest first
+    const int64_t now = google::protobuf::util::TimeUtil::TimestampToNanoseconds(Now());
+    const double days = options_.retain_terminal_jobs_days;
+    const size_t over = options_.max_terminal_jobs > 0 && ended.size() > static_cast<size_t>(
+                                                                             options_.max_terminal_jobs)
+                            ? ended.size() - static_cast<size_t>(options_.max_terminal_jobs)
+                            : 0;
+    for (size_t i = 0; i < ended.size(); ++i) {
+      const double age_days = static_cast<double>(now - ended[i].first) / 86400e9;
+      if (i < over) {
+        doomed.emplace_back(ended[i].second,
+                            absl::StrCat("more than --max_terminal_jobs=",
+                                         options_.max_terminal_jobs, " ended jobs"));
+      } else if (days > 0 && age_days > days) {
+        doomed.emplace_back(ended[i].second,
+                            absl::StrFormat("ended %.2f days ago (--retain_terminal_jobs_days=%g)",
+                                            age_days, days));
+      }
+    }
+  }
+  int removed = 0;
+  for (const auto& [id, why] : doomed) {
+    // Delete re-checks the state: a job cannot be running again, but it may
+    // have been deleted by its owner meanwhile.
+    if (Delete(id).ok()) {
+      ++removed;
+      LogInfo("retention removed a job, its history and its files",
+              {{"job", id}, {"why", why}});
+    }
+  }
+  return removed;
 }
 
 absl::StatusOr<size_t> JobManager::StartCursor(const std::string& id, int64_t since_step) const {
@@ -636,6 +695,7 @@ void JobManager::WorkerLoop() {
     Notify(*job);
     RunJob(job);
     Notify(*job);
+    if (RetentionEnabled()) ApplyRetention();
   }
 }
 

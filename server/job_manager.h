@@ -49,6 +49,11 @@ struct JobManagerOptions {
   int64_t checkpoint_every_steps = 500;
   int checkpoint_every_seconds = 60;
   int keep_checkpoints = 3;
+  // Retention of ended jobs (0: keep): those that ended more than this many
+  // days ago, and the oldest beyond this many, are removed with their
+  // history, checkpoints, weights and TensorBoard files (ApplyRetention).
+  double retain_terminal_jobs_days = 0;
+  int max_terminal_jobs = 0;
   // User precision profiles (the PrecisionService's store), by name, as seen
   // by a principal (owner; nullopt: any profile, as an admin sees them).
   std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string& name,
@@ -91,6 +96,13 @@ class JobManager {
   absl::Status Read(const std::string& id, size_t cursor, size_t max,
                     std::vector<ampd::v1::MetricsEvent>* events, bool* terminal,
                     bool* training = nullptr) const;
+  // Removes the ended jobs the retention options no longer keep (as Delete
+  // does: gone for callers at once, then the store, then the files) and logs
+  // each; never a queued or running job. Returns how many it removed.
+  int ApplyRetention();
+  bool RetentionEnabled() const {
+    return options_.retain_terminal_jobs_days > 0 || options_.max_terminal_jobs > 0;
+  }
   // The number of events in the job's history now (0 if it does not exist).
   size_t HistorySize(const std::string& id) const;
   // Position in the queue (0 = next), or -1 when not queued.
@@ -131,6 +143,9 @@ class JobManager {
   std::vector<jobs::PendingWrite> CollectChanges();
   void WriteFailed(const jobs::PendingWrite& w);
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
+  // A job's directories under the data root (checkpoints, TensorBoard, weights).
+  std::vector<std::string> JobDirs(const std::string& job_id) const;
+  void RemoveJobFiles(const std::string& job_id) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.
   absl::Status CheckConfined(const ampd::v1::DataSpec& data, const std::string& owner) const;
 

@@ -27,6 +27,11 @@ ABSL_FLAG(int, shutdown_grace_ms, 5000, "How long shutdown waits for clients to 
 ABSL_FLAG(int64_t, checkpoint_every_steps, 500, "Checkpoint running jobs every N steps (0: off).");
 ABSL_FLAG(int, checkpoint_every_seconds, 60, "Checkpoint running jobs every N seconds (0: off).");
 ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept per job (newest).");
+ABSL_FLAG(double, retain_terminal_jobs_days, 0,
+          "Remove ended jobs (history, checkpoints, weights, TensorBoard files) this many days "
+          "after they ended (0: keep them).");
+ABSL_FLAG(int, max_terminal_jobs, 0,
+          "Keep at most this many ended jobs, removing the oldest first (0: no limit).");
 ABSL_FLAG(int64_t, max_upload_bytes, 1LL << 30, "Largest data set UploadDataset accepts.");
 ABSL_FLAG(int64_t, upload_quota_bytes_per_principal, 10LL << 30,
           "Total size of the data sets one principal may have uploaded.");
@@ -85,6 +90,12 @@ int main(int argc, char** argv) {
   options.jobs.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   options.jobs.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
   options.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  options.jobs.retain_terminal_jobs_days = absl::GetFlag(FLAGS_retain_terminal_jobs_days);
+  options.jobs.max_terminal_jobs = absl::GetFlag(FLAGS_max_terminal_jobs);
+  if (options.jobs.retain_terminal_jobs_days < 0 || options.jobs.max_terminal_jobs < 0) {
+    ampd::server::LogError("--retain_terminal_jobs_days and --max_terminal_jobs must be >= 0");
+    return 1;
+  }
   options.max_upload_bytes = absl::GetFlag(FLAGS_max_upload_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.upload_quota_bytes_per_principal = absl::GetFlag(FLAGS_upload_quota_bytes_per_principal);

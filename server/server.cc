@@ -173,6 +173,8 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
       if (self->stopping_) break;
       lock.unlock();
       self->jobs_->SendHeartbeats();
+      // Ended jobs age out even when no job ends to trigger it.
+      if (self->jobs_->RetentionEnabled()) self->jobs_->ApplyRetention();
       lock.lock();
     }
   });
