@@ -191,6 +191,20 @@ bool Transient(grpc::StatusCode code) {
          code == grpc::StatusCode::CANCELLED;
 }
 
+// StreamMetrics from after `since_step`'s record, with the credentials.
+std::unique_ptr<grpc::ClientReader<v1::MetricsEvent>> OpenStream(Context& ctx,
+                                                                 grpc::ClientContext* call,
+                                                                 const std::string& job_name,
+                                                                 int64_t since_step,
+                                                                 bool history_only) {
+  ctx.Authorize(call);
+  v1::StreamMetricsRequest request;
+  request.set_name(job_name);
+  request.set_since_step(since_step);
+  request.set_history_only(history_only);
+  return ctx.training->StreamMetrics(call, request);
+}
+
 }  // namespace
 
 int WatchJob(Context& ctx, const std::string& job_name, const WatchOptions& options) {
@@ -203,11 +217,7 @@ int WatchJob(Context& ctx, const std::string& job_name, const WatchOptions& opti
   bool announced_loss = false;
   while (true) {
     grpc::ClientContext call;
-    ctx.Authorize(&call);
-    v1::StreamMetricsRequest request;
-    request.set_name(job_name);
-    request.set_since_step(last_step);
-    auto reader = ctx.training->StreamMetrics(&call, request);
+    auto reader = OpenStream(ctx, &call, job_name, last_step, /*history_only=*/false);
     v1::MetricsEvent event;
     bool got_any = false;
     while (reader->Read(&event)) {
@@ -326,12 +336,7 @@ int ShowLogs(Context& ctx, const std::string& job_name, bool follow, double reco
   int backoff_ms = 100;
   while (true) {
     grpc::ClientContext call;
-    ctx.Authorize(&call);
-    v1::StreamMetricsRequest request;
-    request.set_name(job_name);
-    request.set_since_step(last_step);
-    request.set_history_only(!follow);
-    auto reader = ctx.training->StreamMetrics(&call, request);
+    auto reader = OpenStream(ctx, &call, job_name, last_step, /*history_only=*/!follow);
     v1::MetricsEvent event;
     bool ended = false;
     while (reader->Read(&event)) {

@@ -200,6 +200,22 @@ TEST_F(AmpctlTest, FailedJobExitsOneAndCancelledJobExitsThree) {
   EXPECT_NE(watched.out.find("CANCELLED"), std::string::npos);
 }
 
+// Cuts every connection through `proxy` three times, 400 ms apart, then
+// cancels `job` directly (so that a client reading through the proxy sees
+// several reconnects, then the job's end).
+std::thread CutThriceThenCancel(TcpProxy* proxy, const std::string& server_flag,
+                                const std::string& job) {
+  return std::thread([=] {
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      proxy->CutAll();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    Result c = Ampctl({server_flag, "cancel", job});
+    EXPECT_EQ(c.code, 0) << c.err;
+  });
+}
+
 TEST_F(AmpctlTest, WatchReconnectsAfterTheConnectionIsCut) {
   TcpProxy proxy(server_->port());
   // A job that runs until cancelled, so the cuts land mid-stream.
@@ -207,15 +223,7 @@ TEST_F(AmpctlTest, WatchReconnectsAfterTheConnectionIsCut) {
   ASSERT_EQ(submitted.code, 0) << submitted.err;
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok());
-  std::thread cutter([&] {
-    for (int i = 0; i < 3; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(400));
-      proxy.CutAll();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    Result c = Ampctl({server_flag_, "cancel", job.name()});
-    EXPECT_EQ(c.code, 0) << c.err;
-  });
+  std::thread cutter = CutThriceThenCancel(&proxy, server_flag_, job.name());
   Result r = Ampctl({"--server=127.0.0.1:" + std::to_string(proxy.port()), "watch", job.name()});
   cutter.join();
   EXPECT_EQ(r.code, 3) << r.err;  // cancelled, seen through the reconnected stream
@@ -245,14 +253,7 @@ TEST(AmpctlLogsTest, FollowSurvivesCutsWithoutGapsOrRepeatsAndMatchesTheHistory)
   ASSERT_EQ(submitted.code, 0) << submitted.err;
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job).ok());
-  std::thread cutter([&] {
-    for (int i = 0; i < 3; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(400));
-      proxy.CutAll();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    EXPECT_EQ(Ampctl({direct, "cancel", job.name()}).code, 0);
-  });
+  std::thread cutter = CutThriceThenCancel(&proxy, direct, job.name());
   Result followed = Ampctl(
       {"--server=127.0.0.1:" + std::to_string(proxy.port()), "logs", job.name(), "--follow"});
   cutter.join();
