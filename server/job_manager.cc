@@ -1,6 +1,7 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -34,6 +35,9 @@ struct JobManager::JobRecord {
   engine::runner::ResolvedJob resolved;
   int64_t sequence = 0;
   std::vector<v1::MetricsEvent> events;
+  // events[i] serialized, once, for every stream that sends it (filled as
+  // streams read; a grpc::Slice shares its bytes between copies).
+  std::vector<grpc::Slice> wire;
   engine::train::CancellationToken cancel;
   std::chrono::steady_clock::time_point started;
   // Persistence: events[0, persisted_events) are in the store; `dirty` when
@@ -210,6 +214,7 @@ void JobManager::Recover() {
     }
     if (keep < record->events.size() || state == v1::RUNNING) {
       record->events.resize(keep);
+      record->wire.clear();
       record->persisted_events = std::min(record->persisted_events, keep);
       options_.store->TruncateEvents(id, keep).IgnoreError();
       record->job.mutable_progress()->set_step(checkpoint ? resume_step : 0);
@@ -605,6 +610,33 @@ absl::Status JobManager::Read(const std::string& id, size_t cursor, size_t max,
   if (!job) return absl::NotFoundError("job");
   const size_t end = std::min(job->events.size(), cursor + max);
   for (size_t i = cursor; i < end; ++i) events->push_back(job->events[i]);
+  *terminal = IsTerminal(job->job.state()) && end == job->events.size();
+  if (training != nullptr) {
+    *training = job->job.state() == v1::RUNNING || job->job.state() == v1::CANCELLING;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+std::atomic<int64_t> g_serializations{0};
+}  // namespace
+
+int64_t JobManager::EventSerializations() { return g_serializations.load(); }
+
+absl::Status JobManager::ReadWire(const std::string& id, size_t cursor, size_t max,
+                                  std::vector<grpc::Slice>* events, bool* terminal,
+                                  bool* training) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = Find(id);
+  if (!job) return absl::NotFoundError("job");
+  const size_t end = std::min(job->events.size(), cursor + max);
+  if (job->wire.size() > job->events.size()) job->wire.resize(job->events.size());
+  while (job->wire.size() < end) {
+    const std::string bytes = job->events[job->wire.size()].SerializeAsString();
+    job->wire.emplace_back(bytes);
+    ++g_serializations;
+  }
+  for (size_t i = cursor; i < end; ++i) events->push_back(job->wire[i]);
   *terminal = IsTerminal(job->job.state()) && end == job->events.size();
   if (training != nullptr) {
     *training = job->job.state() == v1::RUNNING || job->job.state() == v1::CANCELLING;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/support/slice.h"
 #include "ampd/v1/training_service.pb.h"
 #include "engine/data/dataset.h"
 #include "engine/runner/job_spec.h"
@@ -105,6 +106,12 @@ class JobManager {
   }
   // The number of events in the job's history now (0 if it does not exist).
   size_t HistorySize(const std::string& id) const;
+  // Read, as the serialized events: each event is serialized once, when a
+  // stream first needs it, and its bytes are shared by every stream.
+  absl::Status ReadWire(const std::string& id, size_t cursor, size_t max,
+                        std::vector<grpc::Slice>* events, bool* terminal, bool* training);
+  // Events serialized so far by ReadWire, in this process (tests, benchmarks).
+  static int64_t EventSerializations();
   // Position in the queue (0 = next), or -1 when not queued.
   int QueuePosition(const std::string& id) const;
   void Listen(const std::string& id, std::weak_ptr<EventListener> listener);

@@ -142,6 +142,17 @@ class ServerMetrics::ScrapeTimeGauges : public prometheus::Collectable {
       AddSample(&streams, owner_->open_streams());
       out.push_back(std::move(streams));
     }
+    if (owner_->event_serializations) {
+      // Each event is serialized once for all the streams that send it.
+      MetricFamily f;
+      f.name = "ampd_stream_event_serializations_total";
+      f.help = "Events serialized for StreamMetrics (once each, whatever the number of streams).";
+      f.type = MetricType::Counter;
+      ClientMetric m;
+      m.counter.value = static_cast<double>(owner_->event_serializations());
+      f.metric.push_back(std::move(m));
+      out.push_back(std::move(f));
+    }
     MetricFamily device = Gauge("ampd_device_memory_in_use_bytes",
                                 "Device memory the engine holds (its caching allocator).");
     for (engine::Device d : {engine::Device::kCpu, engine::Device::kCuda}) {

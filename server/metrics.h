@@ -53,6 +53,7 @@ class ServerMetrics {
   // Read at each scrape.
   std::function<JobsSnapshot()> jobs;
   std::function<int()> open_streams;
+  std::function<int64_t()> event_serializations;  // events serialized for streams, ever
 
   // The gRPC interceptor that counts and times every RPC by method and code.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> RpcInterceptorFactory();

@@ -154,6 +154,7 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   JobManager* manager = s->jobs_.get();
   s->metrics_->jobs = [manager] { return manager->MetricsSnapshot(); };
   s->metrics_->open_streams = [] { return TrainingServiceImpl::open_streams(); };
+  s->metrics_->event_serializations = [] { return JobManager::EventSerializations(); };
   if (!s->options_.metrics_listen.empty()) {
     absl::StatusOr<int> port = s->metrics_->Serve(s->options_.metrics_listen);
     if (port.ok()) {

@@ -153,7 +153,7 @@ namespace {
 // One StreamMetrics call. It reads the job's history from its cursor and
 // writes one event at a time; the job manager only pokes it (OnJobEvents),
 // so training never waits on a slow client.
-class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
+class MetricsStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // Bridges the manager's weak listener to this reactor, which gRPC deletes.
   class Bridge : public EventListener {
@@ -231,15 +231,15 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
       FinishLocked(grpc::Status::OK);
       return;
     }
-    std::vector<v1::MetricsEvent> events;
+    std::vector<grpc::Slice> events;
     bool terminal = false, training = false;
-    absl::Status s = jobs_->Read(id_, cursor_, 1, &events, &terminal, &training);
+    absl::Status s = jobs_->ReadWire(id_, cursor_, 1, &events, &terminal, &training);
     if (!s.ok()) {
       FinishLocked(NotFound("job", id_));
       return;
     }
     if (!events.empty()) {
-      current_ = std::move(events.front());
+      current_ = grpc::ByteBuffer(&events.front(), 1);  // shares the bytes
       ++cursor_;
       writing_ = true;
       StartWrite(&current_);
@@ -259,13 +259,15 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
     }
     if (heartbeat_due_) {
       heartbeat_due_ = false;
-      current_.Clear();
+      v1::MetricsEvent heartbeat;  // per stream (its queue position), not kept
       // Not TimeUtil::GetCurrentTime(): protobuf 3.21's has whole seconds.
       const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
-      *current_.mutable_heartbeat()->mutable_time() =
+      *heartbeat.mutable_heartbeat()->mutable_time() =
           google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
               std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count());
-      current_.mutable_heartbeat()->set_queue_position(jobs_->QueuePosition(id_));
+      heartbeat.mutable_heartbeat()->set_queue_position(jobs_->QueuePosition(id_));
+      grpc::Slice bytes(heartbeat.SerializeAsString());
+      current_ = grpc::ByteBuffer(&bytes, 1);
       writing_ = true;
       StartWrite(&current_);
       return;
@@ -288,18 +290,33 @@ class MetricsStream : public grpc::ServerWriteReactor<v1::MetricsEvent> {
   bool writing_ = false;
   bool finished_ = false;
   bool heartbeat_due_ = false;
-  v1::MetricsEvent current_;
+  grpc::ByteBuffer current_;
 };
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::MetricsEvent>* TrainingServiceImpl::StreamMetrics(
-    grpc::CallbackServerContext* ctx, const v1::StreamMetricsRequest* request) {
-  class Failed : public grpc::ServerWriteReactor<v1::MetricsEvent> {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainingServiceImpl::StreamMetrics(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request) {
+  class Failed : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
    public:
     explicit Failed(const grpc::Status& s) { Finish(s); }
     void OnDone() override { delete this; }
   };
+  v1::StreamMetricsRequest parsed;
+  {
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (raw_request != nullptr && raw_request->Dump(&slices).ok()) {
+      for (const grpc::Slice& slice : slices) {
+        bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+      }
+    }
+    if (!parsed.ParseFromString(bytes)) {
+      return new Failed(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     "not an ampd.v1.StreamMetricsRequest"));
+    }
+  }
+  const v1::StreamMetricsRequest* request = &parsed;
   Principal who;
   if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return new Failed(a);
   if (!ValidName(request->name())) return new Failed(InvalidField("name", "required"));

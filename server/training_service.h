@@ -11,7 +11,12 @@ namespace ampd::server {
 
 // ampd.v1.TrainingService on the gRPC callback API: no thread is held per
 // open stream, so one server keeps thousands of StreamMetrics calls open.
-class TrainingServiceImpl final : public ampd::v1::TrainingService::CallbackService {
+// StreamMetrics is a raw method: it sends each event's bytes, serialized once
+// for all its streams (JobManager::ReadWire), rather than serializing the
+// message again for every subscriber.
+class TrainingServiceImpl final
+    : public ampd::v1::TrainingService::WithRawCallbackMethod_StreamMetrics<
+          ampd::v1::TrainingService::CallbackService> {
  public:
   TrainingServiceImpl(JobManager* jobs, const Authenticator* auth,
                       int max_streams_per_principal = 1000)
@@ -32,8 +37,8 @@ class TrainingServiceImpl final : public ampd::v1::TrainingService::CallbackServ
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
                                       const ampd::v1::DeleteJobRequest* request,
                                       google::protobuf::Empty* response) override;
-  grpc::ServerWriteReactor<ampd::v1::MetricsEvent>* StreamMetrics(
-      grpc::CallbackServerContext* ctx, const ampd::v1::StreamMetricsRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamMetrics(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) override;
 
   // Open StreamMetrics calls, for limits and tests.
   static int open_streams();

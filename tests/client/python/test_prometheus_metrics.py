@@ -114,6 +114,16 @@ def test_metrics_during_and_after_a_job(tmp_path):
         assert value(after, "ampd_checkpoint_bytes_total") > 1000
         assert value(after, "ampd_checkpoint_write_seconds_count") == \
             value(after, "ampd_checkpoints_total")
+        # Fan-out: each event is serialized once, whatever the number of streams.
+        with Client(server.address, timeout=30) as c:
+            before, _ = scrape(port)
+            counts = [len(list(c.get(job.name).metrics(reconnect=False))) for _ in range(5)]
+            after_streams, _ = scrape(port)
+        assert len(set(counts)) == 1 and counts[0] > 250, counts
+        serialized = (value(after_streams, "ampd_stream_event_serializations_total") -
+                      value(before, "ampd_stream_event_serializations_total"))
+        assert serialized <= counts[0], (serialized, counts)  # not 5x
+        assert value(after_streams, "ampd_stream_event_serializations_total") >= counts[0]
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen("http://127.0.0.1:%d/other" % port, timeout=10)
         assert e.value.code == 404
