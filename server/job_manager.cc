@@ -602,21 +602,6 @@ absl::StatusOr<size_t> JobManager::StartCursor(const std::string& id, int64_t si
   return cursor;
 }
 
-absl::Status JobManager::Read(const std::string& id, size_t cursor, size_t max,
-                              std::vector<v1::MetricsEvent>* events, bool* terminal,
-                              bool* training) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto job = Find(id);
-  if (!job) return absl::NotFoundError("job");
-  const size_t end = std::min(job->events.size(), cursor + max);
-  for (size_t i = cursor; i < end; ++i) events->push_back(job->events[i]);
-  *terminal = IsTerminal(job->job.state()) && end == job->events.size();
-  if (training != nullptr) {
-    *training = job->job.state() == v1::RUNNING || job->job.state() == v1::CANCELLING;
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 std::atomic<int64_t> g_serializations{0};
 }  // namespace

@@ -88,15 +88,6 @@ class JobManager {
                             const std::optional<std::string>& owner = std::nullopt) const;
   absl::StatusOr<ampd::v1::Job> Cancel(const std::string& id);
   absl::Status Delete(const std::string& id);
-
-  // Streams. The cursor is an index into the job's event history.
-  absl::StatusOr<size_t> StartCursor(const std::string& id, int64_t since_step) const;
-  // Events from `cursor` (at most `max`); `terminal` when the job has ended
-  // and every event has been read; `training` while a worker runs it.
-  // NOT_FOUND if the job was deleted.
-  absl::Status Read(const std::string& id, size_t cursor, size_t max,
-                    std::vector<ampd::v1::MetricsEvent>* events, bool* terminal,
-                    bool* training = nullptr) const;
   // Removes the ended jobs the retention options no longer keep (as Delete
   // does: gone for callers at once, then the store, then the files) and logs
   // each; never a queued or running job. Returns how many it removed.
@@ -104,10 +95,15 @@ class JobManager {
   bool RetentionEnabled() const {
     return options_.retain_terminal_jobs_days > 0 || options_.max_terminal_jobs > 0;
   }
+
+  // Streams. The cursor is an index into the job's event history.
+  absl::StatusOr<size_t> StartCursor(const std::string& id, int64_t since_step) const;
   // The number of events in the job's history now (0 if it does not exist).
   size_t HistorySize(const std::string& id) const;
-  // Read, as the serialized events: each event is serialized once, when a
-  // stream first needs it, and its bytes are shared by every stream.
+  // Events from `cursor` (at most `max`), serialized: each event once, when a
+  // stream first needs it, its bytes then shared by every stream. `terminal`
+  // when the job has ended and every event has been read; `training` while a
+  // worker runs it. NOT_FOUND if the job was deleted.
   absl::Status ReadWire(const std::string& id, size_t cursor, size_t max,
                         std::vector<grpc::Slice>* events, bool* terminal, bool* training);
   // Events serialized so far by ReadWire, in this process (tests, benchmarks).
