@@ -1,6 +1,10 @@
 #include "server/job_manager.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -697,6 +701,15 @@ void JobManager::Notify(JobRecord& job) {
 }
 
 void JobManager::WorkerLoop() {
+  if (!options_.training_cpus.empty()) {
+    // Before this thread starts any OpenMP team: its threads inherit the set.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : options_.training_cpus) CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+      LogWarning("cannot pin the training worker", {{"error", std::strerror(errno)}});
+    }
+  }
   while (true) {
     std::shared_ptr<JobRecord> job;
     {

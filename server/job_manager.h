@@ -55,6 +55,9 @@ struct JobManagerOptions {
   // history, checkpoints, weights and TensorBoard files (ApplyRetention).
   double retain_terminal_jobs_days = 0;
   int max_terminal_jobs = 0;
+  // CPUs the training workers (and the OpenMP threads they start) run on;
+  // empty: wherever the process may run. ampd's --training_cpus.
+  std::vector<int> training_cpus;
   // User precision profiles (the PrecisionService's store), by name, as seen
   // by a principal (owner; nullopt: any profile, as an admin sees them).
   std::function<std::optional<ampd::v1::PrecisionConfig>(const std::string& name,

@@ -1,16 +1,23 @@
 // ampd: the training server.
 //   ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data
+#include <sched.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -56,7 +63,31 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Loopback unless --insecure.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the metrics port is written here once serving.");
+ABSL_FLAG(std::string, training_cpus, "",
+          "CPUs for the training workers and their OpenMP threads, e.g. 0 or 0-3 (\"\": any).");
+ABSL_FLAG(std::string, server_cpus, "",
+          "CPUs for everything else: gRPC, streams, persistence (\"\": any).");
 ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written here once listening.");
+
+namespace {
+
+// "0,2-3" -> {0, 2, 3}; "" -> {}. False on anything else.
+bool ParseCpus(const std::string& text, std::vector<int>* cpus) {
+  cpus->clear();
+  if (text.empty()) return true;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    std::vector<absl::string_view> ends = absl::StrSplit(part, '-');
+    int lo = 0, hi = 0;
+    if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &lo) ||
+        !absl::SimpleAtoi(ends.back(), &hi) || lo < 0 || hi < lo || hi >= CPU_SETSIZE) {
+      return false;
+    }
+    for (int c = lo; c <= hi; ++c) cpus->push_back(c);
+  }
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -109,6 +140,23 @@ int main(int argc, char** argv) {
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  std::vector<int> server_cpus;
+  if (!ParseCpus(absl::GetFlag(FLAGS_training_cpus), &options.jobs.training_cpus) ||
+      !ParseCpus(absl::GetFlag(FLAGS_server_cpus), &server_cpus)) {
+    ampd::server::LogError("--training_cpus / --server_cpus: expected CPU numbers or ranges (0,2-3)");
+    return 1;
+  }
+  if (!server_cpus.empty()) {
+    // The main thread's set, inherited by every thread started from here on
+    // (gRPC's, the persister's); the training workers then set their own.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : server_cpus) CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+      ampd::server::LogError("--server_cpus: cannot pin", {{"error", std::strerror(errno)}});
+      return 1;
+    }
+  }
   // The default port may be another ampd's: then a warning, not an exit.
   options.metrics_required = false;
   for (int i = 1; i < argc; ++i) {

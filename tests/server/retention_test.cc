@@ -199,5 +199,26 @@ TEST(RetentionTest, JobsOlderThanTheRetentionPeriodGoAndDeleteJobRemovesFiles) {
   EXPECT_FALSE(AnyExists(Dirs(server.data_dir(), running.id())));
 }
 
+// The server's other operator flags: CPU pinning (--training_cpus,
+// --server_cpus) and retention bounds refuse bad values at start-up, with the
+// flag named; pinned, a job still trains.
+TEST(ServerFlagsTest, BadCpuListsAndRetentionBoundsAreStartupErrorsAndPinnedJobsRun) {
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--training_cpus=x"}, {"--server_cpus=3-1"},
+        {"--training_cpus=0-"}, {"--max_terminal_jobs=-1"},
+        {"--retain_terminal_jobs_days=-2"}}) {
+    AmpdProcess p(bad);
+    EXPECT_FALSE(p.ok()) << bad[0];
+    const std::string flag = bad[0].substr(0, bad[0].find('='));
+    EXPECT_NE(p.log().find(flag), std::string::npos) << bad[0] << ": " << p.log();
+  }
+  AmpdProcess pinned({"--training_cpus=0", "--server_cpus=0"});
+  ASSERT_TRUE(pinned.ok()) << pinned.log();
+  Jobs jobs(pinned);
+  const v1::Job job = jobs.Create(kShortJob);
+  EXPECT_EQ(jobs.WaitFor(job.name(), {v1::SUCCEEDED}), v1::SUCCEEDED);
+  EXPECT_EQ(pinned.log().find("cannot pin"), std::string::npos) << pinned.log();
+}
+
 }  // namespace
 }  // namespace ampd::testing
