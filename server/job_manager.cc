@@ -553,10 +553,10 @@ int JobManager::ApplyRetention() {
     std::sort(ended.begin(), ended.end());  // oldest first
     const int64_t now = google::protobuf::util::TimeUtil::TimestampToNanoseconds(Now());
     const double days = options_.retain_terminal_jobs_days;
-    const size_t over = options_.max_terminal_jobs > 0 && ended.size() > static_cast<size_t>(
-                                                                             options_.max_terminal_jobs)
-                            ? ended.size() - static_cast<size_t>(options_.max_terminal_jobs)
-                            : 0;
+    const size_t keep = options_.max_terminal_jobs > 0
+                            ? static_cast<size_t>(options_.max_terminal_jobs)
+                            : ended.size();
+    const size_t over = ended.size() > keep ? ended.size() - keep : 0;
     for (size_t i = 0; i < ended.size(); ++i) {
       const double age_days = static_cast<double>(now - ended[i].first) / 86400e9;
       if (i < over) {
@@ -619,7 +619,6 @@ absl::Status JobManager::ReadWire(const std::string& id, size_t cursor, size_t m
   auto job = Find(id);
   if (!job) return absl::NotFoundError("job");
   const size_t end = std::min(job->events.size(), cursor + max);
-  if (job->wire.size() > job->events.size()) job->wire.resize(job->events.size());
   while (job->wire.size() < end) {
     const std::string bytes = job->events[job->wire.size()].SerializeAsString();
     job->wire.emplace_back(bytes);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
 #include "prometheus/collectable.h"
@@ -41,15 +42,9 @@ double ResidentBytes() {
   return static_cast<double>(resident) * 4096.0;
 }
 
-const char* CodeName(grpc::StatusCode code) {
-  static const char* kNames[] = {
-      "OK",           "CANCELLED",          "UNKNOWN",        "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS", "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",    "DATA_LOSS",
-      "UNAUTHENTICATED"};
-  const int c = static_cast<int>(code);
-  return c >= 0 && c <= 16 ? kNames[c] : "UNKNOWN";
+// "INVALID_ARGUMENT" etc.: gRPC's codes are absl's, number for number.
+std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
 // Times one RPC from its start to the status it sends (a stream: its whole
@@ -71,7 +66,7 @@ class RpcInterceptor : public grpc::experimental::Interceptor {
   }
 
  private:
-  void Record(const char* code) {
+  void Record(const std::string& code) {
     recorded_ = true;
     metrics_->ObserveRpc(
         method_, code,
