@@ -1,12 +1,13 @@
 #include "server/job_manager.h"
 
+#include <malloc.h>
 #include <sched.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <random>
@@ -124,27 +125,39 @@ std::string JobManager::IdFromName(const std::string& name) {
 
 JobManager::JobManager(JobManagerOptions options)
     : options_(std::move(options)),
-      queue_(jobs::QueueLimits{options_.max_queued_jobs, options_.max_queued_jobs_per_principal}) {
+      queue_(jobs::QueueLimits{options_.max_queued_jobs, options_.max_queued_jobs_per_principal}),
+      ended_cache_(options_.ended_job_cache_bytes) {
   if (options_.store != nullptr) {
     Recover();
     persister_ = std::make_unique<jobs::Persister>(
         options_.store,
         jobs::PersisterHooks{[this] { return CollectChanges(); },
-                             [this](const jobs::PendingWrite& w) { WriteFailed(w); }},
+                             [this](const jobs::PendingWrite& w) { WriteFailed(w); },
+                             [this](const jobs::PendingWrite& w) { WriteSucceeded(w); }},
         std::chrono::milliseconds(options_.persist_interval_ms));
   }
   if (RetentionEnabled()) ApplyRetention();
+  // What loading left behind (the store's rows, read once) goes back to the
+  // system: an idle server's footprint should not depend on its history.
+  malloc_trim(0);
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
 }
 
 void JobManager::Recover() {
-  absl::StatusOr<std::vector<StoredJob>> stored = options_.store->LoadJobs();
-  if (!stored.ok()) {
-    LogError("cannot load jobs from the store",
-             {{"error", std::string(stored.status().message())}});
-    return;
+  // Only what a restart resumes comes into memory; ended jobs stay in the
+  // store (counted, for the metrics) until something reads them.
+  absl::StatusOr<std::vector<StoredJob>> stored = options_.store->LoadUnfinishedJobs();
+  absl::StatusOr<int64_t> max_sequence = options_.store->MaxSequence();
+  absl::StatusOr<std::map<v1::JobState, int64_t>> counts = options_.store->CountByState();
+  absl::StatusOr<std::vector<std::string>> stored_ids = options_.store->JobIds();
+  for (const absl::Status& s :
+       {stored.status(), max_sequence.status(), counts.status(), stored_ids.status()}) {
+    if (!s.ok()) {
+      LogError("cannot load jobs from the store", {{"error", std::string(s.message())}});
+      return;
+    }
   }
   engine::runner::JobSpecContext context;
   context.data_root = options_.data_root;
@@ -155,6 +168,14 @@ void JobManager::Recover() {
     };
   }
   std::lock_guard<std::mutex> lock(mu_);
+  next_sequence_ = std::max(next_sequence_, *max_sequence + 1);
+  int64_t ended = 0;
+  for (const auto& [state, n] : *counts) {
+    if (IsTerminal(state)) {
+      stored_ended_[state] = n;
+      ended += n;
+    }
+  }
   int requeued = 0;
   for (StoredJob& s : *stored) {
     auto record = std::make_shared<JobRecord>();
@@ -173,7 +194,6 @@ void JobManager::Recover() {
       request_ids_[RequestKey(record->job.owner(), record->job.request_id())] = id;
     }
     const v1::JobState state = record->job.state();
-    if (IsTerminal(state)) continue;
     absl::StatusOr<engine::runner::ResolvedJob> resolved =
         engine::runner::ResolveJobSpec(record->job.spec(), context);
     if (!resolved.ok()) {
@@ -251,17 +271,19 @@ void JobManager::Recover() {
     queue_.Push(id, record->job.owner(), record->job.spec().priority(), record->sequence);
   }
   // Files of jobs the store no longer has (a deletion cut short by a crash).
+  const std::set<std::string> known(stored_ids->begin(), stored_ids->end());
   for (const char* kind : {"checkpoints", "tensorboard", "jobs"}) {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(options_.data_root + "/" + kind, ec)) {
       const std::string id = e.path().filename().string();
-      if (jobs_.count(id) == 0 && e.is_directory()) {
+      if (known.count(id) == 0 && jobs_.count(id) == 0 && e.is_directory()) {
         LogInfo("removing the files of a deleted job", {{"job", id}, {"dir", e.path().string()}});
         std::filesystem::remove_all(e.path(), ec);
       }
     }
   }
-  LogInfo("recovered jobs from the store", {{"jobs", std::to_string(jobs_.size())},
+  LogInfo("recovered jobs from the store", {{"jobs", std::to_string(jobs_.size() + ended)},
+                                            {"ended", std::to_string(ended)},
                                             {"requeued", std::to_string(requeued)},
                                             {"queued", std::to_string(queue_.size())}});
 }
@@ -344,19 +366,32 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
                        options_.max_job_memory_bytes));
     }
   }
+  // A retry of a job that has ended is answered from the store (request ids
+  // of active jobs are in memory).
+  std::optional<v1::Job> ended_same_request;
+  if (!request_id.empty() && options_.store != nullptr) {
+    absl::StatusOr<std::optional<StoredJob>> found =
+        options_.store->FindByRequestId(owner, request_id);
+    if (!found.ok()) return found.status();
+    if (*found) ended_same_request = std::move((*found)->job);
+  }
+  const auto same_request = [&spec](const v1::Job& existing) -> absl::StatusOr<v1::Job> {
+    if (existing.spec().SerializeAsString() != spec.SerializeAsString()) {
+      return engine::core::FieldError(
+          "request_id", "already used for a different job spec (job " + existing.id() + ")");
+    }
+    return existing;
+  };
   std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) return absl::UnavailableError("ampd is shutting down; not accepting jobs");
   if (!request_id.empty()) {
     auto it = request_ids_.find(RequestKey(owner, request_id));
     if (it != request_ids_.end()) {
       auto existing = jobs_.find(it->second);
-      if (existing != jobs_.end()) {
-        if (existing->second->job.spec().SerializeAsString() != spec.SerializeAsString()) {
-          return engine::core::FieldError(
-              "request_id", "already used for a different job spec (job " + it->second + ")");
-        }
-        return existing->second->job;
-      }
+      if (existing != jobs_.end()) return same_request(existing->second->job);
+    }
+    if (ended_same_request && deleting_.count(ended_same_request->id()) == 0) {
+      return same_request(*ended_same_request);
     }
   }
   if (absl::Status admit = queue_.CheckAdmission(owner); !admit.ok()) return admit;
@@ -401,6 +436,9 @@ JobsSnapshot JobManager::MetricsSnapshot() const {
   }
   std::lock_guard<std::mutex> lock(mu_);
   s.queue_depth = static_cast<int>(queue_.size());
+  for (const auto& [state, n] : stored_ended_) s.by_state[v1::JobState_Name(state)] += n;
+  s.jobs_in_memory = static_cast<int64_t>(jobs_.size());
+  s.ended_job_cache_bytes = static_cast<int64_t>(ended_cache_.bytes());
   for (const auto& [id, record] : jobs_) {
     const v1::Job& j = record->job;
     ++s.by_state[v1::JobState_Name(j.state())];
@@ -412,8 +450,9 @@ JobsSnapshot JobManager::MetricsSnapshot() const {
     if (j.has_latest_step()) {
       const engine::train::TrainingSpec& t = record->resolved.config.training;
       r.samples_per_s = j.latest_step().samples_per_s();
-      r.steps_per_s = r.samples_per_s / static_cast<double>(std::max<int64_t>(
-                                            1, t.batch_size * std::max<int64_t>(1, t.grad_accumulation)));
+      r.steps_per_s =
+          r.samples_per_s / static_cast<double>(std::max<int64_t>(
+                                1, t.batch_size * std::max<int64_t>(1, t.grad_accumulation)));
       r.loss_scale = j.latest_step().loss_scale();
     }
     s.running.push_back(std::move(r));
@@ -422,10 +461,14 @@ JobsSnapshot JobManager::MetricsSnapshot() const {
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto job = Find(id);
-  if (!job) return absl::NotFoundError("job");
-  return job->job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto job = Find(id)) return job->job;
+  }
+  absl::StatusOr<std::shared_ptr<const StoredJob>> stored = StoredEnded(id);
+  if (!stored.ok()) return stored.status();
+  if (*stored) return (*stored)->job;
+  return absl::NotFoundError("job");
 }
 
 absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState>& states,
@@ -448,26 +491,43 @@ absl::StatusOr<JobManager::Page> JobManager::List(const std::vector<v1::JobState
           "page_token", "was issued for a different filter; start again without a token");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::shared_ptr<JobRecord>> matching;
-  for (const auto& [id, job] : jobs_) {
-    if (job->sequence >= before) continue;
-    if (owner && job->job.owner() != *owner) continue;
-    if (!states.empty() &&
-        std::find(states.begin(), states.end(), job->job.state()) == states.end()) {
-      continue;
+  const auto wanted = [&](const v1::Job& job, int64_t sequence) {
+    return sequence < before && (!owner || job.owner() == *owner) &&
+           (states.empty() || std::find(states.begin(), states.end(), job.state()) != states.end());
+  };
+  std::vector<std::pair<int64_t, v1::Job>> matching;  // sequence, job
+  std::set<std::string> in_memory;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, job] : jobs_) {
+      in_memory.insert(id);
+      if (wanted(job->job, job->sequence)) matching.emplace_back(job->sequence, job->job);
     }
-    matching.push_back(job);
+  }
+  if (options_.store != nullptr) {
+    // Ended jobs in the store only. The store's copy of a job still in
+    // memory may be behind; memory's wins, so the store is asked for enough
+    // rows to fill the page without those.
+    JobFilter filter;
+    filter.states = states;
+    filter.owner = owner;
+    filter.before_sequence = before;
+    filter.limit = page_size + 1 + static_cast<int>(in_memory.size());
+    absl::StatusOr<std::vector<StoredJob>> stored = options_.store->ListJobs(filter);
+    if (!stored.ok()) return stored.status();
+    for (StoredJob& j : *stored) {
+      if (in_memory.count(j.job.id()) == 0) matching.emplace_back(j.sequence, std::move(j.job));
+    }
   }
   std::sort(matching.begin(), matching.end(),
-            [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   Page page;
   for (size_t i = 0; i < matching.size() && static_cast<int>(i) < page_size; ++i) {
-    page.jobs.push_back(matching[i]->job);
+    page.jobs.push_back(std::move(matching[i].second));
   }
   if (static_cast<int>(matching.size()) > page_size) {
     page.next_page_token = absl::WebSafeBase64Escape(
-        absl::StrCat("v1|", matching[page_size - 1]->sequence, "|", signature));
+        absl::StrCat("v1|", matching[page_size - 1].first, "|", signature));
   }
   return page;
 }
@@ -478,7 +538,17 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     job = Find(id);
-    if (!job) return absl::NotFoundError("job");
+  }
+  if (!job) {
+    // Active jobs are all in memory: one in the store only has ended.
+    absl::StatusOr<std::shared_ptr<const StoredJob>> stored = StoredEnded(id);
+    if (!stored.ok()) return stored.status();
+    if (!*stored) return absl::NotFoundError("job");
+    return Precondition("state", absl::StrCat("job ", (*stored)->job.id(), " has already ended (",
+                                              v1::JobState_Name((*stored)->job.state()), ")"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     const v1::JobState state = job->job.state();
     if (IsTerminal(state)) {
       return Precondition("state", absl::StrCat("job ", job->job.id(), " has already ended (",
@@ -499,31 +569,59 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
 }
 
 absl::Status JobManager::Delete(const std::string& id) {
-  std::vector<std::weak_ptr<EventListener>> listeners;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto job = Find(id);
-    if (!job) return absl::NotFoundError("job");
-    if (!IsTerminal(job->job.state())) {
-      return Precondition(
-          "state", absl::StrCat("job ", job->job.id(), " is ", v1::JobState_Name(job->job.state()),
-                                "; only ended jobs can be deleted (cancel it first)"));
+  const std::string job_id = JobManager::IdFromName(id);
+  std::shared_ptr<const StoredJob> stored;  // when the job is in the store only
+  for (bool in_memory = true;; in_memory = false) {
+    if (!in_memory) {
+      absl::StatusOr<std::shared_ptr<const StoredJob>> s = StoredEnded(job_id);
+      if (!s.ok()) return s.status();
+      if (!*s) return absl::NotFoundError("job");
+      stored = *std::move(s);
     }
-    listeners = fanout_.Forget(job->job.id());
+    std::lock_guard<std::mutex> lock(mu_);
+    // Being deleted already; else it is ours to delete (deleting_ and
+    // deletions_ keep a racing read of the store from caching it, see
+    // StoredEnded).
+    if (deleting_.count(job_id) != 0) return absl::NotFoundError("job");
+    if (!in_memory) {
+      deleting_.insert(job_id);
+      break;
+    }
+    auto job = Find(job_id);
+    if (!job) continue;  // ended, in the store only (an active job is always in memory)
+    if (!IsTerminal(job->job.state())) {
+      return Precondition("state",
+                          absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->job.state()),
+                                       "; only ended jobs can be deleted (cancel it first)"));
+    }
     if (!job->job.request_id().empty()) {
       request_ids_.erase(RequestKey(job->job.owner(), job->job.request_id()));
     }
-    jobs_.erase(job->job.id());
+    jobs_.erase(job_id);
+    deleting_.insert(job_id);
+    break;
   }
-  // Gone for callers already; then the stored record, then the files (a
-  // crash in between leaves only files, which the next start sweeps away).
-  const std::string job_id = JobManager::IdFromName(id);
+  std::vector<std::weak_ptr<EventListener>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++deletions_;
+    ended_cache_.Forget(job_id);
+    if (stored) --stored_ended_[stored->job.state()];
+    listeners = fanout_.Forget(job_id);
+  }
+  // Then the stored record, then the files (a crash in between leaves only
+  // files, which the next start sweeps away).
   if (options_.store != nullptr) {
     absl::Status s = persister_->DeleteJob(job_id);
     if (!s.ok())
       LogError("cannot delete job from the store", {{"error", std::string(s.message())}});
   }
   RemoveJobFiles(job_id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deleting_.erase(job_id);
+    ++deletions_;
+  }
   for (auto& w : listeners) {
     if (auto l = w.lock()) l->OnJobEvents();
   }
@@ -543,23 +641,46 @@ std::vector<std::string> JobManager::JobDirs(const std::string& job_id) const {
 int JobManager::ApplyRetention() {
   std::vector<std::pair<std::string, std::string>> doomed;  // id, why
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::pair<int64_t, std::string>> ended;  // end time (ns), id
-    for (const auto& [id, record] : jobs_) {
-      if (!IsTerminal(record->job.state())) continue;
-      ended.emplace_back(
-          google::protobuf::util::TimeUtil::TimestampToNanoseconds(record->job.end_time()), id);
-    }
-    std::sort(ended.begin(), ended.end());  // oldest first
     const int64_t now = google::protobuf::util::TimeUtil::TimestampToNanoseconds(Now());
     const double days = options_.retain_terminal_jobs_days;
-    const size_t keep = options_.max_terminal_jobs > 0
-                            ? static_cast<size_t>(options_.max_terminal_jobs)
-                            : ended.size();
-    const size_t over = ended.size() > keep ? ended.size() - keep : 0;
+    const int64_t cutoff = days > 0 ? now - static_cast<int64_t>(days * 86400e9) : INT64_MIN;
+    // Ended jobs still in memory, and how many there are in all.
+    std::vector<std::pair<int64_t, std::string>> ended;  // end time (ns), id
+    std::set<std::string> in_memory;
+    int64_t total = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, record] : jobs_) {
+        in_memory.insert(id);
+        if (!IsTerminal(record->job.state())) continue;
+        ended.emplace_back(
+            google::protobuf::util::TimeUtil::TimestampToNanoseconds(record->job.end_time()), id);
+      }
+      total = static_cast<int64_t>(ended.size());
+      for (const auto& [state, n] : stored_ended_) total += n;
+    }
+    const int64_t over = options_.max_terminal_jobs > 0
+                             ? std::max<int64_t>(0, total - options_.max_terminal_jobs)
+                             : 0;
+    if (options_.store != nullptr && (over > 0 || days > 0)) {
+      // The oldest of those in the store only: enough of them for both rules
+      // (the store's copies of jobs in memory are skipped; memory's win).
+      const int64_t limit = over + static_cast<int64_t>(in_memory.size()) + 1000;
+      absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> stored =
+          options_.store->EndedJobs(over > 0 ? INT64_MAX : cutoff, limit);
+      if (!stored.ok()) {
+        LogError("retention: cannot list ended jobs",
+                 {{"error", std::string(stored.status().message())}});
+        return 0;
+      }
+      for (const auto& [id, end_ns] : *stored) {
+        if (in_memory.count(id) == 0) ended.emplace_back(end_ns, id);
+      }
+    }
+    std::sort(ended.begin(), ended.end());  // oldest first
     for (size_t i = 0; i < ended.size(); ++i) {
       const double age_days = static_cast<double>(now - ended[i].first) / 86400e9;
-      if (i < over) {
+      if (static_cast<int64_t>(i) < over) {
         doomed.emplace_back(ended[i].second,
                             absl::StrCat("more than --max_terminal_jobs=",
                                          options_.max_terminal_jobs, " ended jobs"));
@@ -576,17 +697,22 @@ int JobManager::ApplyRetention() {
     // have been deleted by its owner meanwhile.
     if (Delete(id).ok()) {
       ++removed;
-      LogInfo("retention removed a job, its history and its files",
-              {{"job", id}, {"why", why}});
+      LogInfo("retention removed a job, its history and its files", {{"job", id}, {"why", why}});
     }
   }
   return removed;
 }
 
 absl::StatusOr<size_t> JobManager::StartCursor(const std::string& id, int64_t since_step) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto job = Find(id);
-  if (!job) return absl::NotFoundError("job");
+  if (!job) {
+    lock.unlock();
+    absl::StatusOr<std::shared_ptr<const StoredJob>> stored = StoredEnded(id);
+    if (!stored.ok()) return stored.status();
+    if (!*stored) return absl::NotFoundError("job");
+    return StoredStartCursor(**stored, since_step);
+  }
   if (since_step <= 0) return 0;
   // Everything after the step record of `since_step`: a client that saw that
   // record has seen every event before it (the record is the last event of
@@ -615,9 +741,16 @@ int64_t JobManager::EventSerializations() { return g_serializations.load(); }
 absl::Status JobManager::ReadWire(const std::string& id, size_t cursor, size_t max,
                                   std::vector<grpc::Slice>* events, bool* terminal,
                                   bool* training) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto job = Find(id);
-  if (!job) return absl::NotFoundError("job");
+  if (!job) {
+    lock.unlock();
+    absl::StatusOr<std::shared_ptr<const StoredJob>> stored = StoredEnded(id);
+    if (!stored.ok()) return stored.status();
+    if (!*stored) return absl::NotFoundError("job");
+    if (training != nullptr) *training = false;
+    return ReadStoredWire(**stored, cursor, max, events, terminal);
+  }
   const size_t end = std::min(job->events.size(), cursor + max);
   while (job->wire.size() < end) {
     const std::string bytes = job->events[job->wire.size()].SerializeAsString();
@@ -638,7 +771,8 @@ int JobManager::QueuePosition(const std::string& id) const {
 }
 
 void JobManager::Listen(const std::string& id, std::weak_ptr<EventListener> listener) {
-  // Under the manager's lock, so that a job deleted meanwhile gets none.
+  // Under the manager's lock, so that a job deleted meanwhile gets none. A
+  // job in the store only has ended: nothing will happen to it to tell.
   std::lock_guard<std::mutex> lock(mu_);
   auto job = Find(id);
   if (!job) return;
@@ -688,9 +822,142 @@ void JobManager::LogLocked(JobRecord& job, v1::LogRecord::Severity severity,
 }
 
 size_t JobManager::HistorySize(const std::string& id) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto job = Find(id)) return job->events.size();
+  }
+  absl::StatusOr<std::shared_ptr<const StoredJob>> stored = StoredEnded(id);
+  return stored.ok() && *stored ? static_cast<size_t>((*stored)->event_count) : 0;
+}
+
+size_t JobManager::JobsInMemory() const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto job = Find(id);
-  return job ? job->events.size() : 0;
+  return jobs_.size();
+}
+
+void JobManager::WriteSucceeded(const jobs::PendingWrite& w) {
+  std::vector<std::weak_ptr<EventListener>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(w.id);
+    if (it == jobs_.end()) return;
+    JobRecord& r = *it->second;
+    // What was written is the ended job's last state, and nothing changed
+    // since it was collected: the store has all of it.
+    if (!IsTerminal(w.job.state()) || !IsTerminal(r.job.state()) || r.dirty ||
+        r.persisted_events != r.events.size()) {
+      return;
+    }
+    auto stored = std::make_shared<StoredJob>();
+    stored->job = r.job;  // a copy: the worker that ran it may still read the record
+    stored->sequence = r.sequence;
+    stored->event_count = static_cast<int64_t>(r.events.size());
+    ++stored_ended_[stored->job.state()];
+    if (!stored->job.request_id().empty()) {
+      request_ids_.erase(RequestKey(stored->job.owner(), stored->job.request_id()));
+    }
+    // Its streams read the rest from the store; none waits for an event
+    // (wake them all the same, in case a notification was still pending).
+    listeners = fanout_.Forget(w.id);
+    ended_cache_.PutJob(std::move(stored));  // likely read again soon
+    jobs_.erase(it);
+  }
+  for (auto& l : listeners) {
+    if (auto listener = l.lock()) listener->OnJobEvents();
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const StoredJob>> JobManager::StoredEnded(
+    const std::string& name) const {
+  if (options_.store == nullptr) return nullptr;
+  const std::string id = IdFromName(name);
+  uint64_t epoch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (deleting_.count(id) != 0 || jobs_.count(id) != 0) return nullptr;
+    epoch = deletions_;
+  }
+  if (std::shared_ptr<const StoredJob> cached = ended_cache_.Job(id)) return cached;
+  absl::StatusOr<std::optional<StoredJob>> read = options_.store->GetJob(id);
+  if (!read.ok()) return read.status();
+  // Not in the store, or its copy there is of a job still in memory.
+  if (!*read || !IsTerminal((*read)->job.state())) return nullptr;
+  auto job = std::make_shared<const StoredJob>(std::move(**read));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (deleting_.count(id) != 0) return nullptr;
+  if (jobs_.count(id) != 0) return nullptr;  // its copy in memory is the one to read
+  if (deletions_ == epoch) ended_cache_.PutJob(job);
+  return job;
+}
+
+absl::StatusOr<size_t> JobManager::StoredStartCursor(const StoredJob& job,
+                                                     int64_t since_step) const {
+  // As StartCursor does for a history in memory, by the store's index.
+  if (since_step <= 0) return 0;
+  const std::string& id = job.job.id();
+  absl::StatusOr<std::vector<std::pair<int64_t, v1::MetricsEvent>>> at =
+      options_.store->EventsAtStep(id, since_step);
+  if (!at.ok()) return at.status();
+  for (auto it = at->rbegin(); it != at->rend(); ++it) {
+    if (it->second.has_step_record() && it->second.step_record().step() == since_step) {
+      return static_cast<size_t>(it->first + 1);
+    }
+  }
+  absl::StatusOr<int64_t> cursor = options_.store->FirstEventAfterStep(id, since_step);
+  if (!cursor.ok()) return cursor.status();
+  // The stream always ends with the terminal state.
+  if (*cursor >= job.event_count && job.event_count > 0) return job.event_count - 1;
+  return static_cast<size_t>(*cursor);
+}
+
+absl::Status JobManager::ReadStoredWire(const StoredJob& job, size_t cursor, size_t max,
+                                        std::vector<grpc::Slice>* events, bool* terminal) const {
+  const size_t size = static_cast<size_t>(job.event_count);
+  const std::string& id = job.job.id();
+  *terminal = cursor >= size;
+  if (cursor >= size || max == 0) return absl::OkStatus();
+  constexpr int64_t kPage = jobs::EndedJobCache::kPageEvents;
+  const int64_t page = static_cast<int64_t>(cursor) / kPage;
+  std::shared_ptr<const jobs::EndedJobCache::Page> events_of_page = ended_cache_.GetPage(id, page);
+  if (!events_of_page) {
+    uint64_t epoch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      epoch = deletions_;
+    }
+    absl::StatusOr<std::vector<std::string>> read =
+        options_.store->ReadEvents(id, page * kPage, kPage);
+    if (!read.ok()) return read.status();
+    auto loaded = std::make_shared<jobs::EndedJobCache::Page>();
+    loaded->reserve(read->size());
+    for (size_t i = 0; i < read->size(); ++i) {
+      // As stored, unless the event lacks its index (a store written before
+      // events carried one): then with it.
+      const int64_t index = page * kPage + static_cast<int64_t>(i);
+      v1::MetricsEvent e;
+      if (!e.ParseFromString((*read)[i])) {
+        return absl::DataLossError(absl::StrCat("event ", index, " of job ", id, " is corrupt"));
+      }
+      if (e.sequence() != index) {
+        e.set_sequence(index);
+        loaded->emplace_back(e.SerializeAsString());
+      } else {
+        loaded->emplace_back((*read)[i]);
+      }
+    }
+    events_of_page = loaded;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (deletions_ == epoch && deleting_.count(id) == 0) ended_cache_.PutPage(id, page, loaded);
+  }
+  const size_t first = static_cast<size_t>(page * kPage);
+  const size_t end = std::min({size, cursor + max, first + events_of_page->size()});
+  if (end <= cursor) {
+    return absl::DataLossError(absl::StrCat("the stored history of job ", id, " ends at event ",
+                                            first + events_of_page->size(), ", not ", size));
+  }
+  for (size_t i = cursor; i < end; ++i) events->push_back((*events_of_page)[i - first]);
+  *terminal = end == size;
+  return absl::OkStatus();
 }
 
 void JobManager::Notify(JobRecord& job) {
@@ -774,16 +1041,16 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       job->job.mutable_progress()->set_total_steps(total_steps);
       job->job.set_optimizer_state_bytes(optimizer_state_bytes);
       const engine::train::TrainerConfig& c = job->resolved.config;
-      LogLocked(*job, v1::LogRecord::SEVERITY_INFO,
-                absl::StrFormat("training on %s: %d parameters, %s, %s; optimizer state %.1f MiB; "
-                                "%d steps%s",
-                                job->resolved.device == engine::Device::kCuda ? "cuda" : "cpu",
-                                engine::nn::ParameterCount(c.model), c.precision.name,
-                                job->job.optimizer(), optimizer_state_bytes / 1048576.0,
-                                total_steps,
-                                resumed ? absl::StrCat(" (resuming from the checkpoint of step ",
-                                                       job->job.progress().step(), ")")
-                                        : std::string()));
+      LogLocked(
+          *job, v1::LogRecord::SEVERITY_INFO,
+          absl::StrFormat("training on %s: %d parameters, %s, %s; optimizer state %.1f MiB; "
+                          "%d steps%s",
+                          job->resolved.device == engine::Device::kCuda ? "cuda" : "cpu",
+                          engine::nn::ParameterCount(c.model), c.precision.name,
+                          job->job.optimizer(), optimizer_state_bytes / 1048576.0, total_steps,
+                          resumed ? absl::StrCat(" (resuming from the checkpoint of step ",
+                                                 job->job.progress().step(), ")")
+                                  : std::string()));
     }
     Notify(*job);
   };

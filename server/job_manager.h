@@ -5,6 +5,12 @@
 // that train it. Training never waits for a subscriber: events are appended to
 // the job's history, and each stream reads from the history at its own pace
 // (a slow stream is simply behind, never a buffer that fills).
+//
+// With a store, memory holds what is active: queued and running jobs, and
+// ended ones until the store has all of them. Then an ended job lives in the
+// store alone; reads of it (GetJob, ListJobs, streams, which replay its
+// history in pages) go to the store through a bounded LRU cache
+// (EndedJobCache), so memory does not grow with the jobs a server has run.
 
 #include <condition_variable>
 #include <cstdint>
@@ -18,17 +24,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "grpcpp/support/slice.h"
 #include "ampd/v1/training_service.pb.h"
 #include "engine/data/dataset.h"
 #include "engine/runner/job_spec.h"
 #include "engine/train/trainer.h"
+#include "grpcpp/support/slice.h"
 #include "server/job_store.h"
-#include "server/metrics.h"
+#include "server/jobs/ended_job_cache.h"
 #include "server/jobs/event_fanout.h"
 #include "server/jobs/job_queue.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/persister.h"
+#include "server/metrics.h"
 
 namespace ampd::server {
 
@@ -55,6 +62,8 @@ struct JobManagerOptions {
   // history, checkpoints, weights and TensorBoard files (ApplyRetention).
   double retain_terminal_jobs_days = 0;
   int max_terminal_jobs = 0;
+  // The cache of ended jobs' records and history pages (with a store).
+  size_t ended_job_cache_bytes = 16u << 20;
   // CPUs the training workers (and the OpenMP threads they start) run on;
   // empty: wherever the process may run. ampd's --training_cpus.
   std::vector<int> training_cpus;
@@ -111,6 +120,10 @@ class JobManager {
                         std::vector<grpc::Slice>* events, bool* terminal, bool* training);
   // Events serialized so far by ReadWire, in this process (tests, benchmarks).
   static int64_t EventSerializations();
+  // Jobs whose records are in memory (queued, running, ended but not yet
+  // all in the store), and the ended-job cache (tests, benchmarks).
+  size_t JobsInMemory() const;
+  const jobs::EndedJobCache& ended_job_cache() const { return ended_cache_; }
   // Position in the queue (0 = next), or -1 when not queued.
   int QueuePosition(const std::string& id) const;
   void Listen(const std::string& id, std::weak_ptr<EventListener> listener);
@@ -148,6 +161,16 @@ class JobManager {
   // written), and a write that failed (marked unwritten again).
   std::vector<jobs::PendingWrite> CollectChanges();
   void WriteFailed(const jobs::PendingWrite& w);
+  // The store has all of an ended job: it leaves memory (for the cache).
+  void WriteSucceeded(const jobs::PendingWrite& w);
+  // An ended job that lives in the store only: from the cache, else read
+  // from the store (and cached). Null: no such job in the store, or one that
+  // is still active (its record is in jobs_). Not under mu_.
+  absl::StatusOr<std::shared_ptr<const StoredJob>> StoredEnded(const std::string& id) const;
+  // StartCursor and ReadWire for such a job. Not under mu_.
+  absl::StatusOr<size_t> StoredStartCursor(const StoredJob& job, int64_t since_step) const;
+  absl::Status ReadStoredWire(const StoredJob& job, size_t cursor, size_t max,
+                              std::vector<grpc::Slice>* events, bool* terminal) const;
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
   // A job's directories under the data root (checkpoints, TensorBoard, weights).
   std::vector<std::string> JobDirs(const std::string& job_id) const;
@@ -168,6 +191,14 @@ class JobManager {
   // The streams of each job (see Notify).
   jobs::EventFanout fanout_;
   jobs::DataCache data_cache_;
+  // Ended jobs that live in the store only: their cache, their number by
+  // state (metrics), and deletions (so that a read racing a delete does not
+  // cache the deleted job): a counter bumped before and after each, and the
+  // ids being deleted.
+  mutable jobs::EndedJobCache ended_cache_;
+  std::map<ampd::v1::JobState, int64_t> stored_ended_;
+  uint64_t deletions_ = 0;
+  std::set<std::string> deleting_;
 };
 
 }  // namespace ampd::server

@@ -39,6 +39,9 @@ ABSL_FLAG(double, retain_terminal_jobs_days, 0,
           "after they ended (0: keep them).");
 ABSL_FLAG(int, max_terminal_jobs, 0,
           "Keep at most this many ended jobs, removing the oldest first (0: no limit).");
+ABSL_FLAG(int64_t, ended_job_cache_mib, 16,
+          "Memory for ended jobs' records and history pages read back from the store (an LRU "
+          "cache; ended jobs themselves live in the store, not in memory).");
 ABSL_FLAG(int64_t, max_upload_bytes, 1LL << 30, "Largest data set UploadDataset accepts.");
 ABSL_FLAG(int64_t, upload_quota_bytes_per_principal, 10LL << 30,
           "Total size of the data sets one principal may have uploaded.");
@@ -78,8 +81,8 @@ bool ParseCpus(const std::string& text, std::vector<int>* cpus) {
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     std::vector<absl::string_view> ends = absl::StrSplit(part, '-');
     int lo = 0, hi = 0;
-    if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &lo) ||
-        !absl::SimpleAtoi(ends.back(), &hi) || lo < 0 || hi < lo || hi >= CPU_SETSIZE) {
+    if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &lo) || !absl::SimpleAtoi(ends.back(), &hi) ||
+        lo < 0 || hi < lo || hi >= CPU_SETSIZE) {
       return false;
     }
     for (int c = lo; c <= hi; ++c) cpus->push_back(c);
@@ -123,6 +126,12 @@ int main(int argc, char** argv) {
   options.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.jobs.retain_terminal_jobs_days = absl::GetFlag(FLAGS_retain_terminal_jobs_days);
   options.jobs.max_terminal_jobs = absl::GetFlag(FLAGS_max_terminal_jobs);
+  if (absl::GetFlag(FLAGS_ended_job_cache_mib) < 0) {
+    ampd::server::LogError("--ended_job_cache_mib must be >= 0");
+    return 1;
+  }
+  options.jobs.ended_job_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_ended_job_cache_mib))
+                                       << 20;
   if (options.jobs.retain_terminal_jobs_days < 0 || options.jobs.max_terminal_jobs < 0) {
     ampd::server::LogError("--retain_terminal_jobs_days and --max_terminal_jobs must be >= 0");
     return 1;
@@ -143,7 +152,8 @@ int main(int argc, char** argv) {
   std::vector<int> server_cpus;
   if (!ParseCpus(absl::GetFlag(FLAGS_training_cpus), &options.jobs.training_cpus) ||
       !ParseCpus(absl::GetFlag(FLAGS_server_cpus), &server_cpus)) {
-    ampd::server::LogError("--training_cpus / --server_cpus: expected CPU numbers or ranges (0,2-3)");
+    ampd::server::LogError(
+        "--training_cpus / --server_cpus: expected CPU numbers or ranges (0,2-3)");
     return 1;
   }
   if (!server_cpus.empty()) {

@@ -113,12 +113,21 @@ class ServerMetrics::ScrapeTimeGauges : public prometheus::Collectable {
       MetricFamily queue = Gauge("ampd_queue_depth", "Jobs waiting for a worker.");
       AddSample(&queue, s.queue_depth);
       out.push_back(std::move(queue));
+      MetricFamily in_memory =
+          Gauge("ampd_jobs_in_memory",
+                "Jobs held in memory: queued, running, and ended ones not yet all in the store.");
+      AddSample(&in_memory, s.jobs_in_memory);
+      out.push_back(std::move(in_memory));
+      MetricFamily cache = Gauge("ampd_ended_job_cache_bytes",
+                                 "Ended jobs' records and history pages cached from the store.");
+      AddSample(&cache, s.ended_job_cache_bytes);
+      out.push_back(std::move(cache));
       MetricFamily step = Gauge("ampd_job_step", "A running job's last finished step.");
       MetricFamily steps_per_s = Gauge("ampd_job_steps_per_second", "A running job's step rate.");
       MetricFamily samples_per_s =
           Gauge("ampd_job_samples_per_second", "A running job's training samples per second.");
-      MetricFamily skipped = Gauge("ampd_job_skipped_steps",
-                                   "Steps a running job skipped (non-finite gradients).");
+      MetricFamily skipped =
+          Gauge("ampd_job_skipped_steps", "Steps a running job skipped (non-finite gradients).");
       MetricFamily scale = Gauge("ampd_job_loss_scale", "A running job's loss scale.");
       for (const RunningJobMetrics& j : s.running) {
         const std::vector<ClientMetric::Label> job = {{"job", j.id}};
@@ -197,8 +206,7 @@ ServerMetrics::ServerMetrics()
 
 ServerMetrics::~ServerMetrics() { StopServing(); }
 
-void ServerMetrics::ObserveRpc(const std::string& method, const std::string& code,
-                               double seconds) {
+void ServerMetrics::ObserveRpc(const std::string& method, const std::string& code, double seconds) {
   rpcs_->Add({{"method", method}, {"code", code}}).Increment();
   rpc_seconds_->Add({{"method", method}, {"code", code}}, SecondsBuckets()).Observe(seconds);
 }

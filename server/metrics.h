@@ -2,11 +2,10 @@
 #define AMPD_SERVER_METRICS_H_
 
 // Prometheus metrics (prometheus-cpp's registry, metric types and text
-// format), served at http://--metrics_listen/metrics (metrics_http.h). Counters and histograms are updated
-// where things happen: every RPC by a server interceptor, each checkpoint
-// write. Everything about jobs (by state, the queue, each running job's
-// rates, skips and loss scale), open streams and memory is read when the
-// endpoint is scraped, so a training step does no work for metrics.
+// format), served at http://--metrics_listen/metrics (metrics_http.h). Counters and histograms are
+// updated where things happen: every RPC by a server interceptor, each checkpoint write. Everything
+// about jobs (by state, the queue, each running job's rates, skips and loss scale), open streams
+// and memory is read when the endpoint is scraped, so a training step does no work for metrics.
 
 #include <functional>
 #include <map>
@@ -41,6 +40,10 @@ struct JobsSnapshot {
   std::map<std::string, int> by_state;  // every state's name, zeros included
   int queue_depth = 0;
   std::vector<RunningJobMetrics> running;
+  // Jobs whose records are in memory (active, or ended and not yet all in
+  // the store), and the ended-job cache's size: what bounds ampd's memory.
+  int64_t jobs_in_memory = 0;
+  int64_t ended_job_cache_bytes = 0;
 };
 
 class ServerMetrics {

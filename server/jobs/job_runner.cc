@@ -1,5 +1,6 @@
 #include "server/jobs/job_runner.h"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -93,7 +94,10 @@ absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
   if (cacheable) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sets_.find(key);
-    if (it != sets_.end()) return it->second;
+    if (it != sets_.end()) {
+      it->second.last_used = ++clock_;
+      return it->second.sets;
+    }
   }
   // Loaded outside the lock: a large set must not hold up other jobs' hits.
   // (The config only bounds shard tokens by the model's vocabulary; shards
@@ -113,7 +117,14 @@ absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
   }
   if (cacheable) {
     std::lock_guard<std::mutex> lock(mu_);
-    return sets_.emplace(key, sets).first->second;  // the first one loaded wins
+    auto [it, inserted] = sets_.emplace(key, Cached{sets, 0});  // the first one loaded wins
+    it->second.last_used = ++clock_;
+    while (sets_.size() > kMaxSets) {
+      sets_.erase(std::min_element(sets_.begin(), sets_.end(), [](const auto& a, const auto& b) {
+        return a.second.last_used < b.second.last_used;
+      }));
+    }
+    return it->second.sets;
   }
   return sets;
 }

@@ -38,10 +38,19 @@ class DataCache {
                             const engine::runner::JobSpecContext& context,
                             const engine::train::TrainerConfig& config);
   size_t cached() const;
+  // Sets kept, least recently used out first: a server runs many jobs over
+  // the same few sets, and a set that is evicted is still held by the jobs
+  // training on it.
+  static constexpr size_t kMaxSets = 8;
 
  private:
   mutable std::mutex mu_;
-  std::map<std::string, Sets> sets_;  // by the spec's serialized bytes
+  struct Cached {
+    Sets sets;
+    uint64_t last_used = 0;
+  };
+  std::map<std::string, Cached> sets_;  // by the spec's serialized bytes
+  uint64_t clock_ = 0;
 };
 
 struct RunRequest {

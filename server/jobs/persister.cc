@@ -35,6 +35,8 @@ void Persister::FlushLocked() {
       LogError("cannot save job to the store; will retry",
                {{"job", w.id}, {"error", std::string(s.message())}});
       hooks_.failed(w);
+    } else if (hooks_.written) {
+      hooks_.written(w);
     }
   }
 }

@@ -37,6 +37,9 @@ struct PersisterHooks {
   std::function<std::vector<PendingWrite>()> collect;
   // The write of `w` failed: mark it unwritten again (from w.first_index).
   std::function<void(const PendingWrite& w)> failed;
+  // `w` is in the store now (optional): what only lives there from now on
+  // may leave memory.
+  std::function<void(const PendingWrite& w)> written;
 };
 
 class Persister {

@@ -203,10 +203,12 @@ TEST(RetentionTest, JobsOlderThanTheRetentionPeriodGoAndDeleteJobRemovesFiles) {
 // --server_cpus) and retention bounds refuse bad values at start-up, with the
 // flag named; pinned, a job still trains.
 TEST(ServerFlagsTest, BadCpuListsAndRetentionBoundsAreStartupErrorsAndPinnedJobsRun) {
-  for (const std::vector<std::string>& bad :
-       {std::vector<std::string>{"--training_cpus=x"}, {"--server_cpus=3-1"},
-        {"--training_cpus=0-"}, {"--max_terminal_jobs=-1"},
-        {"--retain_terminal_jobs_days=-2"}}) {
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--training_cpus=x"},
+                                              {"--server_cpus=3-1"},
+                                              {"--training_cpus=0-"},
+                                              {"--max_terminal_jobs=-1"},
+                                              {"--retain_terminal_jobs_days=-2"},
+                                              {"--ended_job_cache_mib=-1"}}) {
     AmpdProcess p(bad);
     EXPECT_FALSE(p.ok()) << bad[0];
     const std::string flag = bad[0].substr(0, bad[0].find('='));

@@ -114,6 +114,15 @@ def test_metrics_during_and_after_a_job(tmp_path):
         assert value(after, "ampd_checkpoint_bytes_total") > 1000
         assert value(after, "ampd_checkpoint_write_seconds_count") == \
             value(after, "ampd_checkpoints_total")
+        # Once the store has all of the ended job, it leaves memory (and is
+        # still counted by state, and still readable).
+        deadline = time.monotonic() + 30
+        while value(after, "ampd_jobs_in_memory") != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            after, _ = scrape(port)
+        assert value(after, "ampd_jobs_in_memory") == 0
+        assert value(after, "ampd_jobs", state="CANCELLED") == 1
+        assert 0 < value(after, "ampd_ended_job_cache_bytes") <= 16 * 2**20
         # Fan-out: each event is serialized once, whatever the number of streams.
         with Client(server.address, timeout=30) as c:
             before, _ = scrape(port)

@@ -155,5 +155,25 @@ TEST_F(JobRunnerTest, SyntheticSetsAreLoadedOnceAndShared) {
   EXPECT_EQ(data_.cached(), 1u);
 }
 
+TEST_F(JobRunnerTest, TheSetCacheKeepsTheMostRecentlyUsedFew) {
+  // A server that runs many jobs over distinct synthetic sets must not keep
+  // them all.
+  RunRequest first = Request(Tiny(1));
+  absl::StatusOr<DataCache::Sets> kept =
+      data_.Load(first.spec.data(), first.context, first.resolved.config);
+  ASSERT_TRUE(kept.ok());
+  for (int seed = 1; seed < 40; ++seed) {
+    RunRequest r = Request(Tiny(1));
+    r.spec.mutable_data()->mutable_synthetic()->set_seed(seed);
+    ASSERT_TRUE(data_.Load(r.spec.data(), r.context, r.resolved.config).ok());
+    ASSERT_TRUE(data_.Load(first.spec.data(), first.context, first.resolved.config).ok());
+    ASSERT_LE(data_.cached(), DataCache::kMaxSets);
+  }
+  EXPECT_EQ(data_.cached(), DataCache::kMaxSets);
+  // Used all along, so still the same set.
+  EXPECT_EQ(data_.Load(first.spec.data(), first.context, first.resolved.config)->train.get(),
+            kept->train.get());
+}
+
 }  // namespace
 }  // namespace ampd::server::jobs

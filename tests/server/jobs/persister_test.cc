@@ -38,6 +38,34 @@ class MemoryStore : public JobStore {
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<StoredJob>> LoadJobs() override { return std::vector<StoredJob>{}; }
+  // The persister only writes: the queries are not part of this test.
+  absl::StatusOr<std::vector<StoredJob>> LoadUnfinishedJobs() override { return LoadJobs(); }
+  absl::StatusOr<std::optional<StoredJob>> GetJob(const std::string&) override {
+    return std::nullopt;
+  }
+  absl::StatusOr<std::optional<StoredJob>> FindByRequestId(const std::string&,
+                                                           const std::string&) override {
+    return std::nullopt;
+  }
+  absl::StatusOr<std::vector<StoredJob>> ListJobs(const JobFilter&) override { return LoadJobs(); }
+  absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> EndedJobs(int64_t,
+                                                                         int64_t) override {
+    return std::vector<std::pair<std::string, int64_t>>{};
+  }
+  absl::StatusOr<std::vector<std::string>> JobIds() override { return std::vector<std::string>{}; }
+  absl::StatusOr<std::map<v1::JobState, int64_t>> CountByState() override {
+    return std::map<v1::JobState, int64_t>{};
+  }
+  absl::StatusOr<int64_t> MaxSequence() override { return 0; }
+  absl::StatusOr<std::vector<std::string>> ReadEvents(const std::string&, int64_t,
+                                                      int64_t) override {
+    return std::vector<std::string>{};
+  }
+  absl::StatusOr<std::vector<std::pair<int64_t, v1::MetricsEvent>>> EventsAtStep(const std::string&,
+                                                                                 int64_t) override {
+    return std::vector<std::pair<int64_t, v1::MetricsEvent>>{};
+  }
+  absl::StatusOr<int64_t> FirstEventAfterStep(const std::string&, int64_t) override { return 0; }
   absl::Status PutProfile(const std::string&, const v1::PrecisionProfile&) override {
     return absl::OkStatus();
   }
@@ -85,8 +113,13 @@ struct Record {
             [this](const PendingWrite& w) {
               std::lock_guard<std::mutex> lock(mu);
               written = std::min(written, w.first_index);
+            },
+            [this](const PendingWrite& w) {
+              std::lock_guard<std::mutex> lock(mu);
+              confirmed = std::max(confirmed, w.first_index + w.events.size());
             }};
   }
+  size_t confirmed = 0;  // events the store has, as the written hook told
 };
 
 TEST(PersisterTest, FlushWritesNowAndTheThreadWritesByItself) {
@@ -127,6 +160,24 @@ TEST(PersisterTest, AFailedWriteIsRetriedFromWhereItFailed) {
   p.Flush();  // events 2..4 in one go, no gap (the store would refuse one)
   EXPECT_EQ(store.events("j"), 4u);
   EXPECT_EQ(store.history["j"][3].step_record().step(), 4);
+}
+
+TEST(PersisterTest, OnlyWritesThatSucceededAreConfirmed) {
+  // The job manager lets an ended job leave memory on this confirmation, so
+  // a failed write must never give one.
+  MemoryStore store;
+  Record r;
+  Persister p(&store, r.Hooks(), std::chrono::hours(1));
+  r.Add(1);
+  p.Flush();
+  EXPECT_EQ(r.confirmed, 1u);
+  store.fail = true;
+  r.Add(2);
+  p.Flush();
+  EXPECT_EQ(r.confirmed, 1u);
+  store.fail = false;
+  p.Flush();
+  EXPECT_EQ(r.confirmed, 2u);
 }
 
 TEST(PersisterTest, StopWritesWhatIsLeftAndDeletesGoThroughIt) {
