@@ -22,9 +22,10 @@
 // The format is per tensor: HYBRID (TE's default) casts forward tensors
 // (inputs, weights) to E4M3 and gradients to E5M2; E4M3 uses it for all.
 //
-// The rule is here, below the backends, because their device kernels apply
-// it too (on the device, with no host read per step); it is one function,
-// shared, so every backend computes the same scale bit for bit.
+// The recipe is here, below the backends, because their device kernels apply
+// it too (on the device, with no host read per step); the scale rule itself
+// is one function of core/fp8.h, shared, so every backend computes the same
+// scale bit for bit.
 
 #include <cstdint>
 #include <string>
@@ -35,7 +36,8 @@
 namespace ampd::engine::backend {
 
 enum class Fp8ScalingKind : uint8_t { kDelayed, kCurrent };
-enum class AmaxAlgo : uint8_t { kMax, kMostRecent };
+using core::AmaxAlgo;
+using core::Fp8ScaleFromAmax;
 enum class Fp8FormatRecipe : uint8_t { kHybrid, kE4M3 };
 
 // TE's DelayedScaling defaults.
@@ -59,26 +61,23 @@ inline core::Fp8Format GradientFormat(const Fp8Recipe& r) {
 // fp8_max * 2^-margin, in f32 as TE computes it (on the host, once).
 float Fp8ScaledMax(core::Fp8Format format, float margin);
 
-// The scale for `amax` (see the top), or `previous` when amax is 0 or not
-// finite. Comparisons only, so host and device agree bit for bit.
-AMPD_FP8_HD inline float Fp8ScaleFromAmax(float amax, float scaled_max, float previous) {
-  constexpr float kF32Max = 3.40282347e+38f;
-  if (!(amax > 0.0f && amax <= kF32Max)) return previous;  // 0, negative, Inf or NaN
-  const float scale = scaled_max / amax;
-  return scale > kF32Max ? kF32Max : scale;
-}
+// Fp8ScaleFromAmax (core/fp8.h, beside the formats, so that the CUDA
+// kernels share it) is the scale for an amax.
 
 // One tensor's delayed-scaling state, as TE keeps it: history[0] is this
 // step's amax (the casts record into it), history[1..len-1] the previous
-// steps'.
+// steps', `stride` floats apart (a column of a [len, n] history).
 struct Fp8TensorScaling {
   float* amax_history = nullptr;  // amax_history_len entries
   float* scale = nullptr;
   float* scale_inv = nullptr;
+  int64_t stride = 1;
 };
 
 // The once-per-step update of one tensor's history and scale (host version;
-// the device kernels compute the same).
+// the device kernels compute the same): the amax by `algo`, the roll, the
+// new scale from `scaled_max` (Fp8ScaledMax) and its inverse.
+void UpdateFp8ScalingColumn(Fp8TensorScaling t, int64_t len, AmaxAlgo algo, float scaled_max);
 void UpdateFp8Scaling(const Fp8Recipe& recipe, core::Fp8Format format, Fp8TensorScaling t);
 
 }  // namespace ampd::engine::backend

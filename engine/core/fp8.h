@@ -120,6 +120,21 @@ AMPD_FP8_HD inline float Fp8ToF32(uint8_t b, Fp8Format f) {
   return fp8_detail::FromBits(sign | ((exp - bias + 127) << 23) | (mant << (23 - mant_bits)));
 }
 
+// How a delayed-scaling update picks its amax from a tensor's history
+// (backend/fp8_scaling.h): the largest entry, or this step's.
+enum class AmaxAlgo : uint8_t { kMax, kMostRecent };
+
+// The scale for a tensor whose amax is `amax` (Transformer Engine's rule):
+// scaled_max / amax, where scaled_max = fp8_max * 2^-margin; `previous` when
+// amax is 0 or not finite; FP32_MAX when the quotient overflows (a tiny
+// amax). Comparisons only, so host and device agree bit for bit.
+AMPD_FP8_HD inline float Fp8ScaleFromAmax(float amax, float scaled_max, float previous) {
+  constexpr float kF32Max = 3.40282347e+38f;
+  if (!(amax > 0.0f && amax <= kF32Max)) return previous;  // 0, negative, Inf or NaN
+  const float scale = scaled_max / amax;
+  return scale > kF32Max ? kF32Max : scale;
+}
+
 }  // namespace ampd::engine::core
 
 #endif  // AMPD_ENGINE_CORE_FP8_H_

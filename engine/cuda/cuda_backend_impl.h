@@ -20,6 +20,7 @@
 #include "engine/backend/kernels/attention.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/layer_norm.h"
+#include "engine/core/fp8.h"
 #include "engine/cuda/caching_allocator.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/kernels.h"
@@ -174,6 +175,13 @@ class CudaBackend final : public backend::Backend {
                      const AdamWHyper& h, const FusedStepArgs& args);
   void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes,
                    const Tensor& absmax, const SgdHyper& h, bool first, const FusedStepArgs& args);
+  // fp8.cc
+  Tensor Fp8Cast(const Tensor& x, core::Fp8Format format, const Tensor& scales,
+                 const Tensor& amax_history, int64_t index);
+  Tensor Fp8Decode(const Tensor& codes, core::Fp8Format format, const Tensor& scale_invs,
+                   int64_t index, DType dtype);
+  void Fp8UpdateScaling(const Tensor& amax_history, const Tensor& scales, const Tensor& scale_invs,
+                        const Tensor& scaled_max, core::AmaxAlgo algo);
 
  private:
   static ThreadContext& RawCtx() {

@@ -75,6 +75,18 @@ std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* ids, 
 std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n,
                           Stream s);
 
+// FP8 (kernels/fp8.cu; format 0 E4M3, 1 E5M2): codes = FP8(x * scales[index]),
+// saturating, and *recorded_amax = max(itself, max |x|), reduced through
+// `scratch` (kMaxReduceBlocks floats); decode * scale_invs[index] into y; the
+// scaling update of a [len, n] amax history (algo: core::AmaxAlgo).
+std::string LaunchFp8Cast(const void* x, int dt, int64_t n, int format, const float* scales,
+                          int64_t index, float* recorded_amax, uint8_t* codes, double* scratch,
+                          Stream s);
+std::string LaunchFp8Decode(const uint8_t* codes, int64_t n, int format, const float* scale_invs,
+                            int64_t index, void* y, int ydt, Stream s);
+std::string LaunchFp8UpdateScaling(float* history, int64_t len, int64_t n, float* scales,
+                                   float* scale_invs, const float* scaled_max, int algo, Stream s);
+
 // Fused causal self-attention over qkv [B*T, 3C] (q, k, v side by side; H
 // heads of D = C / H <= kMaxAttentionHeadDim) into y [B*T, C] (qkv's dtype)
 // and the rows' logsumexp [B, H, T] (f32 or f64 by sdt).
@@ -129,17 +141,15 @@ std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, flo
                             float* exp_avg_sq, int64_t n, const AdamWArgs& a, const float* step_ptr,
                             const float* found_inf, void* model_copy, int mdt, Stream s);
 
-
 // The 8-bit steps (backend/kernels/optimizer8bit.h; kernels/optimizers8bit.cu):
 // one block per quantization block of 256 values; `maps` (device, 512 f32)
 // is the signed dynamic map then the unsigned one. Codes (u8) and absmax
 // (f32, one per 256) are updated in place; skip, device step and model copy
 // as LaunchAdamWStep.
-std::string LaunchAdamW8bitStep(void* param, int pdt, const void* grad, int gdt,
-                                uint8_t* m_codes, float* m_absmax, uint8_t* v_codes,
-                                float* v_absmax, int64_t n, const AdamWArgs& a,
-                                const float* step_ptr, const float* found_inf, void* model_copy,
-                                int mdt, const float* maps, Stream s);
+std::string LaunchAdamW8bitStep(void* param, int pdt, const void* grad, int gdt, uint8_t* m_codes,
+                                float* m_absmax, uint8_t* v_codes, float* v_absmax, int64_t n,
+                                const AdamWArgs& a, const float* step_ptr, const float* found_inf,
+                                void* model_copy, int mdt, const float* maps, Stream s);
 std::string LaunchSgd8bitStep(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
                               float* absmax, int64_t n, const SgdArgs& a, const float* found_inf,
                               void* model_copy, int mdt, const float* maps, Stream s);

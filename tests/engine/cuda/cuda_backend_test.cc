@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -30,6 +31,7 @@
 #include "engine/backend/kernels/dropout.h"
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/backend/kernels/embedding.h"
+#include "engine/backend/kernels/fp8.h"
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/backend/kernels/optimizer8bit.h"
@@ -63,6 +65,9 @@ using backend::DeviceAmpState;
 using backend::DropoutKernel;
 using backend::EmbeddingBackwardKernel;
 using backend::EmbeddingKernel;
+using backend::Fp8CastKernel;
+using backend::Fp8DecodeKernel;
+using backend::Fp8UpdateScalingKernel;
 using backend::GradScalerState;
 using backend::Kernel;
 using backend::LayerNormBackwardKernel;
@@ -583,6 +588,73 @@ TEST_F(CudaBackendTest, FusedOptimizerStepsMatchTheReferenceAndSkipOnTheFlag) {
 // 1e-6 (the bias corrections use the device's f64 pow, which may differ from
 // the host's by an ulp); AdamW's block of zero gradients keeps absmax 0; a set flag changes
 // nothing; the model copy is the new weights rounded.
+TEST_F(CudaBackendTest, Fp8CastsDecodesAndScalingEqualTheCpuBitForBit) {
+  // Two scaled tensors: column 0 E4M3 (a forward tensor), 1 E5M2 (a
+  // gradient); values beyond the scaled range saturate, a NaN is passed over
+  // by the amax.
+  const int64_t len = 16, cols = 2;
+  // NaN compares equal to NaN here (the NaN input's code decodes to NaN, and
+  // a NaN amax rolls through the history).
+  const auto values = [](const Tensor& t) {
+    std::vector<double> v = t.ToDoubles();
+    for (double& e : v) e = std::isnan(e) ? -12345.0 : e;
+    return v;
+  };
+  for (DType d : kLowAndF32) {
+    for (core::Fp8Format f : {core::Fp8Format::kE4M3, core::Fp8Format::kE5M2}) {
+      const int64_t col = f == core::Fp8Format::kE4M3 ? 0 : 1;
+      const std::string what = std::string(DTypeName(d)) + " " + core::Fp8FormatName(f);
+      Tensor x = Random({3, 1000 + 77}, d, 60, -300, 300);  // several blocks, a partial one
+      if (d == DType::kF32) x.data<float>()[5] = std::nanf("");
+      Tensor scales = Tensor::FromVector({3.5f, 0.25f}, {cols}, DType::kF32);
+      Tensor history = Tensor::Zeros({len, cols}, DType::kF32);
+      history.data<float>()[col] = 7.0f;  // an earlier cast this step: the max is kept
+      Tensor g_history = G(history);
+      Tensor want = Cpu<Fp8CastKernel>()(x, f, scales, history, col);
+      Tensor got = Gpu<Fp8CastKernel>()(G(x), f, G(scales), g_history, col);
+      ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+      EXPECT_EQ(got.ToDoubles(), want.ToDoubles()) << what << " codes";
+      EXPECT_EQ(g_history.ToDoubles(), history.ToDoubles()) << what << " amax";
+      EXPECT_GT(history.data<float>()[col], 250.0f) << what;  // max |x|, NaN passed over
+      for (DType out : kLowAndF32) {
+        Tensor inv = Tensor::FromVector({1 / 3.5f, 4.0f}, {cols}, DType::kF32);
+        EXPECT_EQ(values(Gpu<Fp8DecodeKernel>()(got, f, G(inv), col, out)),
+                  values(Cpu<Fp8DecodeKernel>()(want, f, inv, col, out)))
+            << what << " decoded to " << DTypeName(out);
+      }
+    }
+  }
+  // The update over a history with zeros, a NaN, an Inf and a tiny amax.
+  const int64_t n = 300;
+  std::vector<float> h(len * n), scale(n), scaled_max(n);
+  std::mt19937 gen(61);
+  std::uniform_real_distribution<float> u(0.0f, 100.0f);
+  for (float& v : h) v = u(gen);
+  for (int64_t c = 0; c < n; ++c) {
+    scale[c] = 1.0f + c;
+    scaled_max[c] = c % 2 ? 57344.0f : 448.0f;
+  }
+  for (int64_t c = 0; c < n; c += 7) h[c] = 0.0f;  // this step's amax is 0: the max of the rest
+  h[3] = std::nanf("");
+  h[4] = std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < len; ++i) h[i * n + 5] = 1e-44f;  // the quotient overflows
+  for (core::AmaxAlgo algo : {core::AmaxAlgo::kMax, core::AmaxAlgo::kMostRecent}) {
+    Tensor history = Tensor::FromVector(h, {len, n}, DType::kF32);
+    Tensor scales = Tensor::FromVector(scale, {n}, DType::kF32);
+    Tensor invs = Tensor::Zeros({n}, DType::kF32);
+    Tensor maxes = Tensor::FromVector(scaled_max, {n}, DType::kF32);
+    Tensor gh = G(history), gs = G(scales), gi = G(invs);
+    Cpu<Fp8UpdateScalingKernel>()(history, scales, invs, maxes, algo);
+    Gpu<Fp8UpdateScalingKernel>()(gh, gs, gi, G(maxes), algo);
+    ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+    EXPECT_EQ(values(gh), values(history)) << "rolled history";
+    EXPECT_EQ(gs.ToDoubles(), scales.ToDoubles()) << "scales";
+    EXPECT_EQ(gi.ToDoubles(), invs.ToDoubles()) << "inverse scales";
+    EXPECT_EQ(scales.data<float>()[5], std::numeric_limits<float>::max());
+    EXPECT_EQ(history.data<float>()[0], 0.0f);  // slot 0 freed for the next step
+  }
+}
+
 TEST_F(CudaBackendTest, EightBitStepsGiveTheCpuCodesBitForBitAndSkipOnTheFlag) {
   using backend::AdamW8bitStepKernel;
   using backend::QuantBlocks;

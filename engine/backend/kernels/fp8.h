@@ -1,0 +1,49 @@
+#ifndef AMPD_ENGINE_BACKEND_KERNELS_FP8_H_
+#define AMPD_ENGINE_BACKEND_KERNELS_FP8_H_
+
+// FP8 kernels (kernel_registry.h): the cast into FP8 with a scale and the
+// amax it records, the decode back, and the once-per-step scaling update of
+// every FP8 tensor together (backend/fp8_scaling.h). No op lists them yet:
+// the FP8 linear asks for them by name. Every backend computes the same bits
+// (core/fp8.h and Fp8ScaleFromAmax are shared with the CUDA kernels).
+//
+// Scaling state is laid out as Transformer Engine's: amax_history is
+// [amax_history_len, n] f32 (row 0: this step's amaxes, one column per FP8
+// tensor), scales, scale_invs and scaled_max are [n] f32, on the device.
+
+#include <cstdint>
+
+#include "engine/backend/fp8_scaling.h"
+#include "engine/backend/kernel_registry.h"
+#include "engine/core/fp8.h"
+#include "engine/core/tensor.h"
+
+namespace ampd::engine::backend {
+
+// codes = FP8(x * scales[index]), saturating, round-to-nearest-even (u8, x's
+// shape; f32, f16 or bf16 x); and amax_history[0, index] = max(itself,
+// max |x|), NaNs passed over (fmaxf, as TE).
+struct Fp8CastKernel {
+  static constexpr const char* kName = "fp8_cast";
+  using Fn = Tensor (*)(const Tensor& x, core::Fp8Format format, const Tensor& scales,
+                        const Tensor& amax_history, int64_t index);
+};
+
+// y = decode(codes) * scale_invs[index], rounded once to `dtype` (f32, f16 or
+// bf16): what the CPU's emulated FP8 GEMM multiplies.
+struct Fp8DecodeKernel {
+  static constexpr const char* kName = "fp8_decode";
+  using Fn = Tensor (*)(const Tensor& codes, core::Fp8Format format, const Tensor& scale_invs,
+                        int64_t index, DType dtype);
+};
+
+// UpdateFp8ScalingColumn for every column of amax_history.
+struct Fp8UpdateScalingKernel {
+  static constexpr const char* kName = "fp8_update_scaling";
+  using Fn = void (*)(const Tensor& amax_history, const Tensor& scales, const Tensor& scale_invs,
+                      const Tensor& scaled_max, AmaxAlgo algo);
+};
+
+}  // namespace ampd::engine::backend
+
+#endif  // AMPD_ENGINE_BACKEND_KERNELS_FP8_H_

@@ -1,0 +1,102 @@
+// The CPU backend's FP8 kernels (backend/kernels/fp8.h): the scalar
+// conversions of core/fp8.h element by element. They are the reference the
+// CUDA kernels are tested against, and the CPU's FP8 is an emulation for
+// correctness (and trying FP8 anywhere), not a fast path.
+
+#include "engine/backend/kernels/fp8.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "engine/core/half.h"
+
+namespace ampd::engine::cpu {
+namespace {
+
+using backend::AmaxAlgo;
+using backend::Fp8CastKernel;
+using backend::Fp8DecodeKernel;
+using backend::Fp8TensorScaling;
+using backend::Fp8UpdateScalingKernel;
+using core::Fp8Format;
+
+// The FP8 ops hand these kernels f32, f16 or bf16 only: anything else is a
+// bug in the engine, not bad input.
+[[noreturn]] void Unsupported(const char* kernel, DType dtype) {
+  const std::string_view name = DTypeName(dtype);
+  std::fprintf(stderr, "ampd: %s of the CPU backend takes f32, f16 or bf16, not %.*s\n", kernel,
+               static_cast<int>(name.size()), name.data());
+  std::abort();
+}
+
+float ValueAt(const Tensor& x, int64_t i) {
+  switch (x.dtype()) {
+    case DType::kF32:
+      return x.data<float>()[i];
+    case DType::kBF16:
+      return core::BF16BitsToF32(x.data<uint16_t>()[i]);
+    case DType::kF16:
+      return core::F16BitsToF32(x.data<uint16_t>()[i]);
+    default:
+      Unsupported("fp8_cast", x.dtype());
+  }
+}
+
+Tensor Fp8Cast(const Tensor& x, Fp8Format format, const Tensor& scales, const Tensor& amax_history,
+               int64_t index) {
+  Tensor codes = Tensor::Uninitialized(x.shape(), DType::kU8);
+  uint8_t* out = codes.data<uint8_t>();
+  const float scale = scales.data<float>()[index];
+  float amax = 0.0f;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float v = ValueAt(x, i);
+    amax = std::fmax(amax, std::fabs(v));
+    out[i] = core::F32ToFp8(v * scale, format, /*saturate=*/true);
+  }
+  float& recorded = amax_history.data<float>()[index];
+  recorded = std::fmax(recorded, amax);
+  return codes;
+}
+
+Tensor Fp8Decode(const Tensor& codes, Fp8Format format, const Tensor& scale_invs, int64_t index,
+                 DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    Unsupported("fp8_decode", dtype);
+  }
+  Tensor y = Tensor::Uninitialized(codes.shape(), dtype);
+  const uint8_t* in = codes.data<uint8_t>();
+  const float scale_inv = scale_invs.data<float>()[index];
+  for (int64_t i = 0; i < codes.numel(); ++i) {
+    const float v = core::Fp8ToF32(in[i], format) * scale_inv;
+    if (dtype == DType::kF32) {
+      y.data<float>()[i] = v;
+    } else if (dtype == DType::kBF16) {
+      y.data<uint16_t>()[i] = core::F32ToBF16Bits(v);
+    } else {
+      y.data<uint16_t>()[i] = core::F32ToF16Bits(v);
+    }
+  }
+  return y;
+}
+
+void Fp8UpdateScaling(const Tensor& amax_history, const Tensor& scales, const Tensor& scale_invs,
+                      const Tensor& scaled_max, AmaxAlgo algo) {
+  const int64_t len = amax_history.shape()[0];
+  const int64_t n = amax_history.shape()[1];
+  for (int64_t c = 0; c < n; ++c) {
+    backend::UpdateFp8ScalingColumn(
+        Fp8TensorScaling{amax_history.data<float>() + c, scales.data<float>() + c,
+                         scale_invs.data<float>() + c, n},
+        len, algo, scaled_max.data<float>()[c]);
+  }
+}
+
+}  // namespace
+
+AMPD_REGISTER_KERNEL(Fp8CastKernel, Device::kCpu, Fp8Cast);
+AMPD_REGISTER_KERNEL(Fp8DecodeKernel, Device::kCpu, Fp8Decode);
+AMPD_REGISTER_KERNEL(Fp8UpdateScalingKernel, Device::kCpu, Fp8UpdateScaling);
+
+}  // namespace ampd::engine::cpu

@@ -1,0 +1,99 @@
+// FP8 (backend/kernels/fp8.h): the scaled cast into E4M3/E5M2 with the amax it
+// records, the decode back, and the once-per-step scaling update. The
+// conversions are core/fp8.h's and the scale rule backend/fp8_scaling.h's,
+// the very code the CPU runs, and every product is a single rounded multiply
+// (__fmul_rn, never contracted), so the codes, amaxes and scales equal the
+// CPU's bit for bit. The amax is a max, which does not depend on order; it
+// is reduced in two fixed stages (per block into scratch, then one block)
+// rather than with atomics.
+
+#include "engine/core/fp8.h"
+#include "engine/cuda/kernels/kernel_util.h"
+
+namespace ampd::engine::cuda {
+namespace {
+
+using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
+using core::Fp8Format;
+
+__device__ __forceinline__ Fp8Format FormatOf(int f) {
+  return f == 0 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+}
+
+// codes[i] = FP8(x[i] * scale); block_amax[blockIdx.x] = max |x| of the block's elements.
+__global__ void Fp8CastKernel(const void* x, int dt, int64_t n, int format, const float* scales,
+                              int64_t index, uint8_t* codes, float* block_amax) {
+  const float scale = scales[index];
+  const Fp8Format f = FormatOf(format);
+  float amax = 0.0f;
+  GRID_STRIDE(i, n) {
+    const float v = Load<float>(x, dt, i);
+    amax = fmaxf(amax, fabsf(v));
+    codes[i] = core::F32ToFp8(__fmul_rn(v, scale), f, /*saturate=*/true);
+  }
+  const float m = BlockMax(amax);
+  if (threadIdx.x == 0) block_amax[blockIdx.x] = m;
+}
+
+// recorded = max(recorded, the blocks' maxima).
+__global__ void Fp8RecordAmaxKernel(const float* block_amax, int blocks, float* recorded) {
+  float amax = 0.0f;
+  for (int b = threadIdx.x; b < blocks; b += kThreads) amax = fmaxf(amax, block_amax[b]);
+  const float m = BlockMax(amax);
+  if (threadIdx.x == 0) *recorded = fmaxf(*recorded, m);
+}
+
+__global__ void Fp8DecodeKernel(const uint8_t* codes, int64_t n, int format,
+                                const float* scale_invs, int64_t index, void* y, int ydt) {
+  const float scale_inv = scale_invs[index];
+  const Fp8Format f = FormatOf(format);
+  GRID_STRIDE(i, n) { Store<float>(y, ydt, i, __fmul_rn(core::Fp8ToF32(codes[i], f), scale_inv)); }
+}
+
+// One thread per FP8 tensor (column): backend::UpdateFp8ScalingColumn, step for step.
+__global__ void Fp8UpdateScalingKernel(float* history, int64_t len, int64_t n, float* scales,
+                                       float* scale_invs, const float* scaled_max, int algo) {
+  GRID_STRIDE(c, n) {
+    float* h = history + c;
+    const float current = h[0];
+    float amax = current;
+    if (algo == static_cast<int>(core::AmaxAlgo::kMax)) {
+      for (int64_t i = 1; i < len; ++i) amax = fmaxf(amax, h[i * n]);
+    }
+    for (int64_t i = 1; i < len - 1; ++i) h[i * n] = h[(i + 1) * n];
+    if (len > 1) h[(len - 1) * n] = current;
+    h[0] = 0.0f;
+    const float scale = core::Fp8ScaleFromAmax(amax, scaled_max[c], scales[c]);
+    scales[c] = scale;
+    scale_invs[c] = __fdiv_rn(1.0f, scale);
+  }
+}
+
+}  // namespace
+
+std::string LaunchFp8Cast(const void* x, int dt, int64_t n, int format, const float* scales,
+                          int64_t index, float* recorded_amax, uint8_t* codes, double* scratch,
+                          Stream s) {
+  const int blocks = ReduceBlocks(n);
+  float* block_amax = reinterpret_cast<float*>(scratch);
+  LAUNCH(Fp8CastKernel, blocks, kThreads, S(s), x, dt, n, format, scales, index, codes, block_amax);
+  LAUNCH(Fp8RecordAmaxKernel, 1, kThreads, S(s), block_amax, blocks, recorded_amax);
+  return Check("Fp8CastKernel");
+}
+
+std::string LaunchFp8Decode(const uint8_t* codes, int64_t n, int format, const float* scale_invs,
+                            int64_t index, void* y, int ydt, Stream s) {
+  if (n == 0) return "";
+  LAUNCH(Fp8DecodeKernel, Blocks(n), kThreads, S(s), codes, n, format, scale_invs, index, y, ydt);
+  return Check("Fp8DecodeKernel");
+}
+
+std::string LaunchFp8UpdateScaling(float* history, int64_t len, int64_t n, float* scales,
+                                   float* scale_invs, const float* scaled_max, int algo, Stream s) {
+  if (n == 0) return "";
+  LAUNCH(Fp8UpdateScalingKernel, Blocks(n), kThreads, S(s), history, len, n, scales, scale_invs,
+         scaled_max, algo);
+  return Check("Fp8UpdateScalingKernel");
+}
+
+}  // namespace ampd::engine::cuda
