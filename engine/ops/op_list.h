@@ -28,31 +28,32 @@ enum class CastPolicy : uint8_t { kLowerPrecision, kFp32, kPromote, kPassThrough
 // X(id, name, cast policy, gradient). The gradient is the function of
 // engine/ops that computes the op's backward (ops/op_def.h makes the table;
 // here, where CUDA includes the list, it is only a name).
-#define AMPD_ENGINE_OPS(X)                                                                \
-  X(kCast, "cast", kPassThrough, CastGradient)                                            \
-  X(kMatmul, "matmul", kLowerPrecision, MatmulGradient)                                   \
-  X(kLinear, "linear", kLowerPrecision, LinearGradient)                                   \
-  X(kAdd, "add", kPromote, BinaryGradient)                                                \
-  X(kSub, "sub", kPromote, BinaryGradient)                                                \
-  X(kMul, "mul", kPromote, BinaryGradient)                                                \
-  X(kMulScalar, "mul_scalar", kPassThrough, MulScalarGradient)                            \
-  X(kRelu, "relu", kPassThrough, UnaryGradient)                                           \
-  X(kGelu, "gelu", kPassThrough, UnaryGradient)                                           \
-  X(kGeluTanh, "gelu_tanh", kPassThrough, UnaryGradient) /* GPT-2 */                      \
-  X(kNeg, "neg", kPassThrough, UnaryGradient)                                             \
-  X(kExp, "exp", kFp32, UnaryGradient)                                                    \
-  X(kLog, "log", kFp32, UnaryGradient)                                                    \
-  X(kSquare, "pow", kFp32, UnaryGradient) /* torch.pow(x, 2) */                           \
-  X(kSoftmax, "softmax", kFp32, SoftmaxGradient)                                          \
-  X(kLogSoftmax, "log_softmax", kFp32, SoftmaxGradient)                                   \
-  X(kLayerNorm, "layer_norm", kFp32, LayerNormGradient)                                   \
-  X(kCrossEntropy, "cross_entropy", kFp32, CrossEntropyGradient)                          \
-  X(kSum, "sum", kFp32, SumGradient)                                                      \
-  X(kMean, "mean", kFp32, MeanGradient)                                                   \
-  X(kEmbedding, "embedding", kPassThrough, EmbeddingGradient)                             \
-  X(kDropout, "dropout", kPassThrough, DropoutGradient)                                   \
-  X(kCausalAttention, "scaled_dot_product_attention", kLowerPrecision, AttentionGradient) \
-  X(kLmHeadCrossEntropy, "lm_head_cross_entropy", kLowerPrecision, LmHeadCrossEntropyGradient)
+#define AMPD_ENGINE_OPS(X)                                                                     \
+  X(kCast, "cast", kPassThrough, CastGradient)                                                 \
+  X(kMatmul, "matmul", kLowerPrecision, MatmulGradient)                                        \
+  X(kLinear, "linear", kLowerPrecision, LinearGradient)                                        \
+  X(kAdd, "add", kPromote, BinaryGradient)                                                     \
+  X(kSub, "sub", kPromote, BinaryGradient)                                                     \
+  X(kMul, "mul", kPromote, BinaryGradient)                                                     \
+  X(kMulScalar, "mul_scalar", kPassThrough, MulScalarGradient)                                 \
+  X(kRelu, "relu", kPassThrough, UnaryGradient)                                                \
+  X(kGelu, "gelu", kPassThrough, UnaryGradient)                                                \
+  X(kGeluTanh, "gelu_tanh", kPassThrough, UnaryGradient) /* GPT-2 */                           \
+  X(kNeg, "neg", kPassThrough, UnaryGradient)                                                  \
+  X(kExp, "exp", kFp32, UnaryGradient)                                                         \
+  X(kLog, "log", kFp32, UnaryGradient)                                                         \
+  X(kSquare, "pow", kFp32, UnaryGradient) /* torch.pow(x, 2) */                                \
+  X(kSoftmax, "softmax", kFp32, SoftmaxGradient)                                               \
+  X(kLogSoftmax, "log_softmax", kFp32, SoftmaxGradient)                                        \
+  X(kLayerNorm, "layer_norm", kFp32, LayerNormGradient)                                        \
+  X(kCrossEntropy, "cross_entropy", kFp32, CrossEntropyGradient)                               \
+  X(kSum, "sum", kFp32, SumGradient)                                                           \
+  X(kMean, "mean", kFp32, MeanGradient)                                                        \
+  X(kEmbedding, "embedding", kPassThrough, EmbeddingGradient)                                  \
+  X(kDropout, "dropout", kPassThrough, DropoutGradient)                                        \
+  X(kCausalAttention, "scaled_dot_product_attention", kLowerPrecision, AttentionGradient)      \
+  X(kLmHeadCrossEntropy, "lm_head_cross_entropy", kLowerPrecision, LmHeadCrossEntropyGradient) \
+  X(kFp8Linear, "fp8_linear", kLowerPrecision, Fp8LinearGradient) /* Transformer Engine's */
 
 enum class OpId : uint8_t {
 #define AMPD_ENGINE_OP_ID(id, name, policy, gradient) id,

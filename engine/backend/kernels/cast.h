@@ -11,7 +11,7 @@ namespace ampd::engine::backend {
 
 struct CastKernel {
   static constexpr const char* kName = "cast";
-  static constexpr OpId kOps[] = {OpId::kCast};
+  static constexpr OpId kOps[] = {OpId::kCast, OpId::kFp8Linear};
   using Fn = Tensor (*)(const Tensor& x, DType dtype);
 };
 

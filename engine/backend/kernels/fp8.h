@@ -3,8 +3,9 @@
 
 // FP8 kernels (kernel_registry.h): the cast into FP8 with a scale and the
 // amax it records, the decode back, and the once-per-step scaling update of
-// every FP8 tensor together (backend/fp8_scaling.h). No op lists them yet:
-// the FP8 linear asks for them by name. Every backend computes the same bits
+// every FP8 tensor together (backend/fp8_scaling.h). The cast and decode are
+// the FP8 linear's (ops/fp8_linear.h); the trainer asks for the update by
+// name. Every backend computes the same bits
 // (core/fp8.h and Fp8ScaleFromAmax are shared with the CUDA kernels).
 //
 // Scaling state is laid out as Transformer Engine's: amax_history is
@@ -25,6 +26,7 @@ namespace ampd::engine::backend {
 // max |x|), NaNs passed over (fmaxf, as TE).
 struct Fp8CastKernel {
   static constexpr const char* kName = "fp8_cast";
+  static constexpr OpId kOps[] = {OpId::kFp8Linear};
   using Fn = Tensor (*)(const Tensor& x, core::Fp8Format format, const Tensor& scales,
                         const Tensor& amax_history, int64_t index);
 };
@@ -33,6 +35,7 @@ struct Fp8CastKernel {
 // bf16): what the CPU's emulated FP8 GEMM multiplies.
 struct Fp8DecodeKernel {
   static constexpr const char* kName = "fp8_decode";
+  static constexpr OpId kOps[] = {OpId::kFp8Linear};
   using Fn = Tensor (*)(const Tensor& codes, core::Fp8Format format, const Tensor& scale_invs,
                         int64_t index, DType dtype);
 };

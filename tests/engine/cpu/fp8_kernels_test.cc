@@ -28,9 +28,9 @@ TEST(CpuFp8KernelsTest, CastRecordsTheAmaxAndDecodeScalesBack) {
   for (size_t i = 0; i < xs.size(); ++i) {
     EXPECT_EQ(codes.data<uint8_t>()[i], core::F32ToFp8(xs[i] * 2.0f, Fp8Format::kE4M3, true)) << i;
   }
-  EXPECT_EQ(codes.data<uint8_t>()[3], 0x7E);        // 2000 saturates to 448
-  EXPECT_EQ(history.data<float>()[1], 1000.0f);     // max |x|, the NaN passed over
-  EXPECT_EQ(history.data<float>()[0], 0.0f);        // another tensor's column
+  EXPECT_EQ(codes.data<uint8_t>()[3], 0x7E);     // 2000 saturates to 448
+  EXPECT_EQ(history.data<float>()[1], 1000.0f);  // max |x|, the NaN passed over
+  EXPECT_EQ(history.data<float>()[0], 0.0f);     // another tensor's column
   Tensor inv = Tensor::FromVector({1.0f, 0.5f}, {2}, DType::kF32);
   Tensor y = Kernel<Fp8DecodeKernel>(Device::kCpu)(codes, Fp8Format::kE4M3, inv, 1, DType::kBF16);
   EXPECT_EQ(core::BF16BitsToF32(y.data<uint16_t>()[2]), 3.0f);

@@ -35,13 +35,16 @@
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/backend/kernels/optimizer8bit.h"
-#include "engine/backend/quant_map.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/backend/kernels/softmax.h"
+#include "engine/backend/quant_map.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/gemm.h"
 #include "engine/data/dataset.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/fp8_linear.h"
 #include "engine/ops/lm_head.h"
+#include "engine/ops/reductions.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/engine/mlp_config.h"
@@ -291,6 +294,34 @@ TEST_F(CudaBackendTest, LmHeadCrossEntropyOnTheDevice) {
     ExpectClose(g[1], c[1], Tol(d) * 8, what + " dx");
     ExpectClose(g[2], c[2], Tol(d) * 8, what + " dw");
   }
+}
+
+// The FP8 linear from the device's kernels: the casts' codes are the CPU's,
+// so the amaxes match bit for bit and the GEMMs of the decoded values match
+// to f32 accumulation order.
+TEST_F(CudaBackendTest, Fp8LinearOnTheDevice) {
+  Tensor x = Random({24, 40}, DType::kF32, 44, -3, 3), w = Random({12, 40}, DType::kF32, 45);
+  Tensor b = Random({12}, DType::kF32, 46), weights = Random({24, 12}, DType::kF32, 47);
+  auto run = [&](Device dev) {
+    ops::Fp8LinearScaling s;
+    s.amax_history = Tensor::Zeros({4, 3}, DType::kF32, dev);
+    s.scales = Tensor::FromVector({100.0f, 300.0f, 20000.0f}, {3}, DType::kF32).To(dev);
+    s.scale_invs =
+        Tensor::FromVector({1 / 100.0f, 1 / 300.0f, 1 / 20000.0f}, {3}, DType::kF32).To(dev);
+    Tensor xd = x.To(dev), wd = w.To(dev), bd = b.To(dev);
+    for (Tensor* t : {&xd, &wd, &bd}) t->set_requires_grad(true);
+    Tensor y = ops::Fp8Linear(xd, wd, bd, s);
+    autograd::Backward(ops::Sum(ops::Mul(y, weights.To(dev))));
+    return std::vector<Tensor>{y, xd.grad(), wd.grad(), bd.grad(), s.amax_history};
+  };
+  const std::vector<Tensor> c = run(Device::kCpu), g = run(Device::kCuda);
+  ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+  ExpectClose(g[0], c[0], 1e-5, "fp8 linear y");
+  ExpectClose(g[1], c[1], 1e-5, "fp8 linear dx");
+  ExpectClose(g[2], c[2], 1e-5, "fp8 linear dw");
+  ExpectClose(g[3], c[3], 1e-5, "fp8 linear db");
+  EXPECT_EQ(g[4].ToDoubles(), c[4].ToDoubles()) << "amaxes of x, w and dy";
+  EXPECT_GT(c[4].ToDoubles()[2], 0.0);  // the gradient's cast ran
 }
 
 TEST_F(CudaBackendTest, LayerNormForwardAndBackward) {
@@ -663,7 +694,8 @@ TEST_F(CudaBackendTest, EightBitStepsGiveTheCpuCodesBitForBitAndSkipOnTheFlag) {
   const Backend::FusedStepArgs none;
   for (bool adamw : {false, true}) {
     for (bool skip : {false, true}) {
-      const std::string what = std::string(adamw ? "adamw8bit" : "sgd8bit") + (skip ? " skipped" : "");
+      const std::string what =
+          std::string(adamw ? "adamw8bit" : "sgd8bit") + (skip ? " skipped" : "");
       Tensor p = Random({n}, DType::kF32, 40);
       Tensor c1 = Tensor::Zeros({n}, DType::kU8), a1 = Tensor::Zeros({QuantBlocks(n)}, DType::kF32);
       Tensor c2 = Tensor::Zeros({n}, DType::kU8), a2 = Tensor::Zeros({QuantBlocks(n)}, DType::kF32);
@@ -718,7 +750,8 @@ TEST_F(CudaBackendTest, EightBitStepsGiveTheCpuCodesBitForBitAndSkipOnTheFlag) {
         EXPECT_EQ(ga2.ToDoubles(), a2.ToDoubles()) << what << " second-moment absmax";
       }
       ExpectClose(gp, p, 1e-6, what);
-      ExpectClose(copy, Cpu<CastKernel>()(p, DType::kBF16), Tol(DType::kBF16), what + " model copy");
+      ExpectClose(copy, Cpu<CastKernel>()(p, DType::kBF16), Tol(DType::kBF16),
+                  what + " model copy");
     }
   }
 }
