@@ -22,7 +22,7 @@ struct StoredJob {
   ampd::v1::Job job;
   int64_t sequence = 0;
   std::vector<ampd::v1::MetricsEvent> events;  // in order (LoadJobs, LoadUnfinishedJobs)
-  int64_t event_count = 0;                     // the history's length (always set)
+  int64_t event_count = 0;  // the history's length (GetJob and the loads; 0 elsewhere)
 };
 
 // Which jobs ListJobs returns: newest (highest sequence) first.
@@ -53,7 +53,7 @@ class JobStore {
   virtual absl::StatusOr<std::vector<StoredJob>> LoadUnfinishedJobs() = 0;
   // One job without its history (event_count set); nullopt if absent.
   virtual absl::StatusOr<std::optional<StoredJob>> GetJob(const std::string& job_id) = 0;
-  // The job `owner` created with `request_id`, if any (without its history).
+  // The job `owner` created with `request_id`, if any (no history, no count).
   virtual absl::StatusOr<std::optional<StoredJob>> FindByRequestId(
       const std::string& owner, const std::string& request_id) = 0;
   virtual absl::StatusOr<std::vector<StoredJob>> ListJobs(const JobFilter& filter) = 0;

@@ -220,8 +220,9 @@ class SqliteJobStore final : public JobStore {
 
   absl::StatusOr<std::optional<StoredJob>> GetJob(const std::string& job_id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return OneJob("SELECT id, sequence, job FROM jobs WHERE id = ?",
-                  [&](Statement& q) { q.Text(1, job_id); });
+    return OneJob(
+        "SELECT id, sequence, job FROM jobs WHERE id = ?", [&](Statement& q) { q.Text(1, job_id); },
+        /*count_events=*/true);
   }
 
   absl::StatusOr<std::optional<StoredJob>> FindByRequestId(const std::string& owner,
@@ -377,10 +378,12 @@ class SqliteJobStore final : public JobStore {
   }
 
  private:
-  // Rows of (id, sequence, job), their event counts set; `bind` binds the
-  // statement's parameters. Under mu_.
+  // Rows of (id, sequence, job); `bind` binds the statement's parameters.
+  // With `count_events`, one more query per row for its history's length
+  // (only GetJob needs it). Under mu_.
   template <typename Bind>
-  absl::StatusOr<std::vector<StoredJob>> JobsWhere(const std::string& sql, Bind bind) {
+  absl::StatusOr<std::vector<StoredJob>> JobsWhere(const std::string& sql, Bind bind,
+                                                   bool count_events = false) {
     std::vector<StoredJob> jobs;
     Statement q(db_, sql.c_str());
     if (!q.ok()) return Error("query jobs");
@@ -395,6 +398,7 @@ class SqliteJobStore final : public JobStore {
       jobs.push_back(std::move(j));
     }
     if (rc != SQLITE_DONE) return Error("query jobs");
+    if (!count_events) return jobs;
     Statement count(db_, "SELECT COALESCE(MAX(idx) + 1, 0) FROM events WHERE job_id = ?");
     for (StoredJob& j : jobs) {
       count.Reset();
@@ -427,8 +431,9 @@ class SqliteJobStore final : public JobStore {
     return jobs;
   }
   template <typename Bind>
-  absl::StatusOr<std::optional<StoredJob>> OneJob(const std::string& sql, Bind bind) {
-    absl::StatusOr<std::vector<StoredJob>> jobs = JobsWhere(sql, bind);
+  absl::StatusOr<std::optional<StoredJob>> OneJob(const std::string& sql, Bind bind,
+                                                  bool count_events = false) {
+    absl::StatusOr<std::vector<StoredJob>> jobs = JobsWhere(sql, bind, count_events);
     if (!jobs.ok()) return jobs.status();
     if (jobs->empty()) return std::nullopt;
     return std::move(jobs->front());

@@ -74,9 +74,9 @@ struct Fp8TensorScaling {
   int64_t stride = 1;
 };
 
-// The once-per-step update of one tensor's history and scale (host version;
-// the device kernels compute the same): the amax by `algo`, the roll, the
-// new scale from `scaled_max` (Fp8ScaledMax) and its inverse.
+// The once-per-step update of one tensor's history and scale:
+// core::Fp8UpdateScalingColumn (which the device kernels run too), with the
+// new scale from `scaled_max` (Fp8ScaledMax).
 void UpdateFp8ScalingColumn(Fp8TensorScaling t, int64_t len, AmaxAlgo algo, float scaled_max);
 void UpdateFp8Scaling(const Fp8Recipe& recipe, core::Fp8Format format, Fp8TensorScaling t);
 

@@ -135,6 +135,30 @@ AMPD_FP8_HD inline float Fp8ScaleFromAmax(float amax, float scaled_max, float pr
   return scale > kF32Max ? kF32Max : scale;
 }
 
+// The once-per-step delayed-scaling update of one tensor (Transformer
+// Engine's): `history` holds `len` amaxes `stride` floats apart, [0] this
+// step's. The amax is the largest entry (kMax; NaNs passed over, as fmaxf)
+// or [0] (kMostRecent); the history rolls so that [0] is free for the next
+// step, this step's amax becomes the newest and the oldest drops out; then
+// the scale and its inverse. The host and the CUDA kernel both run this.
+AMPD_FP8_HD inline void Fp8UpdateScalingColumn(float* history, int64_t len, int64_t stride,
+                                               AmaxAlgo algo, float scaled_max, float* scale,
+                                               float* scale_inv) {
+  const float current = history[0];
+  float amax = current;
+  if (algo == AmaxAlgo::kMax) {
+    for (int64_t i = 1; i < len; ++i) {
+      const float h = history[i * stride];
+      amax = amax != amax ? h : (h > amax ? h : amax);  // fmaxf
+    }
+  }
+  for (int64_t i = 1; i < len - 1; ++i) history[i * stride] = history[(i + 1) * stride];
+  if (len > 1) history[(len - 1) * stride] = current;
+  history[0] = 0.0f;
+  *scale = Fp8ScaleFromAmax(amax, scaled_max, *scale);
+  *scale_inv = 1.0f / *scale;
+}
+
 }  // namespace ampd::engine::core
 
 #endif  // AMPD_ENGINE_CORE_FP8_H_

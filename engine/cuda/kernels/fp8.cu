@@ -50,22 +50,12 @@ __global__ void Fp8DecodeKernel(const uint8_t* codes, int64_t n, int format,
   GRID_STRIDE(i, n) { Store<float>(y, ydt, i, __fmul_rn(core::Fp8ToF32(codes[i], f), scale_inv)); }
 }
 
-// One thread per FP8 tensor (column): backend::UpdateFp8ScalingColumn, step for step.
+// One thread per FP8 tensor (column): core::Fp8UpdateScalingColumn, the host's rule.
 __global__ void Fp8UpdateScalingKernel(float* history, int64_t len, int64_t n, float* scales,
                                        float* scale_invs, const float* scaled_max, int algo) {
   GRID_STRIDE(c, n) {
-    float* h = history + c;
-    const float current = h[0];
-    float amax = current;
-    if (algo == static_cast<int>(core::AmaxAlgo::kMax)) {
-      for (int64_t i = 1; i < len; ++i) amax = fmaxf(amax, h[i * n]);
-    }
-    for (int64_t i = 1; i < len - 1; ++i) h[i * n] = h[(i + 1) * n];
-    if (len > 1) h[(len - 1) * n] = current;
-    h[0] = 0.0f;
-    const float scale = core::Fp8ScaleFromAmax(amax, scaled_max[c], scales[c]);
-    scales[c] = scale;
-    scale_invs[c] = __fdiv_rn(1.0f, scale);
+    core::Fp8UpdateScalingColumn(history + c, len, n, static_cast<core::AmaxAlgo>(algo),
+                                 scaled_max[c], scales + c, scale_invs + c);
   }
 }
 
