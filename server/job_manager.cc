@@ -40,9 +40,9 @@ struct JobManager::JobRecord {
   engine::runner::ResolvedJob resolved;
   int64_t sequence = 0;
   std::vector<v1::MetricsEvent> events;
-  // events[i] serialized, once, for every stream that sends it (filled as
-  // streams read; a grpc::Slice shares its bytes between copies).
-  std::vector<grpc::Slice> wire;
+  // events[i] serialized, once, as it is appended: what every stream sends,
+  // read with no lock (a stream keeps it while it runs; see WireLog).
+  std::shared_ptr<jobs::WireLog> wire = std::make_shared<jobs::WireLog>();
   engine::train::CancellationToken cancel;
   std::chrono::steady_clock::time_point started;
   // Persistence: events[0, persisted_events) are in the store; `dirty` when
@@ -185,6 +185,7 @@ void JobManager::Recover() {
     for (size_t i = 0; i < record->events.size(); ++i) {
       record->events[i].set_sequence(static_cast<int64_t>(i));
     }
+    RebuildWire(*record);
     record->persisted_events = record->events.size();
     record->dirty = false;
     next_sequence_ = std::max(next_sequence_, s.sequence + 1);
@@ -238,7 +239,7 @@ void JobManager::Recover() {
     }
     if (keep < record->events.size() || state == v1::RUNNING) {
       record->events.resize(keep);
-      record->wire.clear();
+      RebuildWire(*record);
       record->persisted_events = std::min(record->persisted_events, keep);
       options_.store->TruncateEvents(id, keep).IgnoreError();
       record->job.mutable_progress()->set_step(checkpoint ? resume_step : 0);
@@ -313,10 +314,7 @@ void JobManager::WriteFailed(const jobs::PendingWrite& w) {
 
 JobManager::~JobManager() { Shutdown(); }
 
-bool JobManager::shutting_down() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return shutting_down_;
-}
+bool JobManager::shutting_down() const { return shutting_down_.load(); }
 
 std::shared_ptr<JobManager::JobRecord> JobManager::Find(const std::string& id) const {
   auto it = jobs_.find(IdFromName(id));
@@ -597,6 +595,7 @@ absl::Status JobManager::Delete(const std::string& id) {
     if (!job->job.request_id().empty()) {
       request_ids_.erase(RequestKey(job->job.owner(), job->job.request_id()));
     }
+    job->wire->MarkDeleted();
     jobs_.erase(job_id);
     deleting_.insert(job_id);
     break;
@@ -741,28 +740,39 @@ int64_t JobManager::EventSerializations() { return g_serializations.load(); }
 absl::Status JobManager::ReadWire(const std::string& id, size_t cursor, size_t max,
                                   std::vector<grpc::Slice>* events, bool* terminal,
                                   bool* training) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto job = Find(id);
-  if (!job) {
-    lock.unlock();
+  std::shared_ptr<const jobs::WireLog> log = WireLogOf(id);
+  if (!log) {
     absl::StatusOr<std::shared_ptr<const StoredJob>> stored = StoredEnded(id);
     if (!stored.ok()) return stored.status();
     if (!*stored) return absl::NotFoundError("job");
     if (training != nullptr) *training = false;
     return ReadStoredWire(**stored, cursor, max, events, terminal);
   }
-  const size_t end = std::min(job->events.size(), cursor + max);
-  while (job->wire.size() < end) {
-    const std::string bytes = job->events[job->wire.size()].SerializeAsString();
-    job->wire.emplace_back(bytes);
+  const jobs::WireLog::Read r = log->ReadFrom(cursor, max, events);
+  if (r.deleted) return absl::NotFoundError("job");
+  *terminal = r.ended;
+  if (training != nullptr) *training = r.training;
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const jobs::WireLog> JobManager::WireLogOf(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = Find(id);
+  return job ? job->wire : nullptr;
+}
+
+void JobManager::RebuildWire(JobRecord& job) {
+  job.wire = std::make_shared<jobs::WireLog>();
+  for (const v1::MetricsEvent& e : job.events) {
+    job.wire->Append(grpc::Slice(e.SerializeAsString()));
     ++g_serializations;
   }
-  for (size_t i = cursor; i < end; ++i) events->push_back(job->wire[i]);
-  *terminal = IsTerminal(job->job.state()) && end == job->events.size();
-  if (training != nullptr) {
-    *training = job->job.state() == v1::RUNNING || job->job.state() == v1::CANCELLING;
-  }
-  return absl::OkStatus();
+  SetWireState(job);
+}
+
+void JobManager::SetWireState(JobRecord& job) {
+  const v1::JobState s = job.job.state();
+  job.wire->SetState(s == v1::RUNNING || s == v1::CANCELLING, IsTerminal(s));
 }
 
 int JobManager::QueuePosition(const std::string& id) const {
@@ -806,7 +816,12 @@ void JobManager::Transition(JobRecord& job, v1::JobState state, const std::strin
 
 void JobManager::Append(JobRecord& job, v1::MetricsEvent event) {
   event.set_sequence(static_cast<int64_t>(job.events.size()));
+  // Serialized here, once, whatever the number of streams (a microsecond on
+  // the training thread per event, none per subscriber).
+  job.wire->Append(grpc::Slice(event.SerializeAsString()));
+  ++g_serializations;
   job.events.push_back(std::move(event));
+  SetWireState(job);
   job.dirty = true;
 }
 

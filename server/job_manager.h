@@ -12,6 +12,7 @@
 // history in pages) go to the store through a bounded LRU cache
 // (EndedJobCache), so memory does not grow with the jobs a server has run.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -35,6 +36,7 @@
 #include "server/jobs/job_queue.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/persister.h"
+#include "server/jobs/wire_log.h"
 #include "server/metrics.h"
 
 namespace ampd::server {
@@ -118,7 +120,12 @@ class JobManager {
   // worker runs it. NOT_FOUND if the job was deleted.
   absl::Status ReadWire(const std::string& id, size_t cursor, size_t max,
                         std::vector<grpc::Slice>* events, bool* terminal, bool* training);
-  // Events serialized so far by ReadWire, in this process (tests, benchmarks).
+  // The wire log of a job in memory (queued, running, or ended and not yet
+  // all in the store), which a stream then reads with no lock of the
+  // manager's; null for a job in the store only (read it with ReadWire).
+  std::shared_ptr<const jobs::WireLog> WireLogOf(const std::string& id) const;
+  // Events serialized so far, in this process: once each as appended, and
+  // each page replayed from the store (tests, benchmarks, metrics).
   static int64_t EventSerializations();
   // Jobs whose records are in memory (queued, running, ended but not yet
   // all in the store), and the ended-job cache (tests, benchmarks).
@@ -151,6 +158,10 @@ class JobManager {
   void RunJob(const std::shared_ptr<JobRecord>& job);
   void Transition(JobRecord& job, ampd::v1::JobState state, const std::string& reason);
   void Append(JobRecord& job, ampd::v1::MetricsEvent event);
+  // The wire log anew from job.events (at recovery, which may truncate),
+  // and the log's state from the job's (after each change).
+  void RebuildWire(JobRecord& job);
+  void SetWireState(JobRecord& job);
   // A line of the job's own log (a LogRecord event). Under mu_.
   void LogLocked(JobRecord& job, ampd::v1::LogRecord::Severity severity,
                  const std::string& message);
@@ -185,7 +196,8 @@ class JobManager {
   std::map<std::string, std::string> request_ids_;  // request_id -> job id
   jobs::JobQueue queue_;
   int64_t next_sequence_ = 1;
-  bool shutting_down_ = false;
+  // Also read with no lock (streams, shutting_down()).
+  std::atomic<bool> shutting_down_{false};
   std::vector<std::thread> workers_;
   std::unique_ptr<jobs::Persister> persister_;  // with a store only
   // The streams of each job (see Notify).

@@ -188,6 +188,10 @@ class MetricsStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     ++g_open_streams;
     bridge_ = std::make_shared<Bridge>(this);
     jobs_->Listen(id_, bridge_);
+    // A job in memory: its wire log, read with no lock of the manager's from
+    // here on (so training never waits for this stream); else (a job in the
+    // store only) pages of its history through ReadWire.
+    log_ = jobs_->WireLogOf(id_);
     // Start with a heartbeat-free pump: replay history right away.
     std::lock_guard<std::mutex> lock(mu_);
     PumpLocked(false);
@@ -233,7 +237,15 @@ class MetricsStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     std::vector<grpc::Slice> events;
     bool terminal = false, training = false;
-    absl::Status s = jobs_->ReadWire(id_, cursor_, 1, &events, &terminal, &training);
+    absl::Status s = absl::OkStatus();
+    if (log_) {
+      const jobs::WireLog::Read r = log_->ReadFrom(cursor_, 1, &events);
+      if (r.deleted) s = absl::NotFoundError("job");
+      terminal = r.ended;
+      training = r.training;
+    } else {
+      s = jobs_->ReadWire(id_, cursor_, 1, &events, &terminal, &training);
+    }
     if (!s.ok()) {
       FinishLocked(NotFound("job", id_));
       return;
@@ -286,6 +298,7 @@ class MetricsStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   size_t end_;
   std::string principal_;
   std::shared_ptr<Bridge> bridge_;
+  std::shared_ptr<const jobs::WireLog> log_;
   std::mutex mu_;
   bool writing_ = false;
   bool finished_ = false;

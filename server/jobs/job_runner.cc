@@ -1,12 +1,14 @@
 #include "server/jobs/job_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
 #include "engine/nn/model.h"
+#include "google/protobuf/util/time_util.h"
 #include "server/log.h"
 
 namespace ampd::server::jobs {
@@ -49,6 +51,10 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
     r->set_skipped_total(m.skipped_total);
     r->set_tokens_per_s(m.tokens_per_s);
     r->set_mfu(m.mfu);
+    // Not TimeUtil::GetCurrentTime(): protobuf 3.21's has whole seconds.
+    const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+    *r->mutable_time() = google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count());
     append_(std::move(e));
   }
   void RecordEval(const engine::train::EvalMetrics& m) {
