@@ -296,10 +296,16 @@ int PrecisionExplain(Context& ctx, const Args& args) {
     for (const auto& op : e.ops()) {
       std::vector<std::string> in;
       for (int d : op.input_dtypes()) in.push_back(DTypeName(d));
-      std::printf("  %-14s %-8s %-18s %-16s %-8s %s\n", op.op().c_str(), op.layer().c_str(),
+      std::printf("  %-14s %-8s %-18s %-16s %-8s %s", op.op().c_str(), op.layer().c_str(),
                   absl::StrJoin(in, ",").c_str(),
                   v1::CastPolicy_Name(op.policy()).substr(12).c_str(),
                   DTypeName(op.compute_dtype()).c_str(), DTypeName(op.output_dtype()).c_str());
+      if (op.has_fp8()) {
+        std::printf("  FP8 GEMM: input %s, weight %s, grad_output %s, %s scaling",
+                    op.fp8().input().c_str(), op.fp8().weight().c_str(),
+                    op.fp8().grad_output().c_str(), op.fp8().scaling().c_str());
+      }
+      std::printf("\n");
     }
     const auto& m = e.memory();
     std::printf(

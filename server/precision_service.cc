@@ -6,6 +6,7 @@
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/cpu/capabilities.h"
+#include "engine/nn/model.h"
 #include "engine/runner/job_spec.h"
 #include "engine/train/explain.h"
 #include "server/rpc_status.h"
@@ -69,17 +70,29 @@ v1::PrecisionProfile BuiltinProfile(const std::string& name) {
           ? (c.loss_scaling.dynamic
                  ? absl::StrCat(", dynamic loss scaling from ", c.loss_scaling.init_scale)
                  : absl::StrCat(", static loss scale ", c.loss_scaling.init_scale))
+          : "",
+      c.fp8
+          ? absl::StrCat(
+                ", FP8 block linears (",
+                c.fp8_recipe.kind == engine::backend::Fp8ScalingKind::kCurrent ? "current"
+                                                                               : "delayed",
+                " scaling, E4M3 forward, ",
+                c.fp8_recipe.format == engine::backend::Fp8FormatRecipe::kHybrid ? "E5M2" : "E4M3",
+                " gradients)")
           : ""));
   return p;
 }
 
-// Every built-in mode, less those computing in bf16 where bf16 is unavailable.
-void AddPrecisionModes(bool bf16_available, v1::DeviceInfo* d) {
+// Every built-in mode, less those computing in bf16 where bf16 is unavailable
+// and the FP8 ones where FP8 is not (`fp8_available`: native FP8, or the
+// CPU's emulation).
+void AddPrecisionModes(bool bf16_available, bool fp8_available, v1::DeviceInfo* d) {
   for (const std::string& mode : engine::amp::BuiltinPrecisionNames()) {
     const engine::amp::PrecisionConfig c = *engine::amp::ResolvePrecision(mode);
     const bool uses_bf16 = (c.autocast && c.autocast_dtype == engine::DType::kBF16) ||
                            c.param_dtype == engine::DType::kBF16;
     if (uses_bf16 && !bf16_available) continue;
+    if (c.fp8 && !fp8_available) continue;
     d->add_precision_modes(mode);
   }
 }
@@ -94,12 +107,15 @@ v1::DeviceInfo CudaDeviceInfo(const engine::backend::DeviceProperties& gpu) {
   d.set_f16_native(gpu.f16);
   d.set_fp8_native(gpu.fp8);
   d.set_peak_bf16_flops(gpu.peak_bf16_flops);
-  AddPrecisionModes(gpu.bf16, &d);
+  AddPrecisionModes(gpu.bf16, gpu.fp8, &d);
   d.set_notes(absl::StrCat(
       gpu.multiprocessors,
       " SMs. GEMMs run in cuBLASLt with f32 accumulation; f32 GEMMs keep TF32 off unless "
       "precision.allow_tf32. Jobs run on device 0.",
-      gpu.fp8 ? " FP8 tensor cores are present (ampd has no FP8 mode yet)." : ""));
+      gpu.fp8 ? " FP8 modes: casts and scaling on the device; the FP8 GEMMs still run as f32 "
+                "GEMMs of the decoded values (cuBLASLt FP8 GEMMs not yet built; unverified on "
+                "a GPU)."
+              : " No FP8 tensor cores (compute capability < 8.9): FP8 modes are refused."));
   return d;
 }
 
@@ -113,7 +129,7 @@ v1::DeviceInfo CpuDeviceInfo() {
   d.set_bf16_native(cpu.avx512_bf16);
   d.set_f16_native(false);
   d.set_fp8_native(false);
-  AddPrecisionModes(cpu.bf16_matmul, &d);
+  AddPrecisionModes(cpu.bf16_matmul, /*fp8_available=*/true, &d);
   if (absl::StatusOr<engine::backend::Backend*> be =
           engine::backend::BackendFor(engine::Device::kCpu);
       be.ok()) {
@@ -123,7 +139,9 @@ v1::DeviceInfo CpuDeviceInfo() {
       cpu.threads,
       " threads. f16 matmul is computed as f16-rounded inputs with f32 "
       "accumulation (oneDNN 2.6 has no f16 matmul on CPUs); bf16 matmul runs in oneDNN",
-      cpu.avx512_bf16 ? " with native AVX-512 BF16." : " (emulated: no AVX-512 BF16)."));
+      cpu.avx512_bf16 ? " with native AVX-512 BF16." : " (emulated: no AVX-512 BF16).",
+      " FP8 modes run emulated: the same E4M3/E5M2 casts and scaling as a GPU's, bit for bit, "
+      "then f32 GEMMs of the decoded values (a correctness reference, not a fast path)."));
   return d;
 }
 
@@ -176,8 +194,12 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
   if (request->has_precision()) {
     modes.push_back(job->config.precision);
   } else {
+    // The FP8 modes only for a model with FP8 GEMMs (a transformer).
+    const bool transformer = engine::nn::IsLanguageModel(job->config.model);
     for (const std::string& name : engine::amp::BuiltinPrecisionNames()) {
-      modes.push_back(*engine::amp::ResolvePrecision(name));
+      engine::amp::PrecisionConfig mode = *engine::amp::ResolvePrecision(name);
+      if (mode.fp8 && !transformer) continue;
+      modes.push_back(std::move(mode));
     }
   }
   const int64_t batch = request->batch_size() ? request->batch_size() : 128;
@@ -197,6 +219,13 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::ExplainPrecision(
       o->set_compute_dtype(ToProto(op.compute_dtype));
       o->set_output_dtype(ToProto(op.output_dtype));
       o->set_output_bytes(op.output_bytes);
+      if (op.fp8) {
+        v1::Fp8Operands* f = o->mutable_fp8();
+        f->set_input(engine::core::Fp8FormatName(op.fp8->input));
+        f->set_weight(engine::core::Fp8FormatName(op.fp8->weight));
+        f->set_grad_output(engine::core::Fp8FormatName(op.fp8->grad_output));
+        f->set_scaling(op.fp8->current_scaling ? "current" : "delayed");
+      }
     }
     const engine::train::MemoryEstimate& m = plan->memory;
     v1::MemoryEstimate* pm = e->mutable_memory();

@@ -30,6 +30,21 @@ PrecisionConfig Mode(const char* name, bool autocast, DType autocast_dtype, DTyp
   return c;
 }
 
+// Autocast in `dtype` around FP8 block linears; f16 brings dynamic loss
+// scaling (as 16-mixed). Current scaling has no history: each cast's own
+// amax sets its scale (the most recent of a history of one).
+PrecisionConfig Fp8Mode(const char* name, DType dtype, backend::Fp8ScalingKind kind) {
+  PrecisionConfig c =
+      Mode(name, true, dtype, DType::kF32, false, false, dtype == DType::kF16, true, 65536.0);
+  c.fp8 = true;
+  c.fp8_recipe.kind = kind;
+  if (kind == backend::Fp8ScalingKind::kCurrent) {
+    c.fp8_recipe.amax_history_len = 1;
+    c.fp8_recipe.amax_compute_algo = backend::AmaxAlgo::kMostRecent;
+  }
+  return c;
+}
+
 const std::vector<PrecisionConfig>& Builtins() {
   using D = DType;
   static const auto* modes = new std::vector<PrecisionConfig>{
@@ -43,6 +58,9 @@ const std::vector<PrecisionConfig>& Builtins() {
       Mode("O1", true, D::kF16, D::kF32, false, false, true, true, 65536.0),
       Mode("O2", false, D::kF16, D::kF16, true, true, true, true, 65536.0),
       Mode("O3", false, D::kF16, D::kF16, false, false, true, false, 1.0),
+      Fp8Mode("fp8-hybrid", D::kBF16, backend::Fp8ScalingKind::kDelayed),
+      Fp8Mode("fp8-current", D::kBF16, backend::Fp8ScalingKind::kCurrent),
+      Fp8Mode("transformer-engine-float16", D::kF16, backend::Fp8ScalingKind::kDelayed),
   };
   return *modes;
 }
@@ -71,13 +89,18 @@ absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
       {"o1", "O1"},
       {"o2", "O2"},
       {"o3", "O3"},
+      {"fp8-hybrid", "fp8-hybrid"},
+      {"fp8-current", "fp8-current"},
+      // Lightning's names of Transformer Engine's precision.
+      {"transformer-engine", "fp8-hybrid"},
+      {"transformer-engine-float16", "transformer-engine-float16"},
   };
   auto it = aliases->find(name);
   if (it == aliases->end()) {
     return FieldError("precision",
                       absl::StrCat("unknown mode \"", std::string(name_in), "\"; expected one of ",
                                    absl::StrJoin(BuiltinPrecisionNames(), ", "),
-                                   " (or the aliases 32, 16, bf16)"));
+                                   " (or the aliases 32, 16, bf16, transformer-engine)"));
   }
   for (const auto& m : Builtins()) {
     if (m.name == it->second) return m;
@@ -110,6 +133,21 @@ absl::Status ValidatePrecision(const PrecisionConfig& c) {
   if (c.loss_scaling.enabled) {
     absl::Status s = ValidateGradScalerOptions(c.loss_scaling);
     if (!s.ok()) return PrefixSubject(s, "precision.");
+  }
+  if (c.fp8) {
+    // The ops around the FP8 GEMMs (norms, attention, the head) run under
+    // autocast on f32 parameters, as Transformer Engine's recipe has them.
+    if (!c.autocast) {
+      return FieldError("precision.fp8",
+                        "FP8 needs autocast on (bf16 or f16 around the FP8 GEMMs): use the "
+                        "fp8-hybrid, fp8-current or transformer-engine-float16 base");
+    }
+    if (c.param_dtype != DType::kF32) {
+      return FieldError("precision.fp8", "FP8 keeps f32 parameters (master weights in f32)");
+    }
+    if (absl::Status s = backend::ValidateFp8Recipe(c.fp8_recipe, "precision.fp8"); !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,15 @@
 //   bf16-true   off       bf16    no          off
 //   O2          off       f16     yes         dynamic 2^16      (norms kept f32)
 //   O3          off       f16     no          static 1.0
+//
+// and the FP8 modes (Transformer Engine's recipe, backend/fp8_scaling.h):
+// a transformer's block linears run as FP8 GEMMs (ops/fp8_linear.h), the
+// rest as under the autocast dtype, master weights and optimizer in f32:
+//
+//   mode                        autocast  fp8 scaling           loss scaling
+//   fp8-hybrid                  bf16      delayed, HYBRID       off    (alias transformer-engine)
+//   fp8-current                 bf16      current, HYBRID       off
+//   transformer-engine-float16  f16       delayed, HYBRID       dynamic 2^16
 
 #include <string>
 #include <string_view>
@@ -19,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/amp/grad_scaler.h"
+#include "engine/backend/fp8_scaling.h"
 #include "engine/core/dtype.h"
 #include "engine/ops/autocast.h"
 
@@ -40,6 +50,9 @@ struct PrecisionConfig {
   GradScalerOptions loss_scaling = Disabled();
   ops::AutocastOverrides overrides;  // per-op policies, layers kept in f32
   bool allow_tf32 = false;           // CUDA f32 GEMMs; off by default
+  // FP8 GEMMs for a transformer's block linears, with this recipe.
+  bool fp8 = false;
+  backend::Fp8Recipe fp8_recipe;
 };
 
 // "bf16-mixed", "O2", "16", ... -> the config. Unknown names list the valid ones.

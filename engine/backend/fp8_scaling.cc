@@ -3,17 +3,18 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/error_subject.h"
 
 namespace ampd::engine::backend {
 
 absl::Status ValidateFp8Recipe(const Fp8Recipe& r, const std::string& prefix) {
   if (!(r.margin >= 0.0f) || !std::isfinite(r.margin)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(prefix, ".margin: must be a finite number >= 0, got ", r.margin));
+    return core::FieldError(prefix + ".margin",
+                            absl::StrCat("must be a finite number >= 0, got ", r.margin));
   }
   if (r.amax_history_len < 1 || r.amax_history_len > 65536) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(prefix, ".amax_history_len: must be in [1, 65536], got ", r.amax_history_len));
+    return core::FieldError(prefix + ".amax_history_len",
+                            absl::StrCat("must be in [1, 65536], got ", r.amax_history_len));
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include "engine/core/error_subject.h"
 #include "engine/core/rng.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/fp8_linear.h"
 #include "engine/ops/ops.h"
 
 namespace ampd::engine::nn {
@@ -113,7 +114,7 @@ int64_t GptActivationElementsPerToken(const GptSpec& s) {
   return 2 * C + s.n_layer * per_layer + C + s.vocab_size;
 }
 
-std::vector<OpId> GptOps(const GptSpec& s) {
+std::vector<OpId> GptOps(const GptSpec& s, bool fp8) {
   std::vector<OpId> ops = {
       OpId::kEmbedding,
       OpId::kAdd,
@@ -123,6 +124,7 @@ std::vector<OpId> GptOps(const GptSpec& s) {
       s.activation == GptSpec::Activation::kGeluTanh ? OpId::kGeluTanh : OpId::kGelu,
       OpId::kLmHeadCrossEntropy};
   if (s.dropout > 0) ops.push_back(OpId::kDropout);
+  if (fp8) ops.push_back(OpId::kFp8Linear);
   return ops;
 }
 
@@ -137,7 +139,9 @@ ModelShape DescribeGpt(const GptSpec& s) {
 }
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Build(const GptSpec& spec, uint64_t seed,
-                                                DType param_dtype, bool norms_fp32) {
+                                                DType param_dtype, bool norms_fp32,
+                                                const backend::Fp8Recipe* fp8,
+                                                const std::set<std::string>& fp32_layers) {
   if (absl::Status s = ValidateGpt(spec); !s.ok()) return s;
   std::unique_ptr<Gpt> gpt(new Gpt(spec));
   Rng rng(seed);
@@ -151,6 +155,16 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Build(const GptSpec& spec, uint64_t se
     value.set_requires_grad(true).set_name(p.name);
     gpt->index_[p.name] = gpt->params_.size();
     gpt->params_.push_back({p.name, p.layer, p.is_norm, std::move(value), p.weight_decay});
+  }
+  if (fp8 != nullptr) {
+    std::vector<std::string> layers;
+    for (int64_t l = 0; l < spec.n_layer; ++l) {
+      for (const char* name : {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}) {
+        std::string layer = absl::StrCat("h.", l, ".", name);
+        if (fp32_layers.count(layer) == 0) layers.push_back(std::move(layer));
+      }
+    }
+    gpt->fp8_ = Fp8State::Create(*fp8, std::move(layers));
   }
   return gpt;
 }
@@ -197,8 +211,18 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
     }
     return LayerNorm(x, w, zero_bias_);
   };
+  // Evaluations cast with a copy of the FP8 state: they record no amax
+  // into the training's histories (nor move its scales).
+  std::optional<Fp8State> eval_fp8;
+  if (fp8_ && !training) eval_fp8 = fp8_->Scratch();
+  const Fp8State* fp8 = fp8_ ? (training ? &*fp8_ : &*eval_fp8) : nullptr;
   auto linear = [&](const Tensor& x, const std::string& layer) {
     LayerScope scope(layer);
+    if (fp8 != nullptr) {
+      if (const int64_t i = fp8->IndexOf(layer); i >= 0) {
+        return ops::Fp8Linear(x, P(layer + ".weight"), P(layer + ".bias"), fp8->For(i));
+      }
+    }
     return Linear(x, P(layer + ".weight"), P(layer + ".bias"));
   };
   Tensor x;

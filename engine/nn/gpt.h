@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,18 +55,24 @@ double GptFlopsPerToken(const GptSpec& spec);
 // Elements kept for the backward per token (activation memory; the T x T
 // attention matrix is never among them).
 int64_t GptActivationElementsPerToken(const GptSpec& spec);
-// The ops its forward and backward run.
-std::vector<OpId> GptOps(const GptSpec& spec);
+// The ops its forward and backward run (with FP8 block linears: fp8_linear too).
+std::vector<OpId> GptOps(const GptSpec& spec, bool fp8 = false);
 // All of the above as the model description (an example is one window).
 ModelShape DescribeGpt(const GptSpec& spec);
 
 class Gpt final : public LanguageModel {
  public:
   // Parameters initialised in f32 from `seed`, then cast to `param_dtype`
-  // (LayerNorm weights stay f32 when `norms_fp32`).
+  // (LayerNorm weights stay f32 when `norms_fp32`). With `fp8`, the block
+  // linears (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) run as FP8
+  // GEMMs with that recipe, except those in `fp32_layers` (kept in f32 as
+  // the precision's override says); the embeddings, norms, attention and the
+  // head never do (Transformer Engine's split).
   static absl::StatusOr<std::unique_ptr<Gpt>> Build(const GptSpec& spec, uint64_t seed,
                                                     DType param_dtype = DType::kF32,
-                                                    bool norms_fp32 = true);
+                                                    bool norms_fp32 = true,
+                                                    const backend::Fp8Recipe* fp8 = nullptr,
+                                                    const std::set<std::string>& fp32_layers = {});
 
   // Logits [batch * seq_len, vocab] for tokens [batch * seq_len] (row-major
   // sequences, seq_len <= block_size).
@@ -82,6 +90,7 @@ class Gpt final : public LanguageModel {
   int64_t vocab_size() const override { return spec_.vocab_size; }
   int64_t block_size() const override { return spec_.block_size; }
   const GptSpec& spec() const { return spec_; }
+  Fp8State* fp8() override { return fp8_ ? &*fp8_ : nullptr; }
 
  private:
   explicit Gpt(const GptSpec& spec) : spec_(spec) {}
@@ -95,6 +104,7 @@ class Gpt final : public LanguageModel {
   std::map<std::string, size_t> index_;  // name -> position in params_ (fixed after Build)
   Tensor zero_bias_;                     // LayerNorm's beta when bias = false (not trained)
   std::vector<int32_t> positions_;       // 0..T-1 repeated, for the last shape seen
+  std::optional<Fp8State> fp8_;
 };
 
 }  // namespace ampd::engine::nn

@@ -95,7 +95,9 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
                                },
                                [&](const GptSpec& g) -> absl::StatusOr<std::unique_ptr<Model>> {
                                  absl::StatusOr<std::unique_ptr<Gpt>> gpt = Gpt::Build(
-                                     g, seed, precision.param_dtype, precision.keep_norms_fp32);
+                                     g, seed, precision.param_dtype, precision.keep_norms_fp32,
+                                     precision.fp8 ? &precision.fp8_recipe : nullptr,
+                                     precision.overrides.fp32_layers);
                                  if (!gpt.ok()) return gpt.status();
                                  return std::unique_ptr<Model>(*std::move(gpt));
                                }},

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/nn/fp8_state.h"
 #include "engine/ops/op_list.h"
 
 namespace ampd::engine::nn {
@@ -72,6 +73,8 @@ class Model {
   // Which kind of model this is: exactly one is non-null.
   virtual Classifier* AsClassifier() { return nullptr; }
   virtual LanguageModel* AsLanguageModel() { return nullptr; }
+  // The scaling state of its FP8 GEMMs; null when it runs none.
+  virtual Fp8State* fp8() { return nullptr; }
 };
 
 class Classifier : public Model {

@@ -160,7 +160,7 @@ void OpDispatch::Finish(const Tensor& output) {
   if (s.recorder == nullptr) return;
   s.recorder->entries_.push_back(
       {OpName(op_), CurrentLayer(), input_dtypes_, policy_, compute_, output.dtype(),
-       output.shape(), output.numel() * static_cast<int64_t>(DTypeSize(output.dtype()))});
+       output.shape(), output.numel() * static_cast<int64_t>(DTypeSize(output.dtype())), fp8_});
 }
 
 }  // namespace ampd::engine::ops

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
+#include "engine/core/fp8.h"
 #include "engine/core/tensor.h"
 #include "engine/ops/op_list.h"
 
@@ -69,6 +70,14 @@ class LayerScope {
 };
 std::string CurrentLayer();
 
+// The FP8 formats of an FP8 GEMM's operands (explain plans mark them).
+struct Fp8Operands {
+  core::Fp8Format input = core::Fp8Format::kE4M3;
+  core::Fp8Format weight = core::Fp8Format::kE4M3;
+  core::Fp8Format grad_output = core::Fp8Format::kE5M2;
+  bool current_scaling = false;  // else delayed
+};
+
 // One row of an explain plan.
 struct PlanEntry {
   std::string op;  // its name (OpName)
@@ -81,6 +90,8 @@ struct PlanEntry {
   // The output's bytes at the batch the plan is for (ExplainPrecision scales
   // the recorded shape's rows): what the op adds to activation memory.
   int64_t output_bytes = 0;
+  // Set for an FP8 GEMM (fp8_linear): its operands' formats.
+  std::optional<Fp8Operands> fp8;
 };
 
 // Records the plan of every op dispatched on this thread while alive.
@@ -106,12 +117,15 @@ class OpDispatch {
   DType compute_dtype() const { return compute_; }
   CastPolicy policy() const { return policy_; }
   void Finish(const Tensor& output);
+  // An FP8 GEMM says what its operands are cast to (before Finish).
+  void set_fp8(const Fp8Operands& fp8) { fp8_ = fp8; }
 
  private:
   OpId op_;
   std::vector<DType> input_dtypes_;
   CastPolicy policy_;
   DType compute_;
+  std::optional<Fp8Operands> fp8_;
 };
 
 }  // namespace ampd::engine::ops

@@ -7,7 +7,11 @@
 // values, all with f32 accumulation; the bias gradient comes from the
 // unquantized output gradient. Each cast records its tensor's amax into this
 // step's row of the amax history (backend/fp8_scaling.h); the scales are
-// whatever the last update left (delayed scaling).
+// whatever the last update left (delayed scaling). With current scaling each
+// tensor's scale comes from its own amax first: a cast records it, every
+// column is updated from row 0 (a history of one: the other columns get the
+// scales they already had, from the same amax, or keep theirs where row 0 is
+// already 0), and the tensor is cast again with its new scale.
 //
 // The GEMMs run on the decoded values (fp8_decode: code * 1/scale, in f32)
 // with the backend's f32 GEMM: on the CPU this is the emulation the issue
@@ -31,6 +35,10 @@ struct Fp8LinearScaling {
   int64_t index = 0;
   core::Fp8Format forward = core::Fp8Format::kE4M3;   // x and w
   core::Fp8Format backward = core::Fp8Format::kE5M2;  // the output gradient
+  // Current scaling (a history of one row): scaled_max is the [n]
+  // fp8_max * 2^-margin of every column, for the update before each cast.
+  bool current = false;
+  Tensor scaled_max;
 };
 
 // x [M, in], w [out, in], b [out] (may be undefined); y in the region's dtype

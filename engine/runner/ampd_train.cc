@@ -148,10 +148,17 @@ int Main(int argc, char** argv) {
     for (const PlanEntry& e : plan->ops) {
       std::string in;
       for (DType d : e.input_dtypes) in += (in.empty() ? "" : ",") + std::string(DTypeName(d));
-      std::printf("%-22s %-16s %-16s %-16s %-8s %-8s %lld\n", e.op.c_str(), e.layer.c_str(),
+      std::printf("%-22s %-16s %-16s %-16s %-8s %-8s %lld", e.op.c_str(), e.layer.c_str(),
                   in.c_str(), std::string(CastPolicyName(e.policy)).c_str(),
                   std::string(DTypeName(e.compute_dtype)).c_str(),
                   std::string(DTypeName(e.output_dtype)).c_str(), (long long)e.output_bytes);
+      if (e.fp8) {
+        std::printf("  FP8 GEMM: input %s, weight %s, grad_output %s, %s scaling",
+                    core::Fp8FormatName(e.fp8->input), core::Fp8FormatName(e.fp8->weight),
+                    core::Fp8FormatName(e.fp8->grad_output),
+                    e.fp8->current_scaling ? "current" : "delayed");
+      }
+      std::printf("\n");
     }
     const MemoryEstimate& m = plan->memory;
     std::printf(

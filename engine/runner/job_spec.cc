@@ -218,6 +218,65 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
   return ParseJobSpecJson(ss.str(), path);
 }
 
+namespace {
+
+// precision.fp8 over the base's recipe (FP8 on unless `enabled` is false).
+void Fp8FromProto(const v1::Fp8Recipe& f, const std::string& field, PrecisionConfig* c,
+                  std::vector<FieldViolation>* violations) {
+  using backend::AmaxAlgo;
+  using backend::Fp8FormatRecipe;
+  using backend::Fp8ScalingKind;
+  c->fp8 = !f.has_enabled() || f.enabled();
+  backend::Fp8Recipe& r = c->fp8_recipe;
+  switch (f.scaling()) {
+    case v1::Fp8Recipe::SCALING_UNSPECIFIED:
+      break;
+    case v1::Fp8Recipe::SCALING_DELAYED:
+      // From current scaling's history of one: TE's delayed defaults.
+      if (r.kind == Fp8ScalingKind::kCurrent) r = backend::Fp8Recipe{};
+      break;
+    case v1::Fp8Recipe::SCALING_CURRENT:
+      r.kind = Fp8ScalingKind::kCurrent;
+      r.amax_history_len = 1;
+      r.amax_compute_algo = AmaxAlgo::kMostRecent;
+      break;
+    default:
+      Violate(violations, field + ".scaling", "unknown scaling");
+  }
+  switch (f.format()) {
+    case v1::Fp8Recipe::FORMAT_UNSPECIFIED:
+      break;
+    case v1::Fp8Recipe::FORMAT_HYBRID:
+      r.format = Fp8FormatRecipe::kHybrid;
+      break;
+    case v1::Fp8Recipe::FORMAT_E4M3:
+      r.format = Fp8FormatRecipe::kE4M3;
+      break;
+    default:
+      Violate(violations, field + ".format", "unknown format");
+  }
+  if (f.has_margin()) r.margin = static_cast<float>(f.margin());
+  if (f.has_amax_history_len()) r.amax_history_len = f.amax_history_len();
+  switch (f.amax_compute_algo()) {
+    case v1::Fp8Recipe::AMAX_ALGO_UNSPECIFIED:
+      break;
+    case v1::Fp8Recipe::AMAX_ALGO_MAX:
+      r.amax_compute_algo = AmaxAlgo::kMax;
+      break;
+    case v1::Fp8Recipe::AMAX_ALGO_MOST_RECENT:
+      r.amax_compute_algo = AmaxAlgo::kMostRecent;
+      break;
+    default:
+      Violate(violations, field + ".amax_compute_algo", "unknown algorithm");
+  }
+  if (r.kind == Fp8ScalingKind::kCurrent && f.has_amax_history_len() && r.amax_history_len != 1) {
+    Violate(violations, field + ".amax_history_len",
+            absl::StrCat("current scaling keeps no history (1), got ", r.amax_history_len));
+  }
+}
+
+}  // namespace
+
 PrecisionConfig PrecisionFromProto(const v1::PrecisionConfig& p, const std::string& field,
                                    std::vector<FieldViolation>* violations) {
   const std::string base = p.base().empty() ? "32-true" : p.base();
@@ -283,6 +342,7 @@ PrecisionConfig PrecisionFromProto(const v1::PrecisionConfig& p, const std::stri
   }
   for (const std::string& layer : p.fp32_layers()) c.overrides.fp32_layers.insert(layer);
   c.allow_tf32 = p.allow_tf32();
+  if (p.has_fp8()) Fp8FromProto(p.fp8(), field + ".fp8", &c, violations);
   if (absl::Status s = ValidatePrecision(c); !s.ok()) {
     // "precision.loss_scaling.growth_factor: ..." -> field + rest.
     std::string msg(s.message());
@@ -574,13 +634,22 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   // leave a layer in 8 bits).
   std::set<std::string> layers;
   if (model_known) {
-    for (const nn::ParameterShape& p : nn::DescribeModel(c.model).parameters) layers.insert(p.layer);
+    for (const nn::ParameterShape& p : nn::DescribeModel(c.model).parameters)
+      layers.insert(p.layer);
   }
   for (int i = 0; model_known && i < o.fp32_state_layers_size(); ++i) {
     if (!layers.count(o.fp32_state_layers(i))) {
       Violate(&violations, absl::StrCat("optimizer.fp32_state_layers[", i, "]"),
               absl::StrCat("\"", o.fp32_state_layers(i), "\" is not a layer of this model"));
     }
+  }
+  // FP8 is for a transformer's block linears (Transformer Engine's split);
+  // a model without them would silently train in plain autocast.
+  if (c.precision.fp8 && !spec.model().has_gpt()) {
+    Violate(&violations, "precision",
+            absl::StrCat("precision ", c.precision.name,
+                         " runs a transformer's block linears as FP8 GEMMs; model.mlp has "
+                         "none (use bf16-mixed, or model.gpt)"));
   }
   if (!violations.empty()) return ViolationsToStatus(violations);
   return job;

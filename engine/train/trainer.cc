@@ -11,6 +11,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/backend/kernels/embedding.h"
+#include "engine/backend/kernels/fp8.h"
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/core/error_subject.h"
 #include "engine/ops/autocast.h"
@@ -120,6 +121,9 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
     return Bad("schedule.warmup_steps",
                absl::StrCat("must be >= 0, got ", c.schedule.warmup_steps));
   }
+  if (c.precision.fp8 && !IsLanguageModel(c.model)) {
+    return Bad("precision", "FP8 runs a transformer's block linears; this model has none");
+  }
   return absl::OkStatus();
 }
 
@@ -129,15 +133,41 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
   // the loss scaling and the accumulation.
   if (!IsLanguageModel(config.model)) ops.push_back(OpId::kCrossEntropy);
   for (OpId op : {OpId::kMulScalar, OpId::kAdd}) ops.push_back(op);
+  if (config.precision.fp8) {
+    // A device with no FP8 tensor cores is refused, not emulated: only the
+    // CPU runs FP8 emulated (and says so in GetCapabilities).
+    if (backend.device() != Device::kCpu) {
+      const std::vector<backend::DeviceProperties> devices =
+          const_cast<Backend&>(backend).Devices();
+      if (devices.empty() || !devices[0].fp8) {
+        return SubjectError(
+            absl::StatusCode::kFailedPrecondition, "precision",
+            absl::StrCat("precision ", config.precision.name,
+                         " needs FP8 tensor cores (compute capability "
+                         "8.9 or later); ",
+                         devices.empty() ? std::string("the device reports none")
+                                         : absl::StrCat(devices[0].name, " is ", devices[0].major,
+                                                        ".", devices[0].minor),
+                         ". Use bf16-mixed there, or the CPU, where FP8 runs emulated"));
+      }
+    }
+    ops.push_back(OpId::kFp8Linear);
+    if (!backend::KernelRegistered<backend::Fp8UpdateScalingKernel>(backend.device())) {
+      return SubjectError(
+          absl::StatusCode::kFailedPrecondition, "precision",
+          absl::StrCat("the ", backend.name(), " backend has no FP8 scaling update kernel"));
+    }
+  }
   if (config.optimizer.state_bits == 8) {
     const bool sgd = config.optimizer.kind == optim::OptimizerSpec::Kind::kSgd;
-    const bool has = sgd ? backend::KernelRegistered<backend::Sgd8bitStepKernel>(backend.device())
-                         : backend::KernelRegistered<backend::AdamW8bitStepKernel>(backend.device());
+    const bool has =
+        sgd ? backend::KernelRegistered<backend::Sgd8bitStepKernel>(backend.device())
+            : backend::KernelRegistered<backend::AdamW8bitStepKernel>(backend.device());
     if (!has) {
-      return SubjectError(absl::StatusCode::kFailedPrecondition,
-                          sgd ? "optimizer.sgd.state_bits" : "optimizer.adamw.state_bits",
-                          absl::StrCat("the ", backend.name(),
-                                       " backend has no 8-bit optimizer step kernel"));
+      return SubjectError(
+          absl::StatusCode::kFailedPrecondition,
+          sgd ? "optimizer.sgd.state_bits" : "optimizer.adamw.state_bits",
+          absl::StrCat("the ", backend.name(), " backend has no 8-bit optimizer step kernel"));
     }
   }
   for (OpId op : ops) {
@@ -248,6 +278,7 @@ Trainer::Trainer(const TrainerConfig& config, const data::Dataset* train, const 
       moved.set_name(p.value.name());
       p.value = moved;
     }
+    if (nn::Fp8State* fp8 = model_->fp8()) *fp8 = fp8->To(config.device);
     amp_.scale = Tensor::Zeros({1}, DType::kF32, config.device);
     amp_.growth_tracker = Tensor::Zeros({1}, DType::kF32, config.device);
     amp_.found_inf = Tensor::Zeros({1}, DType::kF32, config.device);
@@ -299,8 +330,34 @@ void Trainer::ComputeTotalSteps() {
 
 StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
   StepMetrics m = Step(callbacks);
+  ReportFp8Scaling(callbacks);
   if (callbacks) callbacks->OnStep(m);
   return m;
+}
+
+void Trainer::ReportFp8Scaling(TrainerCallbacks* callbacks) {
+  const nn::Fp8State* fp8 = model_->fp8();
+  if (callbacks == nullptr || fp8 == nullptr) return;
+  if (step_ != 1 && step_ % kFp8RecordInterval != 0 && step_ != total_steps_) return;
+  const std::vector<double> scales = HostCopy(fp8->scales).ToDoubles();
+  const std::vector<double> max = HostCopy(fp8->scaled_max).ToDoubles();
+  const int64_t len = fp8->amax_history.shape()[0], n = fp8->columns();
+  // The newest amax is the history's last row after the update; a history
+  // of one (current scaling) keeps none, and the scale tells it instead.
+  std::vector<double> newest;
+  if (len > 1) newest = HostCopy(fp8->amax_history.Rows(len - 1, len)).ToDoubles();
+  Fp8ScalingRecord r;
+  r.step = step_;
+  static const char* kRoles[] = {"input", "weight", "grad_output"};
+  for (int64_t c = 0; c < n; ++c) {
+    Fp8TensorScale t;
+    t.layer = fp8->layers[c / 3];
+    t.role = kRoles[c % 3];
+    t.scale = scales[c];
+    t.amax = len > 1 ? newest[c] : (scales[c] != 1.0 ? max[c] / scales[c] : 0.0);
+    r.tensors.push_back(std::move(t));
+  }
+  callbacks->OnFp8Scaling(r);
 }
 
 void Trainer::FinishMetrics(std::chrono::steady_clock::time_point start, int64_t epoch,
@@ -394,6 +451,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
     u.max_scale = so.max_scale.value_or(0);
     be.UpdateScaleOnDevice(amp_, u);
   }
+  if (nn::Fp8State* fp8 = model_->fp8()) fp8->Update();  // on the device, no host read
   ++step_;
   const int64_t epoch = Epoch();
   if (step_ < total_steps_ && classifier_ != nullptr) {
@@ -451,6 +509,9 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
                                total_steps_);
   m.loss_scale = scaler_.scale();
   if (!skip) optimizer_->Step(m.lr);
+  // Every FP8 history and scale, together, once per step (skipped or not,
+  // as Transformer Engine): the next step casts with these scales.
+  if (nn::Fp8State* fp8 = model_->fp8()) fp8->Update();
   ++step_;
   std::optional<SkipEvent> event = scaler_.Update(step_);
   if (skip && !event) {
@@ -562,6 +623,9 @@ TrainerState Trainer::SaveState() const {
     state.tensors.emplace_back("param/" + p.name, HostCopy(p.value));
   }
   for (auto& [name, t] : optimizer_->StateTensors()) state.tensors.emplace_back(name, HostCopy(t));
+  if (const nn::Fp8State* fp8 = model_->fp8()) {
+    for (auto& [name, t] : fp8->Saved()) state.tensors.emplace_back(name, HostCopy(t));
+  }
   return state;
 }
 
@@ -572,9 +636,12 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
   }
   std::vector<std::pair<std::string, Tensor>> optimizer_tensors;
   std::map<std::string, Tensor> params;
+  std::map<std::string, Tensor> fp8_tensors;
   for (const auto& [name, t] : state.tensors) {
     if (name.rfind("param/", 0) == 0) {
       params[name.substr(6)] = t;
+    } else if (name.rfind("fp8/", 0) == 0) {
+      fp8_tensors[name] = t;
     } else {
       optimizer_tensors.emplace_back(name, t);
     }
@@ -589,7 +656,31 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
                                         " has the wrong shape or dtype");
     }
   }
+  // The FP8 scaling state: every history and scale, as saved (a checkpoint
+  // of a run without FP8 has none, and one with it must have them all).
+  nn::Fp8State* fp8 = model_->fp8();
+  if (fp8 == nullptr && !fp8_tensors.empty()) {
+    return absl::InvalidArgumentError(
+        "trainer state: has FP8 scaling state, but this run's precision has no FP8");
+  }
+  if (fp8 != nullptr) {
+    for (auto& [name, t] : fp8->Saved()) {
+      auto it = fp8_tensors.find(name);
+      if (it == fp8_tensors.end()) {
+        return absl::InvalidArgumentError("trainer state: missing " + name +
+                                          " (saved without FP8, or by an older ampd)");
+      }
+      if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype()) {
+        return absl::InvalidArgumentError("trainer state: " + name +
+                                          " has the wrong shape or dtype (another FP8 recipe "
+                                          "or model)");
+      }
+    }
+  }
   for (Parameter& p : model_->parameters()) p.value.CopyFrom(params.at(p.name));
+  if (fp8 != nullptr) {
+    for (auto& [name, t] : fp8->Saved()) t.CopyFrom(fp8_tensors.at(name));
+  }
   if (absl::Status s = optimizer_->LoadState(optimizer_tensors, state.optimizer_steps); !s.ok()) {
     return s;
   }
@@ -617,6 +708,7 @@ absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
       break;
     }
     result.last_step = Step(callbacks);
+    ReportFp8Scaling(callbacks);
     if (result.last_step.skipped && !scaler_.enabled() && optimizer_->has_8bit_states()) {
       // Nothing reached the states (the step was not applied), but without a
       // loss scaler nothing will ever make the next step finite either.

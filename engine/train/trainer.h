@@ -104,12 +104,33 @@ struct EvalMetrics {
   double bits_per_byte = 0;
 };
 
+// FP8 runs: every FP8 tensor's scale and the amax it came from, after the
+// step's update (a periodic record: kFp8RecordInterval).
+struct Fp8TensorScale {
+  std::string layer;  // "h.0.attn.c_attn"
+  std::string role;   // "input", "weight" or "grad_output"
+  double scale = 1;
+  // This step's amax: the history's newest entry (delayed scaling, whose
+  // scale then comes from the whole history by the recipe's
+  // amax_compute_algo), or fp8_max / scale (current scaling, which keeps no
+  // history; 0 while the scale is still the initial 1).
+  double amax = 0;
+};
+struct Fp8ScalingRecord {
+  int64_t step = 0;
+  std::vector<Fp8TensorScale> tensors;
+};
+// Steps 1, every this many, and the last have a scaling record.
+inline constexpr int64_t kFp8RecordInterval = 100;
+
 class TrainerCallbacks {
  public:
   virtual ~TrainerCallbacks() = default;
   virtual void OnStep(const StepMetrics&) {}
   virtual void OnEval(const EvalMetrics&) {}
   virtual void OnSkip(const amp::SkipEvent&) {}
+  // Before the step's OnEval (if any) and OnStep.
+  virtual void OnFp8Scaling(const Fp8ScalingRecord&) {}
 };
 
 class CancellationToken {
@@ -190,6 +211,9 @@ class Trainer {
   std::optional<EvalMetrics> EvaluateIfDue(int64_t eval_every);
 
   StepMetrics Step(TrainerCallbacks* callbacks);
+  // The scaling record when one is due after step_ (one host read of the
+  // scales on a device).
+  void ReportFp8Scaling(TrainerCallbacks* callbacks);
   // The same step on a device backend: unscale, skip and scale update stay on
   // the device, and the host reads one batch of scalars at the end.
   StepMetrics DeviceStep(TrainerCallbacks* callbacks);

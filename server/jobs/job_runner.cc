@@ -25,6 +25,22 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
   // Called after each step's and eval's event is recorded.
   std::function<void(const engine::train::StepMetrics&)> after_step;
   std::function<void(const engine::train::EvalMetrics&)> after_eval;
+  std::function<void(const engine::train::Fp8ScalingRecord&)> after_fp8;
+  void OnFp8Scaling(const engine::train::Fp8ScalingRecord& r) override {
+    v1::MetricsEvent e;
+    e.set_step(r.step);
+    auto* f = e.mutable_fp8_scaling();
+    f->set_step(r.step);
+    for (const engine::train::Fp8TensorScale& t : r.tensors) {
+      auto* o = f->add_tensors();
+      o->set_layer(t.layer);
+      o->set_role(t.role);
+      o->set_scale(t.scale);
+      o->set_amax(t.amax);
+    }
+    append_(std::move(e));
+    if (after_fp8) after_fp8(r);
+  }
   void OnStep(const engine::train::StepMetrics& m) override {
     Record(m);
     if (after_step) after_step(m);
@@ -172,6 +188,9 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
     });
     events.after_step = [&](const engine::train::StepMetrics& m) { (*outputs)->AfterStep(m); };
     events.after_eval = [&](const engine::train::EvalMetrics& e) { (*outputs)->AfterEval(e); };
+    events.after_fp8 = [&](const engine::train::Fp8ScalingRecord& r) {
+      (*outputs)->AfterFp8Scaling(r);
+    };
     auto result = trainer.Run(&events, cancel);
     absl::StatusOr<engine::backend::Backend*> backend =
         engine::backend::BackendFor(request.resolved.device);

@@ -80,6 +80,17 @@ void RunOutputs::AfterEval(const engine::train::EvalMetrics& e) {
   Fail(s);
 }
 
+void RunOutputs::AfterFp8Scaling(const engine::train::Fp8ScalingRecord& r) {
+  const double now = engine::io::WallTimeSeconds();
+  absl::Status s = absl::OkStatus();
+  for (const engine::train::Fp8TensorScale& t : r.tensors) {
+    const std::string tag = "fp8/" + t.layer + "/" + t.role;
+    if (s.ok()) s = tensorboard_->AddScalar(tag + "/scale", r.step, t.scale, now);
+    if (s.ok()) s = tensorboard_->AddScalar(tag + "/amax", r.step, t.amax, now);
+  }
+  Fail(s);
+}
+
 void RunOutputs::Checkpoint() {
   if (!error_.ok() || trainer_->steps_done() == last_checkpoint_step_) return;
   if (options_.before_checkpoint) options_.before_checkpoint();

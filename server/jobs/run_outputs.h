@@ -53,6 +53,8 @@ class RunOutputs {
   // one is due (never at the last step: Finish writes the weights then).
   void AfterStep(const engine::train::StepMetrics& m);
   void AfterEval(const engine::train::EvalMetrics& e);
+  // TensorBoard: fp8/LAYER/ROLE/scale and .../amax.
+  void AfterFp8Scaling(const engine::train::Fp8ScalingRecord& r);
   // A checkpoint now, unless no step has run since the last one.
   void Checkpoint();
   // The end of the run: a checkpoint when it was cancelled (it may resume),

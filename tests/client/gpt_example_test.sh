@@ -2,9 +2,10 @@
 # The README's GPT commands on examples/fortunes_gpt_bf16.json, shortened:
 # ampd_train --steps, ampd_train --explain, and ampctl submit --watch against
 # a real ampd (the spec's steps cut to 20 for the test; the full 2000-step run
-# and its result are in the README).
+# and its result are in the README); and the FP8 example
+# (examples/fortunes_gpt_fp8.json): its plan and a short run through ampctl.
 set -euo pipefail
-ampd="$1"; ampctl="$2"; ampd_train="$3"; spec="$4"
+ampd="$1"; ampctl="$2"; ampd_train="$3"; spec="$4"; fp8_spec="$5"
 if [ ! -d /usr/share/games/fortunes ]; then
   echo "SKIP: the fortunes package is not installed"; exit 1
 fi
@@ -49,4 +50,21 @@ job=$(sed -n 's/^job \([^ ]*\) SUCCEEDED.*/\1/p' "$dir/out.txt")
 "$ampctl" --server="127.0.0.1:$(cat "$dir/port")" get "$job" --output=json > "$dir/get.json"
 grep -q '"optimizer": "AdamW lr 0.001, .*weight decay 0.1 on 16 tensors' "$dir/get.json" \
   || fail "the job does not show its optimizer's weight-decay groups"
+
+# The FP8 example: every block linear an FP8 GEMM in its plan (4 x 4), and a
+# short run (5 steps) to SUCCEEDED with its scaling records in the stream.
+"$ampd_train" --explain "$fp8_spec" > "$dir/explain_fp8.txt"
+n=$(grep -Ec "^fp8_linear +h\.[0-3]\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj) .*FP8 GEMM: input e4m3, weight e4m3, grad_output e5m2, delayed scaling" "$dir/explain_fp8.txt" || true)
+[ "$n" = 16 ] || fail "the FP8 plan marks $n FP8 GEMMs, not 16"
+grep -Eq "^lm_head_cross_entropy +lm_head " "$dir/explain_fp8.txt" || fail "the FP8 plan lost the head"
+python3 -c "
+import json
+s = json.load(open('$fp8_spec')); s['training']['steps'] = '5'
+s['data']['tokens']['evalWindows'] = '16'
+json.dump(s, open('$dir/short_fp8.json', 'w'))"
+"$ampctl" --server="127.0.0.1:$(cat "$dir/port")" submit "$dir/short_fp8.json" --watch | tee "$dir/out_fp8.txt" | tail -n 2
+grep -q "SUCCEEDED: final val loss" "$dir/out_fp8.txt" || fail "the FP8 example did not succeed"
+job=$(sed -n 's/^job \([^ ]*\) SUCCEEDED.*/\1/p' "$dir/out_fp8.txt")
+"$ampctl" --server="127.0.0.1:$(cat "$dir/port")" get "$job" --output=json > "$dir/get_fp8.json"
+grep -q '"profile": "fp8-hybrid"' "$dir/get_fp8.json" || fail "the job does not show its precision"
 echo PASS

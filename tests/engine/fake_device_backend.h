@@ -49,6 +49,9 @@ class FakeDeviceBackend final : public backend::Backend {
     return missing.count(op) == 0 && backend::Backend::HasKernel(op);
   }
   std::set<OpId> missing;
+  // What Devices() reports (none by default: FP8 modes are then refused).
+  std::vector<backend::DeviceProperties> devices;
+  std::vector<backend::DeviceProperties> Devices() override { return devices; }
 
   // A host-tagged alias of a fake-device tensor: the CPU kernels may read it.
   static Tensor H(const Tensor& t) {

@@ -20,7 +20,8 @@ namespace {
 namespace v1 = ::ampd::v1;
 
 const std::vector<std::string> kBuiltins = {
-    "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "O0", "O1", "O2", "O3"};
+    "32-true", "16-mixed", "bf16-mixed", "16-true",    "bf16-true",   "O0",
+    "O1",      "O2",       "O3",         "fp8-hybrid", "fp8-current", "transformer-engine-float16"};
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -142,6 +143,12 @@ TEST_F(PrecisionServiceTest, CapabilitiesListTheCpuAndWhyCudaIsMissing) {
   for (const std::string& m : modes) {
     EXPECT_TRUE(std::find(kBuiltins.begin(), kBuiltins.end(), m) != kBuiltins.end()) << m;
   }
+  // The FP8 modes run on the CPU, emulated, and it says so.
+  for (const char* m : {"fp8-hybrid", "fp8-current", "transformer-engine-float16"}) {
+    EXPECT_TRUE(modes.count(m)) << m;
+  }
+  EXPECT_FALSE(cpu_info->fp8_native());
+  EXPECT_TRUE(Contains(cpu_info->notes(), "FP8 modes run emulated")) << cpu_info->notes();
 
   if (!cuda_listed) {
     // No GPU here: the absence of CUDA is explained.
@@ -157,7 +164,8 @@ TEST_F(PrecisionServiceTest, ExplainEveryBuiltinModeWhenPrecisionIsUnset) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   std::vector<std::string> names;
   for (const auto& e : resp.explanations()) names.push_back(e.precision());
-  EXPECT_EQ(names, kBuiltins);
+  // Every built-in mode but the FP8 ones: an MLP has no block linears.
+  EXPECT_EQ(names, std::vector<std::string>(kBuiltins.begin(), kBuiltins.end() - 3));
 
   const int64_t params = 8 * 16 + 16 + 16 * 3 + 3;
   for (const auto& e : resp.explanations()) {
@@ -207,6 +215,37 @@ TEST_F(PrecisionServiceTest, ExplainEveryBuiltinModeWhenPrecisionIsUnset) {
   EXPECT_GT(o2->memory().master_weights_bytes(), 0);
   EXPECT_EQ(o2->memory().master_weights_bytes(), params * 4);
   EXPECT_EQ(o2->memory().weights_bytes(), params * 2);
+}
+
+// A GPT's plan under fp8-hybrid marks each FP8 GEMM and its operands'
+// formats; unset precision explains the FP8 modes too.
+TEST_F(PrecisionServiceTest, ExplainMarksTheFp8GemmsOfAGpt) {
+  const std::string gpt = R"({"model": {"gpt": {"blockSize": "16", "nLayer": "2", "nHead": "2",
+      "nEmbd": "32"}}, "data": {"builtin": "fortunes"}, "batchSize": 4)";
+  v1::ExplainPrecisionResponse resp;
+  grpc::Status s = Explain(gpt + R"(, "precision": {"profile": "transformer-engine"}})", &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.explanations_size(), 1);
+  EXPECT_EQ(resp.explanations(0).precision(), "fp8-hybrid");
+  int fp8 = 0;
+  for (const v1::OpPlan& op : resp.explanations(0).ops()) {
+    if (op.op() != "fp8_linear") {
+      EXPECT_FALSE(op.has_fp8()) << op.op() << " " << op.layer();
+      continue;
+    }
+    ++fp8;
+    EXPECT_EQ(op.fp8().input(), "e4m3");
+    EXPECT_EQ(op.fp8().weight(), "e4m3");
+    EXPECT_EQ(op.fp8().grad_output(), "e5m2");
+    EXPECT_EQ(op.fp8().scaling(), "delayed");
+    EXPECT_EQ(op.compute_dtype(), v1::DTYPE_BF16);
+  }
+  EXPECT_EQ(fp8, 8);  // 4 linears in each of 2 blocks
+  resp.Clear();
+  ASSERT_TRUE(Explain(gpt + "}", &resp).ok());
+  std::vector<std::string> names;
+  for (const auto& e : resp.explanations()) names.push_back(e.precision());
+  EXPECT_EQ(names, kBuiltins);
 }
 
 TEST_F(PrecisionServiceTest, ExplainOneModeWhenPrecisionIsSet) {

@@ -11,6 +11,7 @@
 #include "ampd/v1/precision_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/time_util.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
@@ -403,10 +404,10 @@ TEST_F(TrainingServiceTest, FiveViolationsAcrossStagesComeBackInOneBadRequest) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   std::vector<std::string> fields = ViolatedFields(s);
   std::sort(fields.begin(), fields.end());
-  EXPECT_EQ(fields, (std::vector<std::string>{
-                        "spec.optimizer.fp32_state_layers[0]", "spec.optimizer.lr",
-                        "spec.precision.profile", "spec.schedule.min_lr_ratio",
-                        "spec.training.batch_size"}))
+  EXPECT_EQ(fields,
+            (std::vector<std::string>{"spec.optimizer.fp32_state_layers[0]", "spec.optimizer.lr",
+                                      "spec.precision.profile", "spec.schedule.min_lr_ratio",
+                                      "spec.training.batch_size"}))
       << s.error_message();
   // A bad model hides only what needs the model: the layer is not checked.
   s = TryCreate(R"({"model": {"mlp": {"hidden": [-4]}},
@@ -447,6 +448,61 @@ TEST_F(TrainingServiceTest, AGptJobStreamsTokensPerSecondMfuAndBitsPerByte) {
   }
   EXPECT_EQ(steps, 20);
   EXPECT_EQ(evals, 2);
+}
+
+// An FP8 GPT job streams its scaling record (every FP8 tensor's scale and
+// amax) at step 1 and its last step, each just before that step's record;
+// every step record carries the time its step ended.
+TEST_F(TrainingServiceTest, AnFp8GptJobStreamsItsScalingRecords) {
+  v1::Job job = Create(R"({"model": {"gpt": {"blockSize": "16", "nLayer": "1", "nHead": "2",
+      "nEmbd": "32"}}, "data": {"builtin": "fortunes"},
+      "precision": {"profile": "fp8-hybrid"},
+      "training": {"steps": "5", "batchSize": "4"}})");
+  EXPECT_EQ(WaitFor(job.name(), {v1::SUCCEEDED, v1::FAILED}).state(), v1::SUCCEEDED)
+      << Get(job.name()).failure_reason();
+  grpc::Status status;
+  std::vector<v1::MetricsEvent> events = ReadStream(job.name(), 0, &status);
+  std::vector<int64_t> record_steps;
+  int64_t last_ns = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const v1::MetricsEvent& e = events[i];
+    if (e.has_step_record()) {
+      const int64_t ns =
+          google::protobuf::util::TimeUtil::TimestampToNanoseconds(e.step_record().time());
+      EXPECT_GT(ns, last_ns) << "step " << e.step();
+      last_ns = ns;
+    }
+    if (!e.has_fp8_scaling()) continue;
+    const v1::Fp8ScalingRecord& r = e.fp8_scaling();
+    record_steps.push_back(r.step());
+    ASSERT_EQ(r.tensors_size(), 12);  // 4 linears x (input, weight, grad_output)
+    EXPECT_EQ(r.tensors(0).layer(), "h.0.attn.c_attn");
+    EXPECT_EQ(r.tensors(0).role(), "input");
+    EXPECT_EQ(r.tensors(2).role(), "grad_output");
+    EXPECT_EQ(r.tensors(11).layer(), "h.0.mlp.c_proj");
+    for (const auto& t : r.tensors()) {
+      EXPECT_GT(t.amax(), 0) << t.layer() << " " << t.role();
+      // fp8_max over the largest amax of the history ("max"): this step's
+      // after step 1, at most that later.
+      const float max = t.role() == "grad_output" ? 57344.0f : 448.0f;  // E5M2, E4M3
+      const float from_this_step = max / static_cast<float>(t.amax());
+      if (r.step() == 1) {
+        EXPECT_EQ(static_cast<float>(t.scale()), from_this_step) << t.layer() << " " << t.role();
+      } else {
+        EXPECT_LE(static_cast<float>(t.scale()), from_this_step) << t.layer() << " " << t.role();
+      }
+    }
+    // Before its step's record (after it, at most the step's evaluation):
+    // the step record stays the step's last event, where streams resume.
+    size_t next = i + 1;
+    while (next < events.size() && !events[next].has_step_record()) {
+      EXPECT_EQ(events[next].step(), r.step());
+      ++next;
+    }
+    ASSERT_LT(next, events.size());
+    EXPECT_EQ(events[next].step_record().step(), r.step());
+  }
+  EXPECT_EQ(record_steps, (std::vector<int64_t>{1, 5}));
 }
 
 // GetJob reports the optimizer state a job allocated: 8-bit AdamW states are

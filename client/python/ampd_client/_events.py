@@ -16,10 +16,11 @@ _JobState = training_service_pb2.JobState
 
 #: Event kinds, after the MetricsEvent oneof: a training step, an evaluation,
 #: a skipped step (inf/NaN gradients), a state change, a heartbeat (queued
-#: jobs), a line of the job's own log (checkpoints, restarts, device memory).
-KINDS = ("step", "eval", "skip", "state", "heartbeat", "log")
+#: jobs), a line of the job's own log (checkpoints, restarts, device memory),
+#: an FP8 job's scaling record (every FP8 tensor's scale and amax).
+KINDS = ("step", "eval", "skip", "state", "heartbeat", "log", "fp8")
 _KIND_OF_FIELD = {"step_record": "step", "eval": "eval", "skip": "skip", "state": "state",
-                  "heartbeat": "heartbeat", "log": "log"}
+                  "heartbeat": "heartbeat", "log": "log", "fp8_scaling": "fp8"}
 
 # Codes that mean the stream broke rather than that the request was wrong. A
 # connection that drops mid-stream surfaces as UNAVAILABLE, or as INTERNAL /
@@ -36,9 +37,9 @@ _RESUMABLE = frozenset({
 class Event:
     """One MetricsEvent.
 
-    kind: "step" | "eval" | "skip" | "state" | "heartbeat" | "log"; step: the
-    step it belongs to; record: the StepRecord / EvalRecord / SkipRecord /
-    StateChange / Heartbeat / LogRecord; raw: the MetricsEvent. The record's fields read through:
+    kind: "step" | "eval" | "skip" | "state" | "heartbeat" | "log" | "fp8"; step:
+    the step it belongs to; record: the StepRecord / EvalRecord / SkipRecord /
+    StateChange / Heartbeat / LogRecord / Fp8ScalingRecord; raw: the MetricsEvent. The record's fields read through:
     event.loss, event.accuracy, event.loss_scale, ...; event.state is the state
     name ("RUNNING") for state events and None otherwise.
     """

@@ -112,10 +112,11 @@ TEST(PrecisionTest, EveryModeInTheTable) {
   }
 }
 
-TEST(PrecisionTest, BuiltinNamesInTableOrderThenApexLevels) {
+TEST(PrecisionTest, BuiltinNamesInTableOrderThenApexLevelsThenFp8) {
   EXPECT_EQ(BuiltinPrecisionNames(),
             (std::vector<std::string>{"32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
-                                      "O0", "O1", "O2", "O3"}));
+                                      "O0", "O1", "O2", "O3", "fp8-hybrid", "fp8-current",
+                                      "transformer-engine-float16"}));
   for (const std::string& name : BuiltinPrecisionNames()) {
     PrecisionConfig c = Resolve(name);
     EXPECT_EQ(c.name, name);

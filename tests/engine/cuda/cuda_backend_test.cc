@@ -299,29 +299,42 @@ TEST_F(CudaBackendTest, LmHeadCrossEntropyOnTheDevice) {
 // The FP8 linear from the device's kernels: the casts' codes are the CPU's,
 // so the amaxes match bit for bit and the GEMMs of the decoded values match
 // to f32 accumulation order.
+// With current scaling too (each scale from its tensor's own amax, updated
+// on the device before the cast): the scales match the CPU's bit for bit.
 TEST_F(CudaBackendTest, Fp8LinearOnTheDevice) {
-  Tensor x = Random({24, 40}, DType::kF32, 44, -3, 3), w = Random({12, 40}, DType::kF32, 45);
-  Tensor b = Random({12}, DType::kF32, 46), weights = Random({24, 12}, DType::kF32, 47);
-  auto run = [&](Device dev) {
-    ops::Fp8LinearScaling s;
-    s.amax_history = Tensor::Zeros({4, 3}, DType::kF32, dev);
-    s.scales = Tensor::FromVector({100.0f, 300.0f, 20000.0f}, {3}, DType::kF32).To(dev);
-    s.scale_invs =
-        Tensor::FromVector({1 / 100.0f, 1 / 300.0f, 1 / 20000.0f}, {3}, DType::kF32).To(dev);
-    Tensor xd = x.To(dev), wd = w.To(dev), bd = b.To(dev);
-    for (Tensor* t : {&xd, &wd, &bd}) t->set_requires_grad(true);
-    Tensor y = ops::Fp8Linear(xd, wd, bd, s);
-    autograd::Backward(ops::Sum(ops::Mul(y, weights.To(dev))));
-    return std::vector<Tensor>{y, xd.grad(), wd.grad(), bd.grad(), s.amax_history};
-  };
-  const std::vector<Tensor> c = run(Device::kCpu), g = run(Device::kCuda);
-  ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
-  ExpectClose(g[0], c[0], 1e-5, "fp8 linear y");
-  ExpectClose(g[1], c[1], 1e-5, "fp8 linear dx");
-  ExpectClose(g[2], c[2], 1e-5, "fp8 linear dw");
-  ExpectClose(g[3], c[3], 1e-5, "fp8 linear db");
-  EXPECT_EQ(g[4].ToDoubles(), c[4].ToDoubles()) << "amaxes of x, w and dy";
-  EXPECT_GT(c[4].ToDoubles()[2], 0.0);  // the gradient's cast ran
+  for (bool current : {false, true}) {
+    SCOPED_TRACE(current ? "current scaling" : "delayed scaling");
+    Tensor x = Random({24, 40}, DType::kF32, 44, -3, 3), w = Random({12, 40}, DType::kF32, 45);
+    Tensor b = Random({12}, DType::kF32, 46), weights = Random({24, 12}, DType::kF32, 47);
+    auto run = [&](Device dev) {
+      ops::Fp8LinearScaling s;
+      s.amax_history = Tensor::Zeros({current ? 1 : 4, 3}, DType::kF32, dev);
+      if (current) {
+        s.current = true;
+        s.scaled_max = Tensor::FromVector({448.0f, 448.0f, 57344.0f}, {3}, DType::kF32).To(dev);
+      }
+      s.scales = Tensor::FromVector({100.0f, 300.0f, 20000.0f}, {3}, DType::kF32).To(dev);
+      s.scale_invs =
+          Tensor::FromVector({1 / 100.0f, 1 / 300.0f, 1 / 20000.0f}, {3}, DType::kF32).To(dev);
+      Tensor xd = x.To(dev), wd = w.To(dev), bd = b.To(dev);
+      for (Tensor* t : {&xd, &wd, &bd}) t->set_requires_grad(true);
+      Tensor y = ops::Fp8Linear(xd, wd, bd, s);
+      autograd::Backward(ops::Sum(ops::Mul(y, weights.To(dev))));
+      return std::vector<Tensor>{y, xd.grad(), wd.grad(), bd.grad(), s.amax_history, s.scales};
+    };
+    const std::vector<Tensor> c = run(Device::kCpu), g = run(Device::kCuda);
+    ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+    ExpectClose(g[0], c[0], 1e-5, "fp8 linear y");
+    ExpectClose(g[1], c[1], 1e-5, "fp8 linear dx");
+    ExpectClose(g[2], c[2], 1e-5, "fp8 linear dw");
+    ExpectClose(g[3], c[3], 1e-5, "fp8 linear db");
+    EXPECT_EQ(g[4].ToDoubles(), c[4].ToDoubles()) << "amaxes of x, w and dy";
+    EXPECT_EQ(g[5].ToDoubles(), c[5].ToDoubles()) << "scales";
+    EXPECT_GT(c[4].ToDoubles()[2], 0.0);  // the gradient's cast ran
+    if (current) {
+      EXPECT_NE(c[5].ToDoubles()[0], 100.0);  // set from x's amax
+    }
+  }
 }
 
 TEST_F(CudaBackendTest, LayerNormForwardAndBackward) {

@@ -97,6 +97,44 @@ TEST(Fp8LinearTest, TheScalesAreAppliedAndSaturate) {
   EXPECT_EQ(h[4], 1.0);
 }
 
+// Current scaling: each tensor's scale comes from its own amax just before
+// its cast, whatever the scales were; the saved codes decode with the scale
+// they were cast with, even after other casts update the scales.
+TEST(Fp8LinearTest, CurrentScalingSetsEachScaleFromItsOwnTensorFirst) {
+  Tensor x = Tensor::FromVector({2.0f, -0.5f}, {1, 2}, DType::kF32).set_requires_grad(true);
+  Tensor w = Tensor::FromVector({0.25f, 1.0f}, {1, 2}, DType::kF32).set_requires_grad(true);
+  Fp8LinearScaling s;
+  s.amax_history = Tensor::Zeros({1, 6}, DType::kF32);
+  s.scales = Tensor::Full({6}, DType::kF32, 1e6);  // would saturate everything
+  s.scale_invs = Tensor::Full({6}, DType::kF32, 1e-6);
+  s.current = true;
+  s.scaled_max = Tensor::FromVector({448, 448, 57344, 448, 448, 57344}, {6}, DType::kF32);
+  const Tensor y = Fp8Linear(x, w, Tensor(), s);
+  // x = (2, -0.5) at 224: (448, -112), both exact in E4M3; w = (0.25, 1) at
+  // 448: (112, 448). So y is exact: 2 * 0.25 - 0.5 = 0.
+  EXPECT_EQ(y.ToDoubles(), (std::vector<double>{0.0}));
+  std::vector<double> scales = s.scales.ToDoubles();
+  EXPECT_EQ(scales[0], 224.0);
+  EXPECT_EQ(scales[1], 448.0);
+  EXPECT_EQ(scales[3], 1e6f);  // another linear's columns: untouched
+  // Another linear's current-scaled cast in between (columns 3..5) leaves x's
+  // and w's scales as they are.
+  Fp8LinearScaling other = s;
+  other.index = 3;
+  Fp8Linear(Tensor::FromVector({8.0f}, {1, 1}, DType::kF32),
+            Tensor::FromVector({1.0f}, {1, 1}, DType::kF32), Tensor(), other);
+  scales = s.scales.ToDoubles();
+  EXPECT_EQ(scales[0], 224.0);
+  EXPECT_EQ(scales[1], 448.0);
+  EXPECT_EQ(scales[3], 56.0);
+  // The backward: the output gradient's scale from its own amax (1 here:
+  // 57344), and the gradients exact (codes decoded with the scales above).
+  Backward(Sum(Mul(y, Tensor::FromVector({1.0f}, {1, 1}, DType::kF32))));
+  EXPECT_EQ(s.scales.ToDoubles()[2], 57344.0);
+  EXPECT_EQ(x.grad().ToDoubles(), (std::vector<double>{0.25, 1.0}));
+  EXPECT_EQ(w.grad().ToDoubles(), (std::vector<double>{2.0, -0.5}));
+}
+
 double RelativeError(const Tensor& got, const Tensor& want) {
   const std::vector<double> g = got.ToDoubles(), w = want.ToDoubles();
   double err = 0, norm = 0;

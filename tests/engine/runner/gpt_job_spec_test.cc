@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/data/token_shard.h"
 #include "engine/nn/gpt.h"
 #include "engine/runner/job_spec.h"
@@ -260,6 +261,75 @@ TEST(GptExplainTest, TheOptimizerLineShowsTheWeightDecayGroups) {
   EXPECT_EQ(m.find("none on"), std::string::npos) << m;
   o.weight_decay = 0;
   EXPECT_NE(train::DescribeOptimizer(g, o).find("no weight decay"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ampd::engine
+
+namespace ampd::engine {
+namespace {
+
+// precision.fp8: the FP8 modes by name, the recipe's fields over a base's,
+// and every bad one named (with the rest of the spec's violations).
+TEST(Fp8JobSpecTest, TheModesAndTheRecipeFieldsResolve) {
+  for (const char* name :
+       {"fp8-hybrid", "transformer-engine", "fp8-current", "transformer-engine-float16"}) {
+    auto job =
+        ResolveJobSpec(Parse(absl::StrCat(R"({"model": {"gpt": {}}, "data": {"builtin": "fortunes"},
+                               "precision": {"profile": ")",
+                                          name, R"("}})")),
+                       {});
+    ASSERT_TRUE(job.ok()) << name << ": " << job.status();
+    EXPECT_TRUE(job->config.precision.fp8) << name;
+  }
+  auto job = ResolveJobSpec(Parse(R"({"model": {"gpt": {}}, "data": {"builtin": "fortunes"},
+      "precision": {"custom": {"base": "fp8-hybrid",
+        "fp8": {"margin": 2, "amaxHistoryLen": 16, "amaxComputeAlgo": "AMAX_ALGO_MOST_RECENT",
+                "format": "FORMAT_E4M3"}}}})"),
+                            {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  const backend::Fp8Recipe& r = job->config.precision.fp8_recipe;
+  EXPECT_EQ(r.margin, 2.0f);
+  EXPECT_EQ(r.amax_history_len, 16);
+  EXPECT_EQ(r.amax_compute_algo, backend::AmaxAlgo::kMostRecent);
+  EXPECT_EQ(r.format, backend::Fp8FormatRecipe::kE4M3);
+  // FP8 on top of bf16-mixed, and off again on an fp8 base.
+  job = ResolveJobSpec(Parse(R"({"model": {"gpt": {}}, "data": {"builtin": "fortunes"},
+      "precision": {"custom": {"base": "bf16-mixed", "fp8": {"scaling": "SCALING_CURRENT"}}}})"),
+                       {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->config.precision.fp8);
+  EXPECT_EQ(job->config.precision.fp8_recipe.kind, backend::Fp8ScalingKind::kCurrent);
+  job = ResolveJobSpec(Parse(R"({"model": {"gpt": {}}, "data": {"builtin": "fortunes"},
+      "precision": {"custom": {"base": "fp8-hybrid", "fp8": {"enabled": false}}}})"),
+                       {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE(job->config.precision.fp8);
+}
+
+TEST(Fp8JobSpecTest, EveryBadFp8FieldIsNamed) {
+  auto v = Violations(R"({"model": {"gpt": {}}, "data": {"builtin": "fortunes"},
+      "training": {"batchSize": 0},
+      "precision": {"custom": {"base": "fp8-hybrid", "fp8": {"margin": -1}}}})");
+  EXPECT_EQ(v.count("training.batch_size"), 1u);
+  EXPECT_EQ(v.count("precision.custom.fp8.margin"), 1u) << ::testing::PrintToString(v);
+  v = Violations(R"({"model": {"gpt": {}}, "data": {"builtin": "fortunes"},
+      "precision": {"custom": {"base": "fp8-hybrid", "fp8": {"amaxHistoryLen": 0}}}})");
+  EXPECT_EQ(v.count("precision.custom.fp8.amax_history_len"), 1u) << ::testing::PrintToString(v);
+  v = Violations(R"({"model": {"gpt": {}}, "data": {"builtin": "fortunes"},
+      "precision": {"custom": {"base": "fp8-current", "fp8": {"amaxHistoryLen": 8}}}})");
+  EXPECT_NE(v["precision.custom.fp8.amax_history_len"].find("current scaling keeps no history"),
+            std::string::npos);
+  v = Violations(R"({"model": {"gpt": {}}, "data": {"builtin": "fortunes"},
+      "precision": {"custom": {"base": "32-true", "fp8": {}}}})");
+  EXPECT_NE(v["precision.custom.fp8"].find("FP8 needs autocast"), std::string::npos)
+      << ::testing::PrintToString(v);
+  // An MLP has no block linears for FP8.
+  auto job = ResolveJobSpec(Parse(R"({"precision": {"profile": "fp8-hybrid"}})"), {});
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("precision: precision fp8-hybrid runs a transformer's"),
+            std::string::npos)
+      << job.status();
 }
 
 }  // namespace

@@ -172,6 +172,16 @@ TEST(JobSpecTest, ExamplesInTheRepositoryAreValid) {
     auto job = ResolveJobSpec(*spec, {});
     EXPECT_TRUE(job.ok()) << name << ": " << job.status();
   }
+  // The GPT examples, FP8 included.
+  for (const char* name : {"fortunes_gpt_bf16.json", "fortunes_gpt_fp32.json",
+                           "fortunes_gpt_fp8.json", "fortunes_gpt_bf16_adamw8bit.json"}) {
+    auto spec = ReadJobSpecFile(std::string("examples/") + name);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto job = ResolveJobSpec(*spec, {});
+    EXPECT_TRUE(job.ok()) << name << ": " << job.status();
+  }
+  EXPECT_TRUE(ResolveJobSpec(*ReadJobSpecFile("examples/fortunes_gpt_fp8.json"), {})
+                  ->config.precision.fp8);
   // The GPU example asks for CUDA; everything else about it is the CPU's.
   auto cuda = ResolveJobSpec(*ReadJobSpecFile("examples/fashion_mlp_bf16_cuda.json"), {});
   ASSERT_TRUE(cuda.ok());

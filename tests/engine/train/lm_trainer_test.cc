@@ -147,7 +147,9 @@ TEST(LmTrainerTest, StepMetricsCarryTokensPerSecondAndMfuAgainstThePeak) {
 // masks, the same optimizer and scaler state.
 TEST(LmTrainerTest, AResumedRunIsBitwiseIdenticalToAnUninterruptedOne) {
   const Corpus corpus = MakeCorpus();
-  for (const char* precision : {"32-true", "bf16-mixed", "16-mixed"}) {
+  // The FP8 modes' every amax history and scale is in the state too.
+  for (const char* precision : {"32-true", "bf16-mixed", "16-mixed", "fp8-hybrid", "fp8-current",
+                                "transformer-engine-float16"}) {
     SCOPED_TRACE(precision);
     const TrainerConfig c = Config(precision, /*dropout=*/0.1);
     auto whole = Trainer::Create(c, corpus.View());

@@ -250,7 +250,15 @@ TEST(DevicePath, AGptMatchesTheCpuAndWaitsOncePerStep) {
   tokens.val = &split.val;
   tokens.byte_level = true;
   tokens.eval_windows = 4;
-  for (const char* mode : {"bf16-mixed", "16-mixed"}) {
+  // A device with FP8 tensor cores runs the FP8 modes: casts, decodes and
+  // the once-per-step scaling update all on the device, no host read added.
+  backend::DeviceProperties hopper;
+  hopper.name = "fake H200";
+  hopper.major = 9;
+  hopper.bf16 = hopper.f16 = hopper.fp8 = true;
+  fake.devices = {hopper};
+  for (const char* mode :
+       {"bf16-mixed", "16-mixed", "fp8-hybrid", "fp8-current", "transformer-engine-float16"}) {
     SCOPED_TRACE(mode);
     std::vector<std::vector<double>> losses;
     for (Device device : {Device::kCpu, Device::kCuda}) {
@@ -280,10 +288,52 @@ TEST(DevicePath, AGptMatchesTheCpuAndWaitsOncePerStep) {
         EXPECT_EQ(fake.trainer_reads, 6);
         EXPECT_EQ(fake.downloads, 0);
         EXPECT_GT(fake.calls["causal_attention"], 0);
+        if (c.precision.fp8) {
+          EXPECT_GT(fake.calls["fp8_cast"], 0);
+          EXPECT_GT(fake.calls["fp8_update_scaling"], 0);
+          // The state stayed on the device, and moved.
+          const nn::Fp8State* fp8 = (*t)->model().fp8();
+          ASSERT_NE(fp8, nullptr);
+          EXPECT_EQ(fp8->scales.device(), Device::kCuda);
+        }
       }
     }
     EXPECT_EQ(losses[0], losses[1]);
   }
+  fake.devices.clear();
+}
+
+// FP8 on a device without FP8 tensor cores is refused at creation, naming
+// the precision; only the CPU runs it emulated.
+TEST(DevicePath, AnFp8ModeOnADeviceWithoutFp8IsRefused) {
+  testing::FakeDeviceBackend& fake = Fake();
+  TrainerConfig c;
+  nn::GptSpec g;
+  g.block_size = 16;
+  g.n_layer = 1;
+  g.n_head = 2;
+  g.n_embd = 32;
+  c.model = g;
+  c.precision = *amp::ResolvePrecision("fp8-hybrid");
+  c.device = Device::kCuda;
+  backend::DeviceProperties ampere;
+  ampere.name = "fake A100";
+  ampere.major = 8;
+  ampere.bf16 = ampere.f16 = true;
+  fake.devices = {ampere};
+  absl::Status s = train::CheckKernels(c, fake);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "precision: precision fp8-hybrid needs FP8 tensor cores (compute capability 8.9 or "
+            "later); fake A100 is 8.0. Use bf16-mixed there, or the CPU, where FP8 runs "
+            "emulated");
+  ampere.major = 9;  // a Hopper
+  ampere.fp8 = true;
+  fake.devices = {ampere};
+  EXPECT_TRUE(train::CheckKernels(c, fake).ok());
+  c.precision = *amp::ResolvePrecision("bf16-mixed");
+  fake.devices.clear();
+  EXPECT_TRUE(train::CheckKernels(c, fake).ok());  // no FP8 asked for
 }
 
 TEST(DevicePath, OneHostReadPerStepAndTheFusedKernels) {

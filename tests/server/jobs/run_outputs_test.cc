@@ -138,3 +138,30 @@ TEST_F(RunOutputsTest, AnUnwritableLogDirectoryIsAnErrorAtOpen) {
 
 }  // namespace
 }  // namespace ampd::server::jobs
+
+namespace ampd::server::jobs {
+namespace {
+
+// An FP8 job's scaling records go to TensorBoard as fp8/LAYER/ROLE/scale and
+// .../amax scalars (tags as they appear in the event file's bytes).
+TEST_F(RunOutputsTest, Fp8ScalingRecordsAreTensorBoardScalars) {
+  std::unique_ptr<RunOutputs> out = Open({});
+  engine::train::Fp8ScalingRecord r;
+  r.step = 1;
+  r.tensors.push_back({"h.0.attn.c_attn", "input", 112.0, 4.0});
+  r.tensors.push_back({"h.0.attn.c_attn", "grad_output", 57344.0, 1.0});
+  out->AfterFp8Scaling(r);
+  out.reset();  // flushes and closes the event file
+  std::string bytes;
+  for (const auto& e : fs::directory_iterator(root_ / "tensorboard" / "j1")) {
+    std::ifstream in(e.path(), std::ios::binary);
+    bytes.append(std::istreambuf_iterator<char>(in), {});
+  }
+  for (const char* tag : {"fp8/h.0.attn.c_attn/input/scale", "fp8/h.0.attn.c_attn/input/amax",
+                          "fp8/h.0.attn.c_attn/grad_output/scale"}) {
+    EXPECT_NE(bytes.find(tag), std::string::npos) << tag;
+  }
+}
+
+}  // namespace
+}  // namespace ampd::server::jobs
