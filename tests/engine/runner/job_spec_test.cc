@@ -180,8 +180,8 @@ TEST(JobSpecTest, ExamplesInTheRepositoryAreValid) {
     auto job = ResolveJobSpec(*spec, {});
     EXPECT_TRUE(job.ok()) << name << ": " << job.status();
   }
-  EXPECT_TRUE(ResolveJobSpec(*ReadJobSpecFile("examples/fortunes_gpt_fp8.json"), {})
-                  ->config.precision.fp8);
+  EXPECT_TRUE(
+      ResolveJobSpec(*ReadJobSpecFile("examples/fortunes_gpt_fp8.json"), {})->config.precision.fp8);
   // The GPU example asks for CUDA; everything else about it is the CPU's.
   auto cuda = ResolveJobSpec(*ReadJobSpecFile("examples/fashion_mlp_bf16_cuda.json"), {});
   ASSERT_TRUE(cuda.ok());
