@@ -45,18 +45,23 @@ float ValueAt(const Tensor& x, int64_t i) {
 }
 
 Tensor Fp8Cast(const Tensor& x, Fp8Format format, const Tensor& scales, const Tensor& amax_history,
-               int64_t index) {
+               int64_t index, const Tensor& saturated) {
   Tensor codes = Tensor::Uninitialized(x.shape(), DType::kU8);
   uint8_t* out = codes.data<uint8_t>();
   const float scale = scales.data<float>()[index];
+  const float max = core::Fp8Max(format);
   float amax = 0.0f;
+  int64_t clipped = 0;
   for (int64_t i = 0; i < x.numel(); ++i) {
     const float v = ValueAt(x, i);
     amax = std::fmax(amax, std::fabs(v));
-    out[i] = core::F32ToFp8(v * scale, format, /*saturate=*/true);
+    const float scaled = v * scale;
+    clipped += std::fabs(scaled) > max;  // false for NaN
+    out[i] = core::F32ToFp8(scaled, format, /*saturate=*/true);
   }
   float& recorded = amax_history.data<float>()[index];
   recorded = std::fmax(recorded, amax);
+  if (saturated.defined()) saturated.data<double>()[index] += static_cast<double>(clipped);
   return codes;
 }
 

@@ -177,7 +177,7 @@ class CudaBackend final : public backend::Backend {
                    const Tensor& absmax, const SgdHyper& h, bool first, const FusedStepArgs& args);
   // fp8.cc
   Tensor Fp8Cast(const Tensor& x, core::Fp8Format format, const Tensor& scales,
-                 const Tensor& amax_history, int64_t index);
+                 const Tensor& amax_history, int64_t index, const Tensor& saturated);
   Tensor Fp8Decode(const Tensor& codes, core::Fp8Format format, const Tensor& scale_invs,
                    int64_t index, DType dtype);
   void Fp8UpdateScaling(const Tensor& amax_history, const Tensor& scales, const Tensor& scale_invs,

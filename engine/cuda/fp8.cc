@@ -16,12 +16,13 @@ int FormatCode(core::Fp8Format f) { return f == core::Fp8Format::kE4M3 ? 0 : 1; 
 }  // namespace
 
 Tensor CudaBackend::Fp8Cast(const Tensor& x, core::Fp8Format format, const Tensor& scales,
-                            const Tensor& amax_history, int64_t index) {
+                            const Tensor& amax_history, int64_t index, const Tensor& saturated) {
   Tensor codes = Allocate(x.shape(), DType::kU8, false);
   if (Ok()) {
     Record(LaunchFp8Cast(x.raw(), Dt(x), x.numel(), FormatCode(format), scales.data<float>(), index,
-                         amax_history.data<float>() + index, codes.data<uint8_t>(), Scratch(),
-                         S()));
+                         amax_history.data<float>() + index,
+                         saturated.defined() ? saturated.data<double>() + index : nullptr,
+                         codes.data<uint8_t>(), Scratch(), S()));
   }
   return codes;
 }

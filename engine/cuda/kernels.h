@@ -79,9 +79,10 @@ std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* 
 // saturating, and *recorded_amax = max(itself, max |x|), reduced through
 // `scratch` (kMaxReduceBlocks floats); decode * scale_invs[index] into y; the
 // scaling update of a [len, n] amax history (algo: core::AmaxAlgo).
+// `saturated` may be null (no count).
 std::string LaunchFp8Cast(const void* x, int dt, int64_t n, int format, const float* scales,
-                          int64_t index, float* recorded_amax, uint8_t* codes, double* scratch,
-                          Stream s);
+                          int64_t index, float* recorded_amax, double* saturated, uint8_t* codes,
+                          double* scratch, Stream s);
 std::string LaunchFp8Decode(const uint8_t* codes, int64_t n, int format, const float* scale_invs,
                             int64_t index, void* y, int ydt, Stream s);
 std::string LaunchFp8UpdateScaling(float* history, int64_t len, int64_t n, float* scales,

@@ -12,6 +12,7 @@ Fp8State Fp8State::Create(const backend::Fp8Recipe& recipe, std::vector<std::str
   s.amax_history = Tensor::Zeros({recipe.amax_history_len, n}, DType::kF32);
   s.scales = Tensor::Full({n}, DType::kF32, 1.0);
   s.scale_invs = Tensor::Full({n}, DType::kF32, 1.0);
+  s.saturated = Tensor::Zeros({n}, DType::kF64);
   std::vector<float> max(n);
   const float forward = backend::Fp8ScaledMax(backend::ForwardFormat(recipe), recipe.margin);
   const float gradient = backend::Fp8ScaledMax(backend::GradientFormat(recipe), recipe.margin);
@@ -28,6 +29,7 @@ ops::Fp8LinearScaling Fp8State::For(size_t i) const {
   f.index = 3 * static_cast<int64_t>(i);
   f.forward = backend::ForwardFormat(recipe);
   f.backward = backend::GradientFormat(recipe);
+  f.saturated = saturated;
   if (recipe.kind == backend::Fp8ScalingKind::kCurrent) {
     f.current = true;
     f.scaled_max = scaled_max;
@@ -53,6 +55,7 @@ Fp8State Fp8State::To(Device device) const {
   s.scales = scales.To(device);
   s.scale_invs = scale_invs.To(device);
   s.scaled_max = scaled_max.To(device);
+  s.saturated = saturated.To(device);
   return s;
 }
 
@@ -61,12 +64,15 @@ Fp8State Fp8State::Scratch() const {
   s.amax_history = amax_history.Clone();
   s.scales = scales.Clone();
   s.scale_invs = scale_invs.Clone();
+  s.saturated = saturated.Clone();
   return s;
 }
 
 std::vector<std::pair<std::string, Tensor>> Fp8State::Saved() const {
-  return {
-      {"fp8/amax_history", amax_history}, {"fp8/scales", scales}, {"fp8/scale_invs", scale_invs}};
+  return {{"fp8/amax_history", amax_history},
+          {"fp8/scales", scales},
+          {"fp8/scale_invs", scale_invs},
+          {"fp8/saturated", saturated}};
 }
 
 }  // namespace ampd::engine::nn

@@ -27,6 +27,9 @@ struct Fp8State {
   Tensor scales;
   Tensor scale_invs;
   Tensor scaled_max;  // fp8_max(format) * 2^-margin per column (constant)
+  // [n] f64: values each column's casts clipped to +-fp8_max since the last
+  // scaling record (which reads and resets it).
+  Tensor saturated;
 
   // Scales 1, histories 0, on the CPU.
   static Fp8State Create(const backend::Fp8Recipe& recipe, std::vector<std::string> layers);
@@ -43,7 +46,8 @@ struct Fp8State {
   Fp8State To(Device device) const;
   // A copy whose casts do not touch this one (evaluations record no amax).
   Fp8State Scratch() const;
-  // Checkpoint tensors: "fp8/amax_history", "fp8/scales", "fp8/scale_invs".
+  // Checkpoint tensors: "fp8/amax_history", "fp8/scales", "fp8/scale_invs",
+  // "fp8/saturated".
   std::vector<std::pair<std::string, Tensor>> Saved() const;
 };
 

@@ -39,6 +39,9 @@ struct Fp8LinearScaling {
   // fp8_max * 2^-margin of every column, for the update before each cast.
   bool current = false;
   Tensor scaled_max;
+  // [n] f64, optional: each cast adds the values it clipped to +-fp8_max to
+  // its column (the scaling record's saturation counts).
+  Tensor saturated;
 };
 
 // x [M, in], w [out, in], b [out] (may be undefined); y in the region's dtype

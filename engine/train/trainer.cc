@@ -1,5 +1,6 @@
 #include "engine/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -337,8 +338,23 @@ StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
 
 void Trainer::ReportFp8Scaling(TrainerCallbacks* callbacks) {
   const nn::Fp8State* fp8 = model_->fp8();
-  if (callbacks == nullptr || fp8 == nullptr) return;
+  if (fp8 == nullptr) return;
   if (step_ != 1 && step_ % kFp8RecordInterval != 0 && step_ != total_steps_) return;
+  // The saturation counts restart at every record step, reported or not, so
+  // that the state (and a checkpoint of it) never depends on the callbacks.
+  struct ResetSaturated {
+    const Tensor& t;
+    Backend* device;
+    ~ResetSaturated() {
+      if (device != nullptr) {
+        device->Fill(t, 0.0);
+      } else {
+        std::fill_n(t.data<double>(), t.numel(), 0.0);
+      }
+    }
+  } reset{fp8->saturated, device_backend_};
+  if (callbacks == nullptr) return;
+  const std::vector<double> saturated = HostCopy(fp8->saturated).ToDoubles();
   const std::vector<double> scales = HostCopy(fp8->scales).ToDoubles();
   const std::vector<double> max = HostCopy(fp8->scaled_max).ToDoubles();
   const int64_t len = fp8->amax_history.shape()[0], n = fp8->columns();
@@ -355,6 +371,7 @@ void Trainer::ReportFp8Scaling(TrainerCallbacks* callbacks) {
     t.role = kRoles[c % 3];
     t.scale = scales[c];
     t.amax = len > 1 ? newest[c] : (scales[c] != 1.0 ? max[c] / scales[c] : 0.0);
+    t.saturated = static_cast<int64_t>(saturated[c]);
     r.tensors.push_back(std::move(t));
   }
   callbacks->OnFp8Scaling(r);

@@ -115,6 +115,8 @@ struct Fp8TensorScale {
   // amax_compute_algo), or fp8_max / scale (current scaling, which keeps no
   // history; 0 while the scale is still the initial 1).
   double amax = 0;
+  // Values its casts clipped to +-fp8_max since the previous record.
+  int64_t saturated = 0;
 };
 struct Fp8ScalingRecord {
   int64_t step = 0;

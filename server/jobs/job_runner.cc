@@ -37,6 +37,7 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
       o->set_role(t.role);
       o->set_scale(t.scale);
       o->set_amax(t.amax);
+      o->set_saturated(t.saturated);
     }
     append_(std::move(e));
     if (after_fp8) after_fp8(r);

@@ -87,6 +87,7 @@ void RunOutputs::AfterFp8Scaling(const engine::train::Fp8ScalingRecord& r) {
     const std::string tag = "fp8/" + t.layer + "/" + t.role;
     if (s.ok()) s = tensorboard_->AddScalar(tag + "/scale", r.step, t.scale, now);
     if (s.ok()) s = tensorboard_->AddScalar(tag + "/amax", r.step, t.amax, now);
+    if (s.ok()) s = tensorboard_->AddScalar(tag + "/saturated", r.step, t.saturated, now);
   }
   Fail(s);
 }

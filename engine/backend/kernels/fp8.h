@@ -23,12 +23,14 @@ namespace ampd::engine::backend {
 
 // codes = FP8(x * scales[index]), saturating, round-to-nearest-even (u8, x's
 // shape; f32, f16 or bf16 x); and amax_history[0, index] = max(itself,
-// max |x|), NaNs passed over (fmaxf, as TE).
+// max |x|), NaNs passed over (fmaxf, as TE). With `saturated` defined ([n]
+// f64), saturated[index] += the values the cast clipped to +-fp8_max (|x *
+// scale| beyond it; NaNs are not).
 struct Fp8CastKernel {
   static constexpr const char* kName = "fp8_cast";
   static constexpr OpId kOps[] = {OpId::kFp8Linear};
   using Fn = Tensor (*)(const Tensor& x, core::Fp8Format format, const Tensor& scales,
-                        const Tensor& amax_history, int64_t index);
+                        const Tensor& amax_history, int64_t index, const Tensor& saturated);
 };
 
 // y = decode(codes) * scale_invs[index], rounded once to `dtype` (f32, f16 or

@@ -20,27 +20,47 @@ __device__ __forceinline__ Fp8Format FormatOf(int f) {
   return f == 0 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
 }
 
-// codes[i] = FP8(x[i] * scale); block_amax[blockIdx.x] = max |x| of the block's elements.
+// codes[i] = FP8(x[i] * scale); block_amax[blockIdx.x] = max |x| of the
+// block's elements, block_clipped[blockIdx.x] = how many it clipped to +-max.
 __global__ void Fp8CastKernel(const void* x, int dt, int64_t n, int format, const float* scales,
-                              int64_t index, uint8_t* codes, float* block_amax) {
+                              int64_t index, uint8_t* codes, float* block_amax,
+                              unsigned* block_clipped) {
   const float scale = scales[index];
   const Fp8Format f = FormatOf(format);
+  const float max = core::Fp8Max(f);
   float amax = 0.0f;
+  unsigned clipped = 0;
   GRID_STRIDE(i, n) {
     const float v = Load<float>(x, dt, i);
     amax = fmaxf(amax, fabsf(v));
-    codes[i] = core::F32ToFp8(__fmul_rn(v, scale), f, /*saturate=*/true);
+    const float scaled = __fmul_rn(v, scale);
+    clipped += fabsf(scaled) > max ? 1u : 0u;  // not NaN
+    codes[i] = core::F32ToFp8(scaled, f, /*saturate=*/true);
   }
   const float m = BlockMax(amax);
-  if (threadIdx.x == 0) block_amax[blockIdx.x] = m;
+  const unsigned c = BlockSum(clipped);
+  if (threadIdx.x == 0) {
+    block_amax[blockIdx.x] = m;
+    block_clipped[blockIdx.x] = c;
+  }
 }
 
-// recorded = max(recorded, the blocks' maxima).
-__global__ void Fp8RecordAmaxKernel(const float* block_amax, int blocks, float* recorded) {
+// recorded = max(recorded, the blocks' maxima); *saturated (when not null)
+// += the blocks' clipped counts.
+__global__ void Fp8RecordAmaxKernel(const float* block_amax, const unsigned* block_clipped,
+                                    int blocks, float* recorded, double* saturated) {
   float amax = 0.0f;
-  for (int b = threadIdx.x; b < blocks; b += kThreads) amax = fmaxf(amax, block_amax[b]);
+  double clipped = 0.0;
+  for (int b = threadIdx.x; b < blocks; b += kThreads) {
+    amax = fmaxf(amax, block_amax[b]);
+    clipped += static_cast<double>(block_clipped[b]);
+  }
   const float m = BlockMax(amax);
-  if (threadIdx.x == 0) *recorded = fmaxf(*recorded, m);
+  const double c = BlockSum(clipped);
+  if (threadIdx.x == 0) {
+    *recorded = fmaxf(*recorded, m);
+    if (saturated != nullptr) *saturated += c;
+  }
 }
 
 __global__ void Fp8DecodeKernel(const uint8_t* codes, int64_t n, int format,
@@ -62,12 +82,17 @@ __global__ void Fp8UpdateScalingKernel(float* history, int64_t len, int64_t n, f
 }  // namespace
 
 std::string LaunchFp8Cast(const void* x, int dt, int64_t n, int format, const float* scales,
-                          int64_t index, float* recorded_amax, uint8_t* codes, double* scratch,
-                          Stream s) {
+                          int64_t index, float* recorded_amax, double* saturated, uint8_t* codes,
+                          double* scratch, Stream s) {
   const int blocks = ReduceBlocks(n);
+  // The scratch's kMaxReduceBlocks + 1 doubles: the blocks' amaxes (floats)
+  // in its first half, their clipped counts (32-bit) in its second.
   float* block_amax = reinterpret_cast<float*>(scratch);
-  LAUNCH(Fp8CastKernel, blocks, kThreads, S(s), x, dt, n, format, scales, index, codes, block_amax);
-  LAUNCH(Fp8RecordAmaxKernel, 1, kThreads, S(s), block_amax, blocks, recorded_amax);
+  unsigned* block_clipped = reinterpret_cast<unsigned*>(block_amax + kMaxReduceBlocks);
+  LAUNCH(Fp8CastKernel, blocks, kThreads, S(s), x, dt, n, format, scales, index, codes, block_amax,
+         block_clipped);
+  LAUNCH(Fp8RecordAmaxKernel, 1, kThreads, S(s), block_amax, block_clipped, blocks, recorded_amax,
+         saturated);
   return Check("Fp8CastKernel");
 }
 

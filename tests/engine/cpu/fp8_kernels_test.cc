@@ -23,7 +23,10 @@ TEST(CpuFp8KernelsTest, CastRecordsTheAmaxAndDecodeScalesBack) {
   Tensor scales = Tensor::FromVector({1.0f, 2.0f}, {2}, DType::kF32);
   Tensor history = Tensor::Zeros({4, 2}, DType::kF32);
   history.data<float>()[1] = 5.0f;
-  Tensor codes = Kernel<Fp8CastKernel>(Device::kCpu)(x, Fp8Format::kE4M3, scales, history, 1);
+  Tensor saturated = Tensor::Zeros({2}, DType::kF64);
+  saturated.data<double>()[1] = 4;  // counted before: added to
+  Tensor codes =
+      Kernel<Fp8CastKernel>(Device::kCpu)(x, Fp8Format::kE4M3, scales, history, 1, saturated);
   ASSERT_EQ(codes.dtype(), DType::kU8);
   for (size_t i = 0; i < xs.size(); ++i) {
     EXPECT_EQ(codes.data<uint8_t>()[i], core::F32ToFp8(xs[i] * 2.0f, Fp8Format::kE4M3, true)) << i;
@@ -31,6 +34,11 @@ TEST(CpuFp8KernelsTest, CastRecordsTheAmaxAndDecodeScalesBack) {
   EXPECT_EQ(codes.data<uint8_t>()[3], 0x7E);     // 2000 saturates to 448
   EXPECT_EQ(history.data<float>()[1], 1000.0f);  // max |x|, the NaN passed over
   EXPECT_EQ(history.data<float>()[0], 0.0f);     // another tensor's column
+  // Clipped: 2000 (past 448); not the NaN, not 6 or 4.
+  EXPECT_EQ(saturated.data<double>()[1], 4.0 + 1.0);
+  EXPECT_EQ(saturated.data<double>()[0], 0.0);
+  // Without a count tensor nothing is counted (and nothing breaks).
+  Kernel<Fp8CastKernel>(Device::kCpu)(x, Fp8Format::kE4M3, scales, history, 1, Tensor());
   Tensor inv = Tensor::FromVector({1.0f, 0.5f}, {2}, DType::kF32);
   Tensor y = Kernel<Fp8DecodeKernel>(Device::kCpu)(codes, Fp8Format::kE4M3, inv, 1, DType::kBF16);
   EXPECT_EQ(core::BF16BitsToF32(y.data<uint16_t>()[2]), 3.0f);

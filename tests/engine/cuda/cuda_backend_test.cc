@@ -654,11 +654,21 @@ TEST_F(CudaBackendTest, Fp8CastsDecodesAndScalingEqualTheCpuBitForBit) {
       Tensor history = Tensor::Zeros({len, cols}, DType::kF32);
       history.data<float>()[col] = 7.0f;  // an earlier cast this step: the max is kept
       Tensor g_history = G(history);
-      Tensor want = Cpu<Fp8CastKernel>()(x, f, scales, history, col);
-      Tensor got = Gpu<Fp8CastKernel>()(G(x), f, G(scales), g_history, col);
+      Tensor saturated = Tensor::Zeros({cols}, DType::kF64);
+      saturated.data<double>()[col] = 2;  // earlier casts' count: added to
+      Tensor g_saturated = G(saturated);
+      Tensor want = Cpu<Fp8CastKernel>()(x, f, scales, history, col, saturated);
+      Tensor got = Gpu<Fp8CastKernel>()(G(x), f, G(scales), g_history, col, g_saturated);
       ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
       EXPECT_EQ(got.ToDoubles(), want.ToDoubles()) << what << " codes";
       EXPECT_EQ(g_history.ToDoubles(), history.ToDoubles()) << what << " amax";
+      EXPECT_EQ(g_saturated.ToDoubles(), saturated.ToDoubles()) << what << " saturated";
+      // |x| up to 300 at 3.5 clips past E4M3's 448; at 0.25 nothing does.
+      if (f == core::Fp8Format::kE4M3) {
+        EXPECT_GT(saturated.data<double>()[col], 100.0) << what;
+      } else {
+        EXPECT_EQ(saturated.data<double>()[col], 2.0) << what;
+      }
       EXPECT_GT(history.data<float>()[col], 250.0f) << what;  // max |x|, NaN passed over
       for (DType out : kLowAndF32) {
         Tensor inv = Tensor::FromVector({1 / 3.5f, 4.0f}, {cols}, DType::kF32);

@@ -86,8 +86,11 @@ TEST(Fp8LinearTest, TheScalesAreAppliedAndSaturate) {
   Tensor x = Tensor::FromVector({2.0f, 1.0f}, {1, 2}, DType::kF32);
   Tensor w = Tensor::FromVector({1.0f, 1.0f}, {1, 2}, DType::kF32);
   Fp8LinearScaling s = Scaling(256.0f);
+  s.saturated = Tensor::Zeros({3}, DType::kF64);
   const Tensor y = Fp8Linear(x, w, Tensor(), s);
   EXPECT_EQ(y.ToDoubles(), (std::vector<double>{1.75 + 1.0}));
+  // The one value clipped is counted in x's column; w's 256 fit.
+  EXPECT_EQ(s.saturated.ToDoubles(), (std::vector<double>{1.0, 0.0, 0.0}));
   // Columns from an offset: another linear's scaling in the same tensors.
   Fp8LinearScaling t = Scaling(1.0f, 6, 3);
   Fp8Linear(x, w, Tensor(), t);

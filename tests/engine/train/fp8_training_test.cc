@@ -3,8 +3,10 @@
 // scaling state per model, updated once per step; evaluations leave it
 // alone; the run learns as bf16-mixed does; the plan marks the FP8 GEMMs;
 // checkpoints carry the state and a mismatched one is refused.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -173,6 +175,47 @@ TEST(Fp8TrainingTest, OneScalingStatePerModelUpdatedOncePerStepAndLeftAloneByEva
   (*t)->EvaluateTokens();
   EXPECT_EQ(Floats(fp8->amax_history), history);
   EXPECT_EQ(Floats(fp8->scales), scales);
+}
+
+// The scaling record counts what each cast clipped: scales far too large
+// for the tensors clip most of their values, each tensor's count is its
+// own, and the counts restart after each record.
+TEST(Fp8TrainingTest, TheScalingRecordCountsSaturatedValues) {
+  struct Records : train::TrainerCallbacks {
+    void OnFp8Scaling(const train::Fp8ScalingRecord& r) override { records.push_back(r); }
+    std::vector<train::Fp8ScalingRecord> records;
+  } rec;
+  auto t = Trainer::Create(Config("fp8-hybrid"), TheCorpus().View());
+  ASSERT_TRUE(t.ok()) << t.status();
+  nn::Fp8State* fp8 = (*t)->model().fp8();
+  ASSERT_NE(fp8, nullptr);
+  // Every weight's scale far too large: each of its (nonzero) values clips,
+  // once per step; the inputs and gradients keep scale 1.
+  for (int64_t c = 1; c < fp8->columns(); c += 3) {
+    fp8->scales.data<float>()[c] = 1e12f;
+    fp8->scale_invs.data<float>()[c] = 1e-12f;
+  }
+  (*t)->RunStep(&rec);
+  ASSERT_EQ(rec.records.size(), 1u);
+  const train::Fp8ScalingRecord& r = rec.records[0];
+  EXPECT_EQ(r.step, 1);
+  ASSERT_EQ(r.tensors.size(), 24u);
+  const std::map<std::string, int64_t> weights = {{"attn.c_attn", 96 * 32},
+                                                  {"attn.c_proj", 32 * 32},
+                                                  {"mlp.c_fc", 128 * 32},
+                                                  {"mlp.c_proj", 32 * 128}};  // n_embd 32
+  for (const train::Fp8TensorScale& s : r.tensors) {
+    SCOPED_TRACE(s.layer + " " + s.role);
+    if (s.role == "weight") {
+      EXPECT_EQ(s.saturated, weights.at(s.layer.substr(4)));  // "h.0." off
+    } else {
+      EXPECT_GE(s.saturated, 0);
+    }
+  }
+  for (double v : fp8->saturated.ToDoubles()) EXPECT_EQ(v, 0.0);  // restarted
+  // Step 2 is not a record step: no record, and the counts run on.
+  (*t)->RunStep(&rec);
+  EXPECT_EQ(rec.records.size(), 1u);
 }
 
 // English text (the first MiB of the fortunes corpus), so that the val loss
