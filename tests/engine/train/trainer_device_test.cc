@@ -261,6 +261,7 @@ TEST(DevicePath, AGptMatchesTheCpuAndWaitsOncePerStep) {
        {"bf16-mixed", "16-mixed", "fp8-hybrid", "fp8-current", "transformer-engine-float16"}) {
     SCOPED_TRACE(mode);
     std::vector<std::vector<double>> losses;
+    std::vector<std::vector<double>> records;  // FP8: each device's scaling record
     for (Device device : {Device::kCpu, Device::kCuda}) {
       TrainerConfig c;
       nn::GptSpec g;
@@ -297,8 +298,35 @@ TEST(DevicePath, AGptMatchesTheCpuAndWaitsOncePerStep) {
           EXPECT_EQ(fp8->scales.device(), Device::kCuda);
         }
       }
+      if (c.precision.fp8) {
+        // One step more (a record step: the run's last) with a listener:
+        // its scaling record, read from the device, is the CPU's.
+        struct Records : train::TrainerCallbacks {
+          void OnFp8Scaling(const train::Fp8ScalingRecord& r) override { records.push_back(r); }
+          std::vector<train::Fp8ScalingRecord> records;
+        } rec;
+        ASSERT_TRUE((*t)->LoadState((*t)->SaveState()).ok());  // state through the host
+        records.emplace_back();
+        c.training.steps = 7;
+        absl::StatusOr<std::unique_ptr<Trainer>> u = Trainer::Create(c, tokens);
+        ASSERT_TRUE(u.ok());
+        ASSERT_TRUE((*u)->LoadState((*t)->SaveState()).ok());
+        (*u)->RunStep(&rec);
+        ASSERT_EQ(rec.records.size(), 1u);
+        EXPECT_EQ(rec.records[0].step, 7);
+        for (const train::Fp8TensorScale& s : rec.records[0].tensors) {
+          records.back().push_back(s.scale);
+          records.back().push_back(s.amax);
+          records.back().push_back(static_cast<double>(s.saturated));
+        }
+      }
     }
     EXPECT_EQ(losses[0], losses[1]);
+    if (!records.empty()) {
+      ASSERT_EQ(records.size(), 2u);
+      EXPECT_FALSE(records[0].empty());
+      EXPECT_EQ(records[0], records[1]);
+    }
   }
   fake.devices.clear();
 }
