@@ -92,10 +92,10 @@ std::string FilterSignature(const std::vector<v1::JobState>& states) {
 
 }  // namespace
 
-absl::Status JobManager::CheckConfined(const v1::DataSpec& data, const std::string& owner) const {
+absl::Status JobManager::CheckConfined(const v1::JobSpec& spec, const std::string& owner) const {
   std::error_code ec;
   const std::filesystem::path root = std::filesystem::weakly_canonical(options_.data_root, ec);
-  for (const auto& [field, value] : engine::runner::DataPaths(data)) {
+  for (const auto& [field, value] : engine::runner::SpecPaths(spec)) {
     if (value.empty()) continue;
     // Symlinks are followed: a link inside the root that points outside it
     // is refused like "../". An upload path must stay in its owner's uploads.
@@ -343,8 +343,18 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
     if (absl::Status s = engine::train::CheckKernels(resolved->config, **backend); !s.ok())
       return s;
   }
-  if (absl::Status s = CheckConfined(spec.data(), owner); !s.ok()) return s;
+  if (absl::Status s = CheckConfined(spec, owner); !s.ok()) return s;
   if (engine::nn::DataDimsKnown(resolved->config.model)) {
+    // The weights to start from fit this model (header only; read in full
+    // when the job starts).
+    engine::runner::JobSpecContext files = context;
+    files.resolve_data_path = [this, owner](const std::string& p) {
+      return ResolveDataPath(options_.data_root, owner, p);
+    };
+    if (absl::Status s = engine::runner::CheckInitFrom(spec, files, resolved->config.model);
+        !s.ok()) {
+      return s;
+    }
     const int64_t params = engine::nn::ParameterCount(resolved->config.model);
     if (params > options_.max_model_parameters) {
       return Quota("max_model_parameters",
@@ -1048,7 +1058,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     }
     Notify(*job);
   };
-  hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec.data(), owner); };
+  hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec, owner); };
   const bool resumed = request.resume.has_value();
   hooks.started = [this, &job, resumed](int64_t total_steps, int64_t optimizer_state_bytes) {
     {

@@ -187,7 +187,7 @@ class JobManager {
   std::vector<std::string> JobDirs(const std::string& job_id) const;
   void RemoveJobFiles(const std::string& job_id) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.
-  absl::Status CheckConfined(const ampd::v1::DataSpec& data, const std::string& owner) const;
+  absl::Status CheckConfined(const ampd::v1::JobSpec& spec, const std::string& owner) const;
 
   JobManagerOptions options_;
   mutable std::mutex mu_;

@@ -181,6 +181,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "ampd_train: %s\n", std::string(data.status().message()).c_str());
     return 1;
   }
+  // init_from: relative to the working directory, as the data files are.
+  if (absl::Status s = LoadInitFrom(*spec, context, &job->config); !s.ok()) {
+    std::fprintf(stderr, "ampd_train: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   auto trainer = data->tokens ? Trainer::Create(job->config, data->tokens->View())
                               : Trainer::Create(job->config, &data->train,
                                                 data->test ? &*data->test : nullptr);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "engine/core/error_subject.h"
 #include "engine/data/text_tokens.h"
 #include "engine/data/token_shard.h"
+#include "engine/io/safetensors.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace ampd::engine::runner {
@@ -21,6 +23,7 @@ using amp::PrecisionConfig;
 using amp::ResolvePrecision;
 using amp::ValidatePrecision;
 using core::ErrorSubject;
+using core::FieldError;
 using core::SubjectsError;
 using nn::Activation;
 using nn::FillDataDims;
@@ -653,6 +656,89 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   }
   if (!violations.empty()) return ViolationsToStatus(violations);
   return job;
+}
+
+std::vector<std::pair<std::string, std::string>> SpecPaths(const v1::JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> out = DataPaths(spec.data());
+  if (!spec.init_from().empty()) out.emplace_back("init_from", spec.init_from());
+  return out;
+}
+
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return "[" + absl::StrJoin(shape, ", ") + "]";
+}
+
+// Each parameter by name with its shape, nothing else, floating dtypes.
+absl::Status CheckWeights(
+    const std::string& path,
+    const std::vector<std::pair<std::string, std::pair<DType, std::vector<int64_t>>>>& file,
+    const nn::ModelSpec& model) {
+  std::map<std::string, std::pair<DType, std::vector<int64_t>>> in_file(file.begin(), file.end());
+  for (const nn::ParameterShape& p : nn::DescribeModel(model).parameters) {
+    auto it = in_file.find(p.name);
+    if (it == in_file.end()) {
+      return FieldError("init_from", absl::StrCat(path, " has no tensor ", p.name, " (shape ",
+                                                  ShapeText(p.shape), " in the model)"));
+    }
+    const auto& [dtype, shape] = it->second;
+    if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16 &&
+        dtype != DType::kF64) {
+      return FieldError(
+          "init_from", absl::StrCat(path, ": tensor ", p.name, " is ",
+                                    std::string(DTypeName(dtype)), ", not a floating-point dtype"));
+    }
+    if (shape != p.shape) {
+      return FieldError("init_from",
+                        absl::StrCat(path, ": tensor ", p.name, " has shape ", ShapeText(shape),
+                                     " in the file and ", ShapeText(p.shape), " in the model"));
+    }
+    in_file.erase(it);
+  }
+  if (!in_file.empty()) {
+    return FieldError("init_from", absl::StrCat(path, " has a tensor the model does not: ",
+                                                in_file.begin()->first, " (shape ",
+                                                ShapeText(in_file.begin()->second.second), ")"));
+  }
+  return absl::OkStatus();
+}
+
+std::string UnderRoot(const JobSpecContext& context, const std::string& p) {
+  return context.resolve_data_path ? context.resolve_data_path(p) : context.data_root + "/" + p;
+}
+
+}  // namespace
+
+absl::Status CheckInitFrom(const v1::JobSpec& spec, const JobSpecContext& context,
+                           const nn::ModelSpec& model) {
+  if (spec.init_from().empty()) return absl::OkStatus();
+  absl::StatusOr<io::SafetensorsHeader> header =
+      io::ReadSafetensorsHeader(UnderRoot(context, spec.init_from()));
+  if (!header.ok()) {
+    return FieldError("init_from", std::string(header.status().message()));
+  }
+  std::vector<std::pair<std::string, std::pair<DType, std::vector<int64_t>>>> file;
+  for (const io::SafetensorsEntry& e : header->entries) {
+    file.push_back({e.name, {e.dtype, e.shape}});
+  }
+  return CheckWeights(spec.init_from(), file, model);
+}
+
+absl::Status LoadInitFrom(const v1::JobSpec& spec, const JobSpecContext& context,
+                          train::TrainerConfig* config) {
+  config->initial_weights.clear();
+  if (spec.init_from().empty()) return absl::OkStatus();
+  absl::StatusOr<io::SafetensorsFile> f = io::ReadSafetensors(UnderRoot(context, spec.init_from()));
+  if (!f.ok()) return FieldError("init_from", std::string(f.status().message()));
+  std::vector<std::pair<std::string, std::pair<DType, std::vector<int64_t>>>> file;
+  for (const std::string& name : f->names) {
+    const Tensor& t = f->tensors.at(name);
+    file.push_back({name, {t.dtype(), t.shape()}});
+  }
+  if (absl::Status s = CheckWeights(spec.init_from(), file, config->model); !s.ok()) return s;
+  config->initial_weights = std::move(f->tensors);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext& context,

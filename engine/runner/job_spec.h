@@ -16,8 +16,8 @@
 #include "engine/core/tensor.h"
 #include "engine/data/dataset.h"
 #include "engine/data/text_tokens.h"
-#include "engine/runner/spec_json.h"
 #include "engine/data/token_sequence.h"
+#include "engine/runner/spec_json.h"
 #include "engine/train/trainer.h"
 
 namespace ampd::engine::runner {
@@ -91,6 +91,19 @@ absl::StatusOr<JobData> LoadJobData(const ampd::v1::DataSpec& spec, const JobSpe
 // The files a data spec names, each with its field ("data.file.train_csv",
 // "data.tokens.shards.train[1]"), for the server's confinement check.
 std::vector<std::pair<std::string, std::string>> DataPaths(const ampd::v1::DataSpec& spec);
+// Every file a job spec names: DataPaths, and init_from.
+std::vector<std::pair<std::string, std::string>> SpecPaths(const ampd::v1::JobSpec& spec);
+
+// init_from against the model (`model`'s sizes known): its header only.
+// INVALID_ARGUMENT on "init_from" naming the tensor (missing, unexpected, or
+// its shape in the file and in the model; a dtype that is not floating);
+// NOT_FOUND-like errors name the path. OK when the spec has no init_from.
+absl::Status CheckInitFrom(const ampd::v1::JobSpec& spec, const JobSpecContext& context,
+                           const nn::ModelSpec& model);
+// The same checks on the whole file, then its tensors as the config's
+// initial_weights (the trainer casts them to each parameter's dtype).
+absl::Status LoadInitFrom(const ampd::v1::JobSpec& spec, const JobSpecContext& context,
+                          train::TrainerConfig* config);
 
 // The data set's shape without loading it, when the spec alone tells
 // (builtin, synthetic): for explain and memory estimates.

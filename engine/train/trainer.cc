@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/cast.h"
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/backend/kernels/embedding.h"
 #include "engine/backend/kernels/fp8.h"
@@ -30,6 +31,7 @@ using backend::AddInPlaceKernel;
 using backend::Backend;
 using backend::BackendFor;
 using backend::BackendOf;
+using backend::CastKernel;
 using backend::EmbeddingKernel;
 using backend::Kernel;
 using backend::ScaleUpdateOptions;
@@ -184,6 +186,32 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
 
 namespace {
 
+// The model, with the config's initial weights (if any) over its own
+// initialisation: every parameter from its name, cast to its dtype.
+absl::StatusOr<std::unique_ptr<Model>> BuildWithWeights(const TrainerConfig& config) {
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      BuildModel(config.model, config.precision, config.training.seed);
+  if (!model.ok() || config.initial_weights.empty()) return model;
+  std::vector<Parameter>& params = (*model)->parameters();
+  if (params.size() != config.initial_weights.size()) {
+    return Bad("init_from", absl::StrCat("has ", config.initial_weights.size(),
+                                         " tensors; the model has ", params.size(), " parameters"));
+  }
+  for (Parameter& p : params) {
+    auto it = config.initial_weights.find(p.name);
+    if (it == config.initial_weights.end()) {
+      return Bad("init_from", "has no tensor " + p.name);
+    }
+    if (it->second.shape() != p.value.shape()) {
+      return Bad("init_from", "tensor " + p.name + " has the wrong shape");
+    }
+    p.value.CopyFrom(it->second.dtype() == p.value.dtype()
+                         ? it->second
+                         : Kernel<CastKernel>(Device::kCpu)(it->second, p.value.dtype()));
+  }
+  return model;
+}
+
 // What both Create()s check first: the config's fields, then that its device
 // is usable and has every kernel the job runs.
 absl::Status CheckConfigAndDevice(const TrainerConfig& config) {
@@ -212,8 +240,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     return Bad("training.batch_size", absl::StrCat("is larger than the training set (",
                                                    train ? train->num_examples : 0, " examples)"));
   }
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      BuildModel(config.model, config.precision, config.training.seed);
+  absl::StatusOr<std::unique_ptr<Model>> model = BuildWithWeights(config);
   if (!model.ok()) return model.status();
   return std::unique_ptr<Trainer>(new Trainer(config, train, test, *std::move(model)));
 }
@@ -240,8 +267,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
   if (tokens.eval_windows < 0) {
     return Bad("data.tokens.eval_windows", absl::StrCat("must be >= 0, got ", tokens.eval_windows));
   }
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      BuildModel(config.model, config.precision, config.training.seed);
+  absl::StatusOr<std::unique_ptr<Model>> model = BuildWithWeights(config);
   if (!model.ok()) return model.status();
   std::unique_ptr<Trainer> t(new Trainer(config, nullptr, nullptr, *std::move(model)));
   t->tokens_ = tokens;

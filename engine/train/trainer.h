@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -55,6 +56,9 @@ struct TrainerConfig {
   // backend's PeakFlops() (the CPU's measured bf16 GEMM rate, a GPU's data
   // sheet). Stays 0 and MFU is not reported when neither knows.
   double peak_flops = 0;
+  // Weights to start from (JobSpec.init_from), by parameter name; empty: the
+  // model's own initialisation. Each is cast to its parameter's dtype.
+  std::map<std::string, Tensor> initial_weights;
 };
 
 // A language model's data: the train shards (a window never crosses from one

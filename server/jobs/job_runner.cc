@@ -167,10 +167,20 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
     absl::StatusOr<DataCache::Sets> sets = data->Load(request.spec.data(), request.context, config);
     if (!sets.ok()) return Failed(std::string(sets.status().message()));
     absl::StatusOr<std::unique_ptr<engine::train::Trainer>> created;
+    if (!sets->tokens) {
+      engine::nn::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes);
+    }
+    // The weights to start from, checked against the model now that its
+    // sizes are all known (a resumed job's checkpoint replaces them).
+    if (!request.resume) {
+      if (absl::Status s = engine::runner::LoadInitFrom(request.spec, request.context, &config);
+          !s.ok()) {
+        return Failed(std::string(s.message()));
+      }
+    }
     if (sets->tokens) {
       created = engine::train::Trainer::Create(config, sets->tokens->View());
     } else {
-      engine::nn::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes);
       created = engine::train::Trainer::Create(config, sets->train.get(), sets->test.get());
     }
     if (!created.ok()) return Failed(std::string(created.status().message()));

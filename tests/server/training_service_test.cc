@@ -505,6 +505,53 @@ TEST_F(TrainingServiceTest, AnFp8GptJobStreamsItsScalingRecords) {
   EXPECT_EQ(record_steps, (std::vector<int64_t>{1, 5}));
 }
 
+// init_from: a job starts from another job's final weights. With a learning
+// rate of 1e-30 (too small to move any f32 weight: under half an ulp) and no
+// weight decay the weights stay those, so its first evaluation is the first
+// job's last one exactly; a file that does not fit the model is
+// refused at CreateJob naming spec.init_from and the tensor.
+TEST_F(TrainingServiceTest, AJobStartsFromAnotherJobsWeights) {
+  const std::string model = R"("model": {"mlp": {"hidden": [16]}},
+      "data": {"synthetic": {"numExamples": 256, "featureDim": 12, "numClasses": 3}})";
+  const v1::Job first = Create("{" + model + R"(, "training": {"steps": "20", "batchSize": "32",
+      "evalInterval": "20"}})");
+  ASSERT_EQ(WaitFor(first.name(), {v1::SUCCEEDED, v1::FAILED}).state(), v1::SUCCEEDED);
+  grpc::Status status;
+  double last_eval = -1;
+  for (const v1::MetricsEvent& e : ReadStream(first.name(), 0, &status)) {
+    if (e.has_eval()) last_eval = e.eval().loss();
+  }
+  ASSERT_GT(last_eval, 0);
+  const std::string weights = "jobs/" + first.id() + "/model.safetensors";
+  const v1::Job second = Create("{" + model + R"(, "initFrom": ")" + weights + R"(",
+      "optimizer": {"lr": 1e-30, "weightDecay": 0},
+      "training": {"steps": "1", "batchSize": "32", "evalInterval": "1", "seed": "7"}})");
+  const v1::Job done = WaitFor(second.name(), {v1::SUCCEEDED, v1::FAILED});
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  double first_eval = -1;
+  for (const v1::MetricsEvent& e : ReadStream(second.name(), 0, &status)) {
+    if (e.has_eval() && first_eval < 0) first_eval = e.eval().loss();
+  }
+  EXPECT_EQ(first_eval, last_eval);
+
+  // Another model's weights: refused before the job is queued.
+  grpc::Status s = TryCreate(R"({"model": {"mlp": {"hidden": [8]}},
+      "data": {"synthetic": {"numExamples": 256, "featureDim": 12, "numClasses": 3}},
+      "initFrom": ")" + weights +
+                             R"("})");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"spec.init_from"}) << s.error_message();
+  EXPECT_NE(s.error_message().find("tensor fc1.weight has shape [16, 12] in the file and [8, 12] "
+                                   "in the model"),
+            std::string::npos)
+      << s.error_message();
+  // A path outside the data root, and a file that is not there.
+  s = TryCreate("{" + model + R"(, "initFrom": "../../etc/passwd"})");
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"spec.init_from"}) << s.error_message();
+  s = TryCreate("{" + model + R"(, "initFrom": "jobs/nope/model.safetensors"})");
+  EXPECT_EQ(ViolatedFields(s), std::vector<std::string>{"spec.init_from"}) << s.error_message();
+}
+
 // GetJob reports the optimizer state a job allocated: 8-bit AdamW states are
 // a quarter of f32 ones, plus an absmax per 256 values.
 TEST_F(TrainingServiceTest, GetJobReportsTheOptimizerStateBytesAllocated) {
