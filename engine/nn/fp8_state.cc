@@ -1,6 +1,9 @@
 #include "engine/nn/fp8_state.h"
 
+#include <algorithm>
+
 #include "engine/backend/kernels/fp8.h"
+#include "engine/core/device_memory.h"
 
 namespace ampd::engine::nn {
 
@@ -47,6 +50,14 @@ int64_t Fp8State::IndexOf(const std::string& layer) const {
 void Fp8State::Update() {
   backend::Kernel<backend::Fp8UpdateScalingKernel>(amax_history.device())(
       amax_history, scales, scale_invs, scaled_max, recipe.amax_compute_algo);
+}
+
+void Fp8State::ResetSaturated() {
+  if (saturated.device() == Device::kCpu) {
+    std::fill_n(saturated.data<double>(), saturated.numel(), 0.0);
+  } else {
+    core::DeviceMemoryFor(saturated.device()).Fill(saturated, 0.0);
+  }
 }
 
 Fp8State Fp8State::To(Device device) const {

@@ -44,6 +44,8 @@ struct Fp8State {
   void Update();
   // The same state on `device` (copies).
   Fp8State To(Device device) const;
+  // The saturation counts back to 0 (on the state's device).
+  void ResetSaturated();
   // A copy whose casts do not touch this one (evaluations record no amax).
   Fp8State Scratch() const;
   // Checkpoint tensors: "fp8/amax_history", "fp8/scales", "fp8/scale_invs",

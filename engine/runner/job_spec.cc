@@ -671,18 +671,19 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 }
 
 // Each parameter by name with its shape, nothing else, floating dtypes.
-absl::Status CheckWeights(
-    const std::string& path,
-    const std::vector<std::pair<std::string, std::pair<DType, std::vector<int64_t>>>>& file,
-    const nn::ModelSpec& model) {
-  std::map<std::string, std::pair<DType, std::vector<int64_t>>> in_file(file.begin(), file.end());
+// `file`: each tensor's header entry (only its dtype and shape are read).
+absl::Status CheckWeights(const std::string& path, const std::vector<io::SafetensorsEntry>& file,
+                          const nn::ModelSpec& model) {
+  std::map<std::string, const io::SafetensorsEntry*> in_file;
+  for (const io::SafetensorsEntry& e : file) in_file[e.name] = &e;
   for (const nn::ParameterShape& p : nn::DescribeModel(model).parameters) {
     auto it = in_file.find(p.name);
     if (it == in_file.end()) {
       return FieldError("init_from", absl::StrCat(path, " has no tensor ", p.name, " (shape ",
                                                   ShapeText(p.shape), " in the model)"));
     }
-    const auto& [dtype, shape] = it->second;
+    const DType dtype = it->second->dtype;
+    const std::vector<int64_t>& shape = it->second->shape;
     if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16 &&
         dtype != DType::kF64) {
       return FieldError(
@@ -699,7 +700,7 @@ absl::Status CheckWeights(
   if (!in_file.empty()) {
     return FieldError("init_from", absl::StrCat(path, " has a tensor the model does not: ",
                                                 in_file.begin()->first, " (shape ",
-                                                ShapeText(in_file.begin()->second.second), ")"));
+                                                ShapeText(in_file.begin()->second->shape), ")"));
   }
   return absl::OkStatus();
 }
@@ -718,11 +719,7 @@ absl::Status CheckInitFrom(const v1::JobSpec& spec, const JobSpecContext& contex
   if (!header.ok()) {
     return FieldError("init_from", std::string(header.status().message()));
   }
-  std::vector<std::pair<std::string, std::pair<DType, std::vector<int64_t>>>> file;
-  for (const io::SafetensorsEntry& e : header->entries) {
-    file.push_back({e.name, {e.dtype, e.shape}});
-  }
-  return CheckWeights(spec.init_from(), file, model);
+  return CheckWeights(spec.init_from(), header->entries, model);
 }
 
 absl::Status LoadInitFrom(const v1::JobSpec& spec, const JobSpecContext& context,
@@ -731,11 +728,8 @@ absl::Status LoadInitFrom(const v1::JobSpec& spec, const JobSpecContext& context
   if (spec.init_from().empty()) return absl::OkStatus();
   absl::StatusOr<io::SafetensorsFile> f = io::ReadSafetensors(UnderRoot(context, spec.init_from()));
   if (!f.ok()) return FieldError("init_from", std::string(f.status().message()));
-  std::vector<std::pair<std::string, std::pair<DType, std::vector<int64_t>>>> file;
-  for (const std::string& name : f->names) {
-    const Tensor& t = f->tensors.at(name);
-    file.push_back({name, {t.dtype(), t.shape()}});
-  }
+  std::vector<io::SafetensorsEntry> file;
+  for (const auto& [name, t] : f->tensors) file.push_back({name, t.dtype(), t.shape()});
   if (absl::Status s = CheckWeights(spec.init_from(), file, config->model); !s.ok()) return s;
   config->initial_weights = std::move(f->tensors);
   return absl::OkStatus();

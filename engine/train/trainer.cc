@@ -363,23 +363,17 @@ StepMetrics Trainer::RunStep(TrainerCallbacks* callbacks) {
 }
 
 void Trainer::ReportFp8Scaling(TrainerCallbacks* callbacks) {
-  const nn::Fp8State* fp8 = model_->fp8();
+  nn::Fp8State* fp8 = model_->fp8();
   if (fp8 == nullptr) return;
   if (step_ != 1 && step_ % kFp8RecordInterval != 0 && step_ != total_steps_) return;
+  if (callbacks != nullptr) callbacks->OnFp8Scaling(Fp8Record(*fp8, step_));
   // The saturation counts restart at every record step, reported or not, so
   // that the state (and a checkpoint of it) never depends on the callbacks.
-  struct ResetSaturated {
-    const Tensor& t;
-    Backend* device;
-    ~ResetSaturated() {
-      if (device != nullptr) {
-        device->Fill(t, 0.0);
-      } else {
-        std::fill_n(t.data<double>(), t.numel(), 0.0);
-      }
-    }
-  } reset{fp8->saturated, device_backend_};
-  if (callbacks == nullptr) return;
+  fp8->ResetSaturated();
+}
+
+Fp8ScalingRecord Trainer::Fp8Record(const nn::Fp8State& state, int64_t step) {
+  const nn::Fp8State* fp8 = &state;
   const std::vector<double> saturated = HostCopy(fp8->saturated).ToDoubles();
   const std::vector<double> scales = HostCopy(fp8->scales).ToDoubles();
   const std::vector<double> max = HostCopy(fp8->scaled_max).ToDoubles();
@@ -389,7 +383,7 @@ void Trainer::ReportFp8Scaling(TrainerCallbacks* callbacks) {
   std::vector<double> newest;
   if (len > 1) newest = HostCopy(fp8->amax_history.Rows(len - 1, len)).ToDoubles();
   Fp8ScalingRecord r;
-  r.step = step_;
+  r.step = step;
   static const char* kRoles[] = {"input", "weight", "grad_output"};
   for (int64_t c = 0; c < n; ++c) {
     Fp8TensorScale t;
@@ -400,7 +394,7 @@ void Trainer::ReportFp8Scaling(TrainerCallbacks* callbacks) {
     t.saturated = static_cast<int64_t>(saturated[c]);
     r.tensors.push_back(std::move(t));
   }
-  callbacks->OnFp8Scaling(r);
+  return r;
 }
 
 void Trainer::FinishMetrics(std::chrono::steady_clock::time_point start, int64_t epoch,

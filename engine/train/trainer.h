@@ -220,6 +220,8 @@ class Trainer {
   // The scaling record when one is due after step_ (one host read of the
   // scales on a device).
   void ReportFp8Scaling(TrainerCallbacks* callbacks);
+  // The record of `state` after step `step` (host copies of its tensors).
+  static Fp8ScalingRecord Fp8Record(const nn::Fp8State& state, int64_t step);
   // The same step on a device backend: unscale, skip and scale update stay on
   // the device, and the host reads one batch of scalars at the end.
   StepMetrics DeviceStep(TrainerCallbacks* callbacks);
