@@ -13,6 +13,7 @@
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/sha256.h"
+#include "engine/nn/weights_file.h"
 
 namespace ampd::engine::io {
 
@@ -132,14 +133,16 @@ std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
   return std::nullopt;
 }
 
-absl::Status WriteModelWeights(const std::string& path, const TrainerState& state) {
+absl::Status WriteModelWeights(const std::string& path, const TrainerState& state,
+                               const nn::ModelSpec& model) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   std::vector<std::pair<std::string, Tensor>> weights;
   for (const auto& [name, t] : state.tensors) {
     if (name.rfind("param/", 0) == 0) weights.emplace_back(name.substr(6), t);
   }
-  return WriteSafetensors(path, weights, {{"format", "pt"}});
+  const nn::WeightsFileContents file = nn::ExportWeights(model, weights);
+  return WriteSafetensors(path, file.tensors, file.metadata);
 }
 
 }  // namespace ampd::engine::io

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/core/tensor.h"
+#include "engine/nn/model.h"
 #include "engine/train/trainer.h"
 
 namespace ampd::engine::io {
@@ -34,9 +35,12 @@ struct LoadedCheckpoint {
 std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
                                                      std::vector<std::string>* warnings);
 
-// Final model weights under their parameter names ("fc1.weight", ...), in the
-// dtype the model computes with, for safetensors.torch.load_file & co.
-absl::Status WriteModelWeights(const std::string& path, const train::TrainerState& state);
+// Final model weights in the dtype the model computes with, in the model's
+// file layout (nn/weights_file.h: the MLP's parameter names; a GPT's in
+// Hugging Face GPT-2's layout with its config), for
+// safetensors.torch.load_file, transformers and JobSpec.init_from.
+absl::Status WriteModelWeights(const std::string& path, const train::TrainerState& state,
+                               const nn::ModelSpec& model);
 
 }  // namespace ampd::engine::io
 

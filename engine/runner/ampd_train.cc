@@ -5,6 +5,7 @@
 //   ampd_train --explain examples/fashion_mlp_bf16.json
 //   ampd_train --json spec.json        # one JSON object per metric record
 //   ampd_train --steps=50 spec.json    # a short look at a long job
+//   ampd_train --weights_out=model.safetensors spec.json   # the final weights
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/io/checkpoint.h"
 #include "engine/runner/job_spec.h"
 #include "engine/train/explain.h"
 #include "engine/train/trainer.h"
@@ -38,7 +40,7 @@ class Printer : public TrainerCallbacks {
     if (m.step % every_ != 0 && m.step != m.total_steps && !m.skipped) return;
     if (json_) {
       std::printf(
-          "{\"type\":\"step\",\"step\":%lld,\"total_steps\":%lld,\"epoch\":%lld,\"loss\":%.6g,"
+          "{\"type\":\"step\",\"step\":%lld,\"total_steps\":%lld,\"epoch\":%lld,\"loss\":%.9g,"
           "\"lr\":%.6g,\"loss_scale\":%.6g,\"skipped\":%s,\"grad_norm\":%.6g,\"samples_per_s\":%."
           "1f,\"skipped_total\":%lld,\"tokens_per_s\":%.1f,\"mfu\":%.4g}\n",
           (long long)m.step, (long long)m.total_steps, (long long)m.epoch, m.loss, m.lr,
@@ -57,7 +59,7 @@ class Printer : public TrainerCallbacks {
   void OnEval(const EvalMetrics& e) override {
     if (json_) {
       std::printf(
-          "{\"type\":\"eval\",\"step\":%lld,\"loss\":%.6g,\"accuracy\":%.6g,\"tokens\":%lld,"
+          "{\"type\":\"eval\",\"step\":%lld,\"loss\":%.9g,\"accuracy\":%.6g,\"tokens\":%lld,"
           "\"bits_per_byte\":%.6g}\n",
           (long long)e.step, e.loss, e.accuracy, (long long)e.tokens, e.bits_per_byte);
     } else if (e.tokens > 0) {
@@ -89,7 +91,7 @@ int Main(int argc, char** argv) {
   bool json = false, explain = false;
   int64_t every = 50;
   int64_t steps = 0;  // 0: the spec's
-  std::string path;
+  std::string path, weights_out;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json") {
@@ -105,11 +107,16 @@ int Main(int argc, char** argv) {
                      a.c_str() + 8);
         return 2;
       }
+    } else if (a.rfind("--weights_out=", 0) == 0 && a.size() > 14) {
+      weights_out = a.substr(14);
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: ampd_train [--json] [--explain] [--log_every=N] [--steps=N] SPEC.json\n"
+          "usage: ampd_train [--json] [--explain] [--log_every=N] [--steps=N]\n"
+          "                  [--weights_out=FILE] SPEC.json\n"
           "Trains the job described by SPEC.json (ampd.v1.JobSpec in proto3 JSON) locally.\n"
-          "--steps=N overrides training.steps (the schedule follows the new length).\n");
+          "--steps=N overrides training.steps (the schedule follows the new length).\n"
+          "--weights_out=FILE writes the final weights there (safetensors; a GPT's in\n"
+          "Hugging Face GPT-2's layout, as the server's jobs/JOB/model.safetensors).\n");
       return 0;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "ampd_train: unknown flag %s (see --help)\n", a.c_str());
@@ -204,6 +211,14 @@ int Main(int argc, char** argv) {
   if (!result.ok()) {
     std::fprintf(stderr, "ampd_train: %s\n", std::string(result.status().message()).c_str());
     return 1;
+  }
+  if (!weights_out.empty()) {
+    if (absl::Status s =
+            io::WriteModelWeights(weights_out, (*trainer)->SaveState(), job->config.model);
+        !s.ok()) {
+      std::fprintf(stderr, "ampd_train: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
   }
   if (!json && result->final_eval && result->final_eval->tokens > 0) {
     std::printf("done: %lld steps (%lld skipped), val loss %.4f\n",

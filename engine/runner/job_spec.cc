@@ -14,6 +14,7 @@
 #include "engine/data/text_tokens.h"
 #include "engine/data/token_shard.h"
 #include "engine/io/safetensors.h"
+#include "engine/nn/weights_file.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace ampd::engine::runner {
@@ -666,45 +667,6 @@ std::vector<std::pair<std::string, std::string>> SpecPaths(const v1::JobSpec& sp
 
 namespace {
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return "[" + absl::StrJoin(shape, ", ") + "]";
-}
-
-// Each parameter by name with its shape, nothing else, floating dtypes.
-// `file`: each tensor's header entry (only its dtype and shape are read).
-absl::Status CheckWeights(const std::string& path, const std::vector<io::SafetensorsEntry>& file,
-                          const nn::ModelSpec& model) {
-  std::map<std::string, const io::SafetensorsEntry*> in_file;
-  for (const io::SafetensorsEntry& e : file) in_file[e.name] = &e;
-  for (const nn::ParameterShape& p : nn::DescribeModel(model).parameters) {
-    auto it = in_file.find(p.name);
-    if (it == in_file.end()) {
-      return FieldError("init_from", absl::StrCat(path, " has no tensor ", p.name, " (shape ",
-                                                  ShapeText(p.shape), " in the model)"));
-    }
-    const DType dtype = it->second->dtype;
-    const std::vector<int64_t>& shape = it->second->shape;
-    if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16 &&
-        dtype != DType::kF64) {
-      return FieldError(
-          "init_from", absl::StrCat(path, ": tensor ", p.name, " is ",
-                                    std::string(DTypeName(dtype)), ", not a floating-point dtype"));
-    }
-    if (shape != p.shape) {
-      return FieldError("init_from",
-                        absl::StrCat(path, ": tensor ", p.name, " has shape ", ShapeText(shape),
-                                     " in the file and ", ShapeText(p.shape), " in the model"));
-    }
-    in_file.erase(it);
-  }
-  if (!in_file.empty()) {
-    return FieldError("init_from", absl::StrCat(path, " has a tensor the model does not: ",
-                                                in_file.begin()->first, " (shape ",
-                                                ShapeText(in_file.begin()->second->shape), ")"));
-  }
-  return absl::OkStatus();
-}
-
 std::string UnderRoot(const JobSpecContext& context, const std::string& p) {
   return context.resolve_data_path ? context.resolve_data_path(p) : context.data_root + "/" + p;
 }
@@ -719,7 +681,10 @@ absl::Status CheckInitFrom(const v1::JobSpec& spec, const JobSpecContext& contex
   if (!header.ok()) {
     return FieldError("init_from", std::string(header.status().message()));
   }
-  return CheckWeights(spec.init_from(), header->entries, model);
+  absl::StatusOr<std::vector<nn::WeightSource>> sources =
+      nn::MatchWeightsFile(model, header->entries, spec.init_from());
+  if (!sources.ok()) return FieldError("init_from", std::string(sources.status().message()));
+  return absl::OkStatus();
 }
 
 absl::Status LoadInitFrom(const v1::JobSpec& spec, const JobSpecContext& context,
@@ -728,10 +693,10 @@ absl::Status LoadInitFrom(const v1::JobSpec& spec, const JobSpecContext& context
   if (spec.init_from().empty()) return absl::OkStatus();
   absl::StatusOr<io::SafetensorsFile> f = io::ReadSafetensors(UnderRoot(context, spec.init_from()));
   if (!f.ok()) return FieldError("init_from", std::string(f.status().message()));
-  std::vector<io::SafetensorsEntry> file;
-  for (const auto& [name, t] : f->tensors) file.push_back({name, t.dtype(), t.shape()});
-  if (absl::Status s = CheckWeights(spec.init_from(), file, config->model); !s.ok()) return s;
-  config->initial_weights = std::move(f->tensors);
+  absl::StatusOr<std::map<std::string, Tensor>> weights =
+      nn::ImportWeights(config->model, *f, spec.init_from());
+  if (!weights.ok()) return FieldError("init_from", std::string(weights.status().message()));
+  config->initial_weights = *std::move(weights);
   return absl::OkStatus();
 }
 

@@ -197,6 +197,7 @@ class Trainer {
   TrainerState SaveState() const;
   absl::Status LoadState(const TrainerState& state);
 
+  const TrainerConfig& config() const { return config_; }
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_done() const { return step_; }
   nn::Model& model() { return *model_; }

@@ -117,7 +117,8 @@ absl::Status RunOutputs::Finish(bool cancelled) {
     absl::Status s = tensorboard_->Close();
     if (s.ok() && !cancelled) {
       s = engine::io::WriteModelWeights(
-          options_.data_root + "/jobs/" + job_id_ + "/model.safetensors", trainer_->SaveState());
+          options_.data_root + "/jobs/" + job_id_ + "/model.safetensors", trainer_->SaveState(),
+          trainer_->config().model);
     }
     if (!s.ok()) error_ = s;
   }
