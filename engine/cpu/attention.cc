@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -19,6 +20,7 @@
 namespace ampd::engine::cpu {
 
 using backend::AttentionResult;
+using backend::CachedAttentionKernel;
 using backend::CausalAttentionBackwardKernel;
 using backend::CausalAttentionKernel;
 using backend::KernelMethod;
@@ -44,6 +46,40 @@ C Dot(const C* a, const C* b, int64_t n) {
   return s;
 }
 
+// One query row: softmax(q . k_j * scale) over keys j < n_keys (rows of
+// `keys`/`values`, `stride` apart) times the values, into out[0, D), with an
+// online softmax over tiles of kKeyTile keys. Returns the logsumexp. Both the
+// whole-sequence kernel and the cached one compute every row here, which is
+// what makes the cache exact.
+template <typename C>
+C AttendRow(const C* q, const C* keys, const C* values, int64_t stride, int64_t n_keys, int64_t D,
+            C scale, C* s, C* out) {
+  C acc[256];  // D <= 256 (ValidateGpt)
+  std::fill(acc, acc + D, C(0));
+  C m = -std::numeric_limits<C>::infinity(), l = 0;
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+    const int64_t j1 = std::min(n_keys, j0 + kKeyTile);
+    C tile_max = m;
+    for (int64_t j = j0; j < j1; ++j) {
+      s[j - j0] = scale * Dot(q, keys + j * stride, D);
+      tile_max = std::max(tile_max, s[j - j0]);
+    }
+    // Rescale what came before to the new maximum, once per tile.
+    const C correction = std::exp(m - tile_max);
+    l *= correction;
+    for (int64_t d = 0; d < D; ++d) acc[d] *= correction;
+    for (int64_t j = j0; j < j1; ++j) {
+      const C p = std::exp(s[j - j0] - tile_max);
+      l += p;
+      const C* v = values + j * stride;
+      for (int64_t d = 0; d < D; ++d) acc[d] += p * v[d];
+    }
+    m = tile_max;
+  }
+  for (int64_t d = 0; d < D; ++d) out[d] = acc[d] / l;
+  return m + std::log(l);
+}
+
 }  // namespace
 
 AttentionResult CpuBackendImpl::CausalAttention(const Tensor& qkv, int64_t seq_len,
@@ -65,33 +101,12 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
 #pragma omp parallel for schedule(dynamic)
   for (int64_t bh = 0; bh < B * n_head; ++bh) {
     const int64_t b = bh / n_head, h = bh % n_head;
-    std::vector<C> acc(L.D), s(kKeyTile);
+    std::vector<C> s(kKeyTile);
     for (int64_t i = 0; i < T; ++i) {
-      const C* q = x + L.Q(b, i, h);
-      C m = -std::numeric_limits<C>::infinity(), l = 0;
-      std::fill(acc.begin(), acc.end(), C(0));
-      for (int64_t j0 = 0; j0 <= i; j0 += kKeyTile) {
-        const int64_t j1 = std::min(i + 1, j0 + kKeyTile);
-        C tile_max = m;
-        for (int64_t j = j0; j < j1; ++j) {
-          s[j - j0] = scale * Dot(q, x + L.K(b, j, h), L.D);
-          tile_max = std::max(tile_max, s[j - j0]);
-        }
-        // Rescale what came before to the new maximum, once per tile.
-        const C correction = std::exp(m - tile_max);
-        l *= correction;
-        for (int64_t d = 0; d < L.D; ++d) acc[d] *= correction;
-        for (int64_t j = j0; j < j1; ++j) {
-          const C p = std::exp(s[j - j0] - tile_max);
-          l += p;
-          const C* v = x + L.V(b, j, h);
-          for (int64_t d = 0; d < L.D; ++d) acc[d] += p * v[d];
-        }
-        m = tile_max;
-      }
-      C* out = y.data() + L.Y(b, i, h);
-      for (int64_t d = 0; d < L.D; ++d) out[d] = acc[d] / l;
-      lse[bh * T + i] = m + std::log(l);
+      const C* keys = x + L.K(b, 0, h);
+      const C* values = x + L.V(b, 0, h);
+      lse[bh * T + i] = AttendRow(x + L.Q(b, i, h), keys, values, 3 * L.C, i + 1, L.D, scale,
+                                  s.data(), y.data() + L.Y(b, i, h));
     }
   }
   return {y.Finish(), lse.Finish()};
@@ -153,9 +168,52 @@ Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tens
   return dx.Finish();
 }
 
+Tensor CpuBackendImpl::CachedAttention(const Tensor& qkv, const Tensor& k_cache,
+                                       const Tensor& v_cache, int64_t past, int64_t n_head) {
+  return UsesDouble(qkv) ? CachedAttentionImpl<double>(qkv, k_cache, v_cache, past, n_head)
+                         : CachedAttentionImpl<float>(qkv, k_cache, v_cache, past, n_head);
+}
+
+template <typename C>
+Tensor CpuBackendImpl::CachedAttentionImpl(const Tensor& qkv, const Tensor& k_cache,
+                                           const Tensor& v_cache, int64_t past, int64_t n_head) {
+  const int64_t B = k_cache.dim(0), max_len = k_cache.dim(1), E = k_cache.dim(2);
+  const int64_t n = qkv.dim(0) / B, D = E / n_head;
+  // The new rows' k and v into the caches, as stored (qkv's dtype).
+  const size_t es = DTypeSize(qkv.dtype());
+  const auto* src = static_cast<const uint8_t*>(qkv.raw());
+  auto* kc = static_cast<uint8_t*>(k_cache.raw());
+  auto* vc = static_cast<uint8_t*>(v_cache.raw());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* row = src + (b * n + i) * 3 * E * es;
+      const int64_t at = (b * max_len + past + i) * E * es;
+      std::memcpy(kc + at, row + E * es, E * es);
+      std::memcpy(vc + at, row + 2 * E * es, E * es);
+    }
+  }
+  const C scale = C(1) / std::sqrt(C(D));
+  Values<C> in(qkv), kv(k_cache), vv(v_cache);
+  Output<C> y({B * n, E}, qkv.dtype());
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t bh = 0; bh < B * n_head; ++bh) {
+    const int64_t b = bh / n_head, h = bh % n_head;
+    std::vector<C> s(kKeyTile);
+    const C* keys = kv.data() + b * max_len * E + h * D;
+    const C* values = vv.data() + b * max_len * E + h * D;
+    for (int64_t i = 0; i < n; ++i) {
+      AttendRow(in.data() + (b * n + i) * 3 * E + h * D, keys, values, E, past + i + 1, D, scale,
+                s.data(), y.data() + (b * n + i) * E + h * D);
+    }
+  }
+  return y.Finish();
+}
+
 AMPD_REGISTER_KERNEL(CausalAttentionKernel, Device::kCpu,
                      KernelMethod<&CpuBackendImpl::CausalAttention>::Call);
 AMPD_REGISTER_KERNEL(CausalAttentionBackwardKernel, Device::kCpu,
                      KernelMethod<&CpuBackendImpl::CausalAttentionBackward>::Call);
+AMPD_REGISTER_KERNEL(CachedAttentionKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::CachedAttention>::Call);
 
 }  // namespace ampd::engine::cpu

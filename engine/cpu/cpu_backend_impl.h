@@ -67,6 +67,11 @@ class CpuBackendImpl final : public backend::Backend {
                                            const std::vector<int32_t>& labels);
   Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
                               const Tensor& row_logsumexp, const Tensor& dloss);
+  Tensor CachedAttention(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                         int64_t past, int64_t n_head);
+  template <typename C>
+  Tensor CachedAttentionImpl(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                             int64_t past, int64_t n_head);
   backend::AttentionResult CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head);
   template <typename C>
   backend::AttentionResult CausalAttentionImpl(const Tensor& qkv, int64_t seq_len, int64_t n_head);

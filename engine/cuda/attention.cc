@@ -33,7 +33,19 @@ Tensor CudaBackend::CausalAttentionBackward(const Tensor& qkv, const Tensor& y, 
   return dqkv;
 }
 
+Tensor CudaBackend::CachedAttention(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                                    int64_t past, int64_t n_head) {
+  const int64_t B = k_cache.dim(0), max_len = k_cache.dim(1), E = k_cache.dim(2);
+  Tensor y = Allocate({qkv.dim(0), E}, qkv.dtype(), false);
+  if (Ok()) {
+    Record(LaunchCachedAttention(qkv.raw(), Dt(qkv), B, qkv.dim(0) / B, E, n_head, max_len, past,
+                                 k_cache.raw(), v_cache.raw(), y.raw(), S()));
+  }
+  return y;
+}
+
 AMPD_CUDA_KERNEL(CausalAttentionKernel, CausalAttention);
+AMPD_CUDA_KERNEL(CachedAttentionKernel, CachedAttention);
 AMPD_CUDA_KERNEL(CausalAttentionBackwardKernel, CausalAttentionBackward);
 
 }  // namespace ampd::engine::cuda

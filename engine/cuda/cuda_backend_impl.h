@@ -142,6 +142,8 @@ class CudaBackend final : public backend::Backend {
                               const Tensor& row_logsumexp, const Tensor& dloss);
   // attention.cc
   backend::AttentionResult CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+  Tensor CachedAttention(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                         int64_t past, int64_t n_head);
   Tensor CausalAttentionBackward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
                                  const Tensor& dy, int64_t seq_len, int64_t n_head);
   // embedding.cc

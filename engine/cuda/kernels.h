@@ -94,6 +94,12 @@ std::string LaunchFp8UpdateScaling(float* history, int64_t len, int64_t n, float
 constexpr int kMaxAttentionHeadDim = 256;
 std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
                                   int64_t H, void* y, void* lse, int sdt, Stream s);
+// Generation's attention against a KV cache (backend/kernels/attention.h's
+// CachedAttentionKernel): qkv [B*n, 3C] of n new rows at [past, past + n),
+// their k, v appended to k_cache, v_cache [B, max_len, E], y [B*n, E].
+std::string LaunchCachedAttention(const void* qkv, int dt, int64_t B, int64_t n, int64_t E,
+                                  int64_t H, int64_t max_len, int64_t past, void* k_cache,
+                                  void* v_cache, void* y, Stream s);
 // dqkv [B*T, 3C] from the forward's y and lse and dy (all of qkv's dtype
 // dt); delta: B * H * T values of scratch, f32 (f64 for f64).
 std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const void* dy, int dt,

@@ -187,13 +187,27 @@ const Tensor& Gpt::HeadWeight() const {
   return spec_.tie_embeddings ? P("wte.weight") : P("lm_head.weight");
 }
 
+Tensor Gpt::Extend(const std::vector<int32_t>& tokens, int64_t batch, int64_t n, GptCache* cache) {
+  const Tensor x = Features(tokens, batch, n, /*training=*/false, 0, cache);
+  LayerScope scope("lm_head");
+  return Linear(x, HeadWeight(), Tensor());
+}
+
 Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t T, bool training,
-                     uint64_t dropout_seed) {
+                     uint64_t dropout_seed, GptCache* cache) {
   const GptSpec& s = spec_;
-  if (static_cast<int64_t>(positions_.size()) != batch * T) {
+  std::vector<int32_t> cached_positions;
+  if (cache != nullptr) {
+    cache->layers.resize(s.n_layer);
+    cached_positions.resize(batch * T);
+    for (int64_t i = 0; i < batch * T; ++i) {
+      cached_positions[i] = static_cast<int32_t>(cache->length + i % T);
+    }
+  } else if (static_cast<int64_t>(positions_.size()) != batch * T) {
     positions_.resize(batch * T);
     for (int64_t i = 0; i < batch * T; ++i) positions_[i] = static_cast<int32_t>(i % T);
   }
+  const std::vector<int32_t>& positions = cache != nullptr ? cached_positions : positions_;
   const double p = s.dropout;
   uint64_t dropout_index = 0;
   auto drop = [&](const Tensor& x) {
@@ -234,7 +248,7 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
     }
     {
       LayerScope scope("wpe");
-      pos = Embedding(P("wpe.weight"), positions_);
+      pos = Embedding(P("wpe.weight"), positions);
     }
     x = Add(tok, pos);
   }
@@ -244,13 +258,16 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
     Tensor a = linear(norm(x, h + "ln_1"), h + "attn.c_attn");
     {
       LayerScope scope(h + "attn");
-      a = CausalSelfAttention(a, T, s.n_head);
+      a = cache != nullptr
+              ? ops::CachedSelfAttention(a, &cache->layers[l], batch, s.block_size, s.n_head)
+              : CausalSelfAttention(a, T, s.n_head);
     }
     x = Add(x, drop(linear(a, h + "attn.c_proj")));
     Tensor m = linear(norm(x, h + "ln_2"), h + "mlp.c_fc");
     m = s.activation == GptSpec::Activation::kGeluTanh ? GeluTanh(m) : Gelu(m);
     x = Add(x, drop(linear(m, h + "mlp.c_proj")));
   }
+  if (cache != nullptr) cache->length += T;
   return norm(x, "ln_f");
 }
 

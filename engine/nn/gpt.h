@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "engine/core/tensor.h"
 #include "engine/nn/module.h"
+#include "engine/ops/attention.h"
 
 namespace ampd::engine::nn {
 
@@ -60,6 +61,12 @@ std::vector<OpId> GptOps(const GptSpec& spec, bool fp8 = false);
 // All of the above as the model description (an example is one window).
 ModelShape DescribeGpt(const GptSpec& spec);
 
+// Generation's KV cache: each layer's keys and values of the tokens so far.
+struct GptCache {
+  std::vector<ops::KvCache> layers;  // n_layer, filled by Gpt::Extend
+  int64_t length = 0;                // tokens cached per sequence
+};
+
 class Gpt final : public LanguageModel {
  public:
   // Parameters initialised in f32 from `seed`, then cast to `param_dtype`
@@ -78,6 +85,13 @@ class Gpt final : public LanguageModel {
   // sequences, seq_len <= block_size).
   Tensor Logits(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq_len, bool training,
                 uint64_t dropout_seed = 0) override;
+  // Generation with a KV cache (no gradient): the logits [batch * n, vocab]
+  // of n new tokens per sequence (row-major) at positions [cache->length,
+  // +n), after the cached ones, whose keys and values then join the cache.
+  // Each row equals Logits() of the whole sequence's same row (the cache
+  // changes no arithmetic but the GEMMs' row count). The caller keeps
+  // cache->length + n <= block_size and one batch size per cache.
+  Tensor Extend(const std::vector<int32_t>& tokens, int64_t batch, int64_t n, GptCache* cache);
   // Mean cross-entropy of the next tokens (`targets`, same layout), with the
   // head fused into the loss (ops::LmHeadCrossEntropy: no [N, vocab] logits).
   Tensor Loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
@@ -97,8 +111,9 @@ class Gpt final : public LanguageModel {
   const Tensor& P(const std::string& name) const;
   const Tensor& HeadWeight() const;
   // The final LayerNorm's output [batch * seq_len, n_embd].
+  // With `cache`: the tokens follow the cached ones (Extend).
   Tensor Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq_len, bool training,
-                  uint64_t dropout_seed);
+                  uint64_t dropout_seed, GptCache* cache = nullptr);
   GptSpec spec_;
   std::vector<Parameter> params_;
   std::map<std::string, size_t> index_;  // name -> position in params_ (fixed after Build)

@@ -8,6 +8,7 @@
 namespace ampd::engine::ops {
 
 using backend::AttentionResult;
+using backend::CachedAttentionKernel;
 using backend::CausalAttentionBackwardKernel;
 using backend::CausalAttentionKernel;
 using backend::Kernel;
@@ -19,6 +20,21 @@ Tensor CausalSelfAttention(Tensor qkv, int64_t seq_len, int64_t n_head) {
   return RecordOp(
       r.y, OpId::kCausalAttention,
       {.inputs = {qkv}, .tensors = {r.y.Detach(), r.lse}, .count = n_head, .length = seq_len});
+}
+
+Tensor CachedSelfAttention(Tensor qkv, KvCache* cache, int64_t batch, int64_t max_len,
+                           int64_t n_head) {
+  OpDispatch d(OpId::kCausalAttention, {&qkv});
+  const int64_t C = qkv.dim(1) / 3;
+  if (!cache->k.defined()) {
+    cache->k = Tensor::Zeros({batch, max_len, C}, qkv.dtype(), qkv.device());
+    cache->v = Tensor::Zeros({batch, max_len, C}, qkv.dtype(), qkv.device());
+  }
+  Tensor y =
+      Kernel<CachedAttentionKernel>(qkv.device())(qkv, cache->k, cache->v, cache->length, n_head);
+  cache->length += qkv.dim(0) / batch;
+  d.Finish(y);
+  return y;
 }
 
 // Recomputes the probabilities from the saved logsumexp (flash attention's

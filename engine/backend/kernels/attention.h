@@ -42,6 +42,21 @@ struct CausalAttentionBackwardKernel {
                         int64_t seq_len, int64_t n_head);
 };
 
+// Attention of new tokens against a KV cache (generation; no gradient). qkv
+// [B*n, 3C] holds each of B sequences' n new rows of c_attn's output, at
+// positions [past, past + n). Their k and v are written into k_cache and
+// v_cache ([B, max_len, C], qkv's dtype, past + n <= max_len; rows [0, past)
+// filled by earlier calls), then each new query attends to the
+// keys up to its own position. Returns y [B*n, C]. Each row is computed as
+// CausalAttentionKernel computes the same row of the whole sequence (the
+// same tiles, in the same order), so the cache changes nothing.
+struct CachedAttentionKernel {
+  static constexpr const char* kName = "cached_attention";
+  static constexpr OpId kOps[] = {OpId::kCausalAttention};
+  using Fn = Tensor (*)(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                        int64_t past, int64_t n_head);
+};
+
 }  // namespace ampd::engine::backend
 
 #endif  // AMPD_ENGINE_BACKEND_KERNELS_ATTENTION_H_

@@ -118,6 +118,45 @@ __global__ void AttentionBackwardKeyValueKernel(const void* qkv, const void* dy,
   }
 }
 
+// The new rows' k and v (qkv [B*n, 3C]) into the caches [B, max_len, C] at
+// rows [past, past + n): copies in the storage dtype.
+template <typename C>
+__global__ void CacheAppendKernel(const void* qkv, int dt, int64_t B, int64_t n, int64_t E,
+                                  int64_t max_len, int64_t past, void* k_cache, void* v_cache) {
+  GRID_STRIDE(x, B * n * E) {
+    const int64_t e = x % E, row = x / E, b = row / n, i = row % n;
+    const int64_t at = (b * max_len + past + i) * E + e;
+    Store<C>(k_cache, dt, at, Load<C>(qkv, dt, row * 3 * E + E + e));
+    Store<C>(v_cache, dt, at, Load<C>(qkv, dt, row * 3 * E + 2 * E + e));
+  }
+}
+
+// grid (ceil(n / kThreads), B * H): thread = new query i of head (b, h), at
+// position past + i, over the cached keys 0..past + i (the forward's loop).
+template <typename C>
+__global__ void CachedAttentionKernel(const void* qkv, int dt, int64_t n, int64_t E, int64_t H,
+                                      int64_t max_len, int64_t past, const void* k_cache,
+                                      const void* v_cache, void* y) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, D = E / H;
+  if (i >= n) return;
+  const C scale = C(1) / sqrt(C(D));
+  C acc[kMaxAttentionHeadDim];
+  for (int64_t d = 0; d < D; ++d) acc[d] = 0;
+  C m = -INFINITY, l = 0;
+  const int64_t q = (b * n + i) * 3 * E + h * D;
+  for (int64_t j = 0; j <= past + i; ++j) {
+    const int64_t kv = (b * max_len + j) * E + h * D;
+    const C s = scale * DotAt<C>(qkv, dt, q, k_cache, dt, kv, D);
+    const C m_new = s > m ? s : m;
+    const C correction = exp(m - m_new), p = exp(s - m_new);
+    l = l * correction + p;
+    for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * correction + p * Load<C>(v_cache, dt, kv + d);
+    m = m_new;
+  }
+  for (int64_t d = 0; d < D; ++d) Store<C>(y, dt, (b * n + i) * E + h * D + d, acc[d] / l);
+}
+
 std::string CheckShape(int64_t C, int64_t H) {
   if (H < 1 || C % H != 0) return "causal attention: n_head must divide the embedding width";
   if (C / H > kMaxAttentionHeadDim) {
@@ -153,6 +192,31 @@ std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T,
     LAUNCH(AttentionForwardKernel<float>, grid, kThreads, S(s), qkv, dt, L, y, lse, sdt);
   }
   return Check("AttentionForwardKernel");
+}
+
+template <typename C>
+void LaunchCached(const void* qkv, int dt, int64_t B, int64_t n, int64_t E, int64_t H,
+                  int64_t max_len, int64_t past, void* k_cache, void* v_cache, void* y, Stream s) {
+  LAUNCH(CacheAppendKernel<C>, Blocks(B * n * E), kThreads, S(s), qkv, dt, B, n, E, max_len, past,
+         k_cache, v_cache);
+  const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(B * H));
+  LAUNCH(CachedAttentionKernel<C>, grid, kThreads, S(s), qkv, dt, n, E, H, max_len, past, k_cache,
+         v_cache, y);
+}
+
+std::string LaunchCachedAttention(const void* qkv, int dt, int64_t B, int64_t n, int64_t E,
+                                  int64_t H, int64_t max_len, int64_t past, void* k_cache,
+                                  void* v_cache, void* y, Stream s) {
+  if (std::string e = CheckShape(E, H); !e.empty()) return e;
+  if (past + n > max_len) return "cached attention: past + new rows are over the cache's length";
+  if (B * n == 0) return "";
+  if (dt == kF64) {
+    LaunchCached<double>(qkv, dt, B, n, E, H, max_len, past, k_cache, v_cache, y, s);
+  } else {
+    LaunchCached<float>(qkv, dt, B, n, E, H, max_len, past, k_cache, v_cache, y, s);
+  }
+  return Check("CachedAttentionKernel");
 }
 
 std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const void* dy, int dt,

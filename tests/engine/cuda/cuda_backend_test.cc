@@ -58,6 +58,7 @@ using backend::AttentionResult;
 using backend::Backend;
 using backend::BackendFor;
 using backend::BinaryKernel;
+using backend::CachedAttentionKernel;
 using backend::CastKernel;
 using backend::CausalAttentionBackwardKernel;
 using backend::CausalAttentionKernel;
@@ -270,6 +271,28 @@ TEST_F(CudaBackendTest, CausalAttentionForwardAndBackward) {
     ExpectClose(dg, dc, Tol(d) * 8, what + " dqkv");
     const Tensor again = Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), T, H);
     EXPECT_EQ(again.ToDoubles(), dg.ToDoubles()) << what << ": not deterministic";
+  }
+}
+
+// Generation's attention against a KV cache: a prompt of 50 rows and then
+// one row at a time on the device, each step's output and the cache against
+// the CPU's, which equals the whole-sequence attention's rows.
+TEST_F(CudaBackendTest, CachedAttentionAgainstTheCpu) {
+  const int64_t B = 2, T = 70, C = 32, H = 4, prompt = 50;
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    const std::string what = "cached attention " + std::string(DTypeName(d));
+    Tensor kc = Tensor::Zeros({B, T, C}, d), vc = Tensor::Zeros({B, T, C}, d);
+    Tensor gk = G(kc), gv = G(vc);
+    for (int64_t past = 0; past < T;) {
+      const int64_t n = past == 0 ? prompt : 1;
+      Tensor qkv = Random({B * n, 3 * C}, d, 60 + past);
+      const Tensor c = Cpu<CachedAttentionKernel>()(qkv, kc, vc, past, H);
+      const Tensor g = Gpu<CachedAttentionKernel>()(G(qkv), gk, gv, past, H);
+      ExpectClose(g, c, Tol(d) * 4, what + " y at " + std::to_string(past));
+      past += n;
+    }
+    EXPECT_EQ(gk.To(Device::kCpu).ToDoubles(), kc.ToDoubles()) << what << ": k cache";
+    EXPECT_EQ(gv.To(Device::kCpu).ToDoubles(), vc.ToDoubles()) << what << ": v cache";
   }
 }
 
