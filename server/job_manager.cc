@@ -321,8 +321,7 @@ std::shared_ptr<JobManager::JobRecord> JobManager::Find(const std::string& id) c
   return it == jobs_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& request_id,
-                                           const std::string& owner, bool admin) {
+engine::runner::JobSpecContext JobManager::SpecContext(const std::string& owner, bool admin) const {
   engine::runner::JobSpecContext context;
   context.data_root = options_.data_root;
   context.fashion_mnist_dir = options_.fashion_mnist_dir;
@@ -333,6 +332,12 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
       return options_.profiles(name, viewer);
     };
   }
+  return context;
+}
+
+absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& request_id,
+                                           const std::string& owner, bool admin) {
+  const engine::runner::JobSpecContext context = SpecContext(owner, admin);
   absl::StatusOr<engine::runner::ResolvedJob> resolved =
       engine::runner::ResolveJobSpec(spec, context);
   if (!resolved.ok()) return resolved.status();

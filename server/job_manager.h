@@ -93,6 +93,9 @@ class JobManager {
   absl::StatusOr<ampd::v1::Job> Create(const ampd::v1::JobSpec& spec, const std::string& request_id,
                                        const std::string& owner = "", bool admin = true);
   absl::StatusOr<ampd::v1::Job> Get(const std::string& id) const;
+  // How a spec of `owner`'s resolves here (data root, profiles they can see).
+  engine::runner::JobSpecContext SpecContext(const std::string& owner, bool admin) const;
+  const std::string& data_root() const { return options_.data_root; }
   struct Page {
     std::vector<ampd::v1::Job> jobs;
     std::string next_page_token;

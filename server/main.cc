@@ -49,6 +49,9 @@ ABSL_FLAG(int, max_message_bytes, 16 << 20, "Largest gRPC message accepted or se
 ABSL_FLAG(int, max_queued_jobs_per_principal, 100, "Queued jobs one principal may have.");
 ABSL_FLAG(int64_t, max_job_memory_bytes, 16LL << 30,
           "Largest memory estimate (weights, optimizer state, activations) a job may have.");
+ABSL_FLAG(int, max_generations, 2,
+          "Generate calls run at once, server-wide (each on a thread of its own, beside the "
+          "training workers); more are RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_streams_per_principal, 10000,
           "Open StreamMetrics calls one principal may have.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (chain); with --tls_key enables TLS.");
@@ -140,6 +143,7 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.upload_quota_bytes_per_principal = absl::GetFlag(FLAGS_upload_quota_bytes_per_principal);
   options.max_streams_per_principal = absl::GetFlag(FLAGS_max_streams_per_principal);
+  options.max_generations = absl::GetFlag(FLAGS_max_generations);
   options.jobs.max_queued_jobs_per_principal = absl::GetFlag(FLAGS_max_queued_jobs_per_principal);
   options.jobs.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_bytes);
   options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);

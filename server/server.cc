@@ -118,7 +118,8 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   };
   s->jobs_ = std::make_unique<JobManager>(jobs);
   s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get(), &s->auth_,
-                                                       s->options_.max_streams_per_principal);
+                                                       s->options_.max_streams_per_principal,
+                                                       s->options_.max_generations);
   s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_);
   s->artifacts_ = std::make_unique<ArtifactServiceImpl>(
       s->jobs_.get(), s->options_.jobs.data_root, s->options_.max_upload_bytes, &s->auth_,

@@ -26,6 +26,7 @@ struct ServerOptions {
   int64_t max_upload_bytes = 1LL << 30;
   int64_t upload_quota_bytes_per_principal = 10LL << 30;
   int max_streams_per_principal = 10000;
+  int max_generations = 2;  // Generate calls at once
   // Transport security (PEM file paths). With tls_cert and tls_key the port
   // speaks TLS; with tls_client_ca too, clients must present a certificate
   // signed by that CA (mTLS).

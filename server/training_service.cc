@@ -4,10 +4,13 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/error_subject.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/generation.h"
 #include "server/log.h"
 #include "server/rpc_status.h"
 
@@ -178,8 +181,7 @@ class MetricsStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   };
 
   // `end`: stop (OK) once the cursor reaches it (history_only); SIZE_MAX: follow.
-  MetricsStream(JobManager* jobs, std::string id, size_t cursor, std::string principal,
-                size_t end)
+  MetricsStream(JobManager* jobs, std::string id, size_t cursor, std::string principal, size_t end)
       : jobs_(jobs),
         id_(std::move(id)),
         cursor_(cursor),
@@ -325,8 +327,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainingServiceImpl::StreamMetrics(
       }
     }
     if (!parsed.ParseFromString(bytes)) {
-      return new Failed(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                     "not an ampd.v1.StreamMetricsRequest"));
+      return new Failed(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not an ampd.v1.StreamMetricsRequest"));
     }
   }
   const v1::StreamMetricsRequest* request = &parsed;
@@ -350,9 +352,214 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainingServiceImpl::StreamMetrics(
     ++open;  // released in MetricsStream::OnDone
   }
   const std::string id = JobManager::IdFromName(request->name());
-  const size_t end = request->history_only() ? jobs_->HistorySize(id)
-                                             : std::numeric_limits<size_t>::max();
+  const size_t end =
+      request->history_only() ? jobs_->HistorySize(id) : std::numeric_limits<size_t>::max();
   return new MetricsStream(jobs_, id, *cursor, who.name, end);
 }
+
+namespace {
+
+std::atomic<int> g_generations{0};
+
+// One Generate call: the model is loaded and the tokens sampled on a thread
+// of its own (never on gRPC's callback threads, so a long generation blocks
+// nothing else); each token is queued and written as soon as the previous
+// write is done, several at once when the client reads slower than the
+// model writes. A cancelled call (or a client gone) stops the generation at
+// its next token.
+class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateStream(const v1::Job& job, v1::GenerateRequest request,
+                 engine::generate::GenerateOptions options, std::string data_root,
+                 engine::runner::JobSpecContext context)
+      : job_(job),
+        request_(std::move(request)),
+        options_(options),
+        data_root_(std::move(data_root)),
+        context_(std::move(context)) {
+    worker_ = std::thread([this] { Run(); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      cancelled_ = true;
+      broken_ = true;
+    }
+    PumpLocked();
+  }
+  void OnCancel() override { cancelled_ = true; }
+  void OnDone() override {
+    worker_.join();
+    --g_generations;
+    delete this;
+  }
+
+ private:
+  void Run() {
+    grpc::Status status = Generate();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_ && status.ok()) {
+      status = grpc::Status(grpc::StatusCode::CANCELLED, "generation cancelled");
+    }
+    status_ = status;
+    finished_ = true;
+    PumpLocked();
+  }
+
+  grpc::Status Generate() {
+    absl::StatusOr<GenerationModel> model =
+        LoadGenerationModel(job_, request_.artifact(), data_root_, context_);
+    if (!model.ok()) {
+      const std::string message(model.status().message());
+      switch (model.status().code()) {
+        case absl::StatusCode::kFailedPrecondition:
+          return FailedPrecondition("name", message);
+        case absl::StatusCode::kInvalidArgument:
+          return InvalidField("artifact", message);
+        case absl::StatusCode::kNotFound:
+          return NotFound("artifact", request_.name() + "/" + message);
+        default:
+          return ToGrpc(model.status());
+      }
+    }
+    std::vector<int32_t> prompt(request_.prompt_tokens().begin(), request_.prompt_tokens().end());
+    if (!request_.prompt().empty()) {
+      if (!model->byte_level) {
+        return InvalidField("prompt",
+                            "job " + job_.id() +
+                                "'s model reads token ids (its data are token shards): send "
+                                "prompt_tokens");
+      }
+      for (unsigned char c : request_.prompt()) prompt.push_back(c);
+    }
+    const int64_t vocab = model->generator->spec().vocab_size;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= vocab) {
+        return InvalidField("prompt",
+                            absl::StrCat("token ", i, " is ", prompt[i],
+                                         ", outside the model's vocabulary [0, ", vocab, ")"));
+      }
+    }
+    byte_level_ = model->byte_level;
+    // The first response, before any token: what is sampled, with what seed.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.set_artifact(model->artifact);
+      pending_.set_seed(options_.sampling.seed);
+      PumpLocked();
+    }
+    absl::StatusOr<engine::generate::GenerateResult> r =
+        model->generator->Generate(prompt, options_, [this](int32_t token) {
+          if (cancelled_) return false;
+          std::lock_guard<std::mutex> lock(mu_);
+          pending_.add_tokens(token);
+          if (byte_level_) *pending_.mutable_text() += utf8_.Push(static_cast<uint8_t>(token));
+          PumpLocked();
+          return true;
+        });
+    if (!r.ok()) {
+      const std::vector<engine::core::ErrorSubject> subjects =
+          engine::core::GetErrorSubjects(r.status());
+      if (r.status().code() == absl::StatusCode::kInvalidArgument && !subjects.empty()) {
+        return InvalidField(subjects[0].subject, subjects[0].description);
+      }
+      return ToGrpc(r.status());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (byte_level_) *pending_.mutable_text() += utf8_.Flush();
+    pending_.set_done(true);
+    pending_.set_tokens_generated(r->tokens);
+    pending_.set_tokens_per_second(r->seconds > 0 ? r->tokens / r->seconds : 0);
+    LogInfo("generation done",
+            {{"job", job_.id()},
+             {"tokens", std::to_string(r->tokens)},
+             {"tokens_per_s", absl::StrCat(r->tokens / std::max(r->seconds, 1e-9))}});
+    return grpc::Status::OK;
+  }
+
+  // Under mu_: the next write (what is pending), or Finish once all is sent.
+  void PumpLocked() {
+    if (writing_ || finish_called_) return;
+    const bool has_content = pending_.ByteSizeLong() > 0;
+    if (has_content && !broken_) {
+      current_ = std::move(pending_);
+      pending_.Clear();
+      writing_ = true;
+      StartWrite(&current_);
+      return;
+    }
+    if (finished_) {
+      finish_called_ = true;
+      Finish(status_);
+    }
+  }
+
+  const v1::Job job_;
+  const v1::GenerateRequest request_;
+  const engine::generate::GenerateOptions options_;
+  const std::string data_root_;
+  const engine::runner::JobSpecContext context_;
+  std::atomic<bool> cancelled_{false};
+  bool byte_level_ = false;
+  std::mutex mu_;
+  Utf8Decoder utf8_;              // under mu_
+  v1::GenerateResponse pending_;  // what the next write sends
+  v1::GenerateResponse current_;  // what is being written
+  bool writing_ = false, broken_ = false, finished_ = false, finish_called_ = false;
+  grpc::Status status_;
+  std::thread worker_;  // last: started when everything else is
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* TrainingServiceImpl::Generate(
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
+  class Failed : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+   public:
+    explicit Failed(const grpc::Status& s) { Finish(s); }
+    void OnDone() override { delete this; }
+  };
+  Principal who;
+  if (grpc::Status a = auth_->Check(ctx, &who); !a.ok()) return new Failed(a);
+  if (!ValidName(request->name())) return new Failed(InvalidField("name", "required"));
+  if (!request->prompt().empty() && request->prompt_tokens_size() > 0) {
+    return new Failed(InvalidField("prompt", "give prompt or prompt_tokens, not both"));
+  }
+  if (request->prompt().empty() && request->prompt_tokens_size() == 0) {
+    return new Failed(InvalidField("prompt", "required (text, or prompt_tokens)"));
+  }
+  if (request->max_new_tokens() < 0 || request->max_new_tokens() > 65536) {
+    return new Failed(InvalidField(
+        "max_new_tokens",
+        absl::StrCat("must be in 1..65536 (0: 256), got ", request->max_new_tokens())));
+  }
+  engine::generate::GenerateOptions options;
+  options.max_new_tokens = request->max_new_tokens() == 0 ? 256 : request->max_new_tokens();
+  options.sampling.temperature = request->has_temperature() ? request->temperature() : 1.0;
+  options.sampling.top_k = request->top_k();
+  options.sampling.top_p = request->has_top_p() ? request->top_p() : 1.0;
+  options.sampling.seed =
+      request->has_seed() ? request->seed() : std::random_device()() * 0x100000001ull;
+  if (absl::Status s = engine::generate::ValidateSampling(options.sampling); !s.ok()) {
+    const auto subjects = engine::core::GetErrorSubjects(s);
+    return new Failed(InvalidField(subjects[0].subject, subjects[0].description));
+  }
+  absl::StatusOr<v1::Job> job = jobs_->Get(request->name());
+  if (!job.ok() || !who.CanSee(job->owner())) return new Failed(NotFound("job", request->name()));
+  if (++g_generations > max_generations_) {
+    --g_generations;
+    return new Failed(ResourceExhausted(
+        "max_generations",
+        absl::StrCat("this server runs at most ", max_generations_,
+                     " generations at once (--max_generations); try again shortly")));
+  }
+  // The spec resolves as it did for its owner (their profiles).
+  return new GenerateStream(*job, *request, options, jobs_->data_root(),
+                            jobs_->SpecContext(job->owner(), false));
+}
+
+int TrainingServiceImpl::open_generations() { return g_generations.load(); }
 
 }  // namespace ampd::server

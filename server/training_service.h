@@ -19,8 +19,11 @@ class TrainingServiceImpl final
           ampd::v1::TrainingService::CallbackService> {
  public:
   TrainingServiceImpl(JobManager* jobs, const Authenticator* auth,
-                      int max_streams_per_principal = 1000)
-      : jobs_(jobs), auth_(auth), max_streams_per_principal_(max_streams_per_principal) {}
+                      int max_streams_per_principal = 1000, int max_generations = 2)
+      : jobs_(jobs),
+        auth_(auth),
+        max_streams_per_principal_(max_streams_per_principal),
+        max_generations_(max_generations) {}
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
                                       const ampd::v1::CreateJobRequest* request,
@@ -40,13 +43,21 @@ class TrainingServiceImpl final
   grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamMetrics(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) override;
 
+  // Samples on a thread of its own per call (server/generation.h); at most
+  // max_generations at once, server-wide.
+  grpc::ServerWriteReactor<ampd::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const ampd::v1::GenerateRequest* request) override;
+
   // Open StreamMetrics calls, for limits and tests.
   static int open_streams();
+  // Generate calls running.
+  static int open_generations();
 
  private:
   JobManager* jobs_;
   const Authenticator* auth_;
   int max_streams_per_principal_;
+  int max_generations_;
 };
 
 }  // namespace ampd::server

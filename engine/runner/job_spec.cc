@@ -659,6 +659,10 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   return job;
 }
 
+bool ByteLevelTokens(const v1::DataSpec& data) {
+  return IsTokenData(data) && ByteLevel(TokensOf(data));
+}
+
 std::vector<std::pair<std::string, std::string>> SpecPaths(const v1::JobSpec& spec) {
   std::vector<std::pair<std::string, std::string>> out = DataPaths(spec.data());
   if (!spec.init_from().empty()) out.emplace_back("init_from", spec.init_from());

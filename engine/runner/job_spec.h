@@ -91,6 +91,10 @@ absl::StatusOr<JobData> LoadJobData(const ampd::v1::DataSpec& spec, const JobSpe
 // The files a data spec names, each with its field ("data.file.train_csv",
 // "data.tokens.shards.train[1]"), for the server's confinement check.
 std::vector<std::pair<std::string, std::string>> DataPaths(const ampd::v1::DataSpec& spec);
+// Whether the data is byte-level text (data.tokens.text or builtin): its
+// token ids are bytes.
+bool ByteLevelTokens(const ampd::v1::DataSpec& data);
+
 // Every file a job spec names: DataPaths, and init_from.
 std::vector<std::pair<std::string, std::string>> SpecPaths(const ampd::v1::JobSpec& spec);
 

@@ -167,6 +167,17 @@ class Caller {
     }
     return reader->Finish();
   }
+  grpc::Status Generate(const std::string& name) {
+    v1::GenerateRequest req;
+    req.set_name(name);
+    req.set_prompt("x");
+    auto ctx = Ctx();
+    auto reader = training_->Generate(ctx.get(), req);
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  }
   grpc::Status ListArtifacts(const std::string& name) {
     v1::ListArtifactsRequest req;
     req.set_job(name);
@@ -369,6 +380,7 @@ TEST_F(TokenTest, MissingOrWrongTokenIsUnauthenticatedEverywhere) {
         {"StreamMetrics", c.Stream(job.name())},
         {"ListArtifacts", c.ListArtifacts(job.name())},
         {"DownloadArtifact", c.Download(job.name())},
+        {"Generate", c.Generate(job.name())},
         {"ExplainPrecision", c.Explain()},
         {"CreateProfile", c.CreateProfile("sneaky")},
         {"GetCapabilities", c.Capabilities()},
@@ -397,10 +409,15 @@ TEST_F(TokenTest, OtherUsersJobsAreNotFound) {
   EXPECT_EQ(bob.Stream(job.name()).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(bob.ListArtifacts(job.name()).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(bob.Download(job.name()).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(bob.Generate(job.name()).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(bob.Delete(job.name()).error_code(), grpc::StatusCode::NOT_FOUND);
   std::vector<std::string> names;
   ASSERT_TRUE(bob.List(&names).ok());
   EXPECT_FALSE(Contains(names, job.name()));
+  // The owner and an admin get past ownership to the job itself (an MLP:
+  // nothing to generate from).
+  EXPECT_EQ(alice.Generate(job.name()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(root.Generate(job.name()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 
   // The owner and an admin succeed.
   EXPECT_TRUE(alice.Get(job.name()).ok());
