@@ -506,6 +506,85 @@ int Upload(Context& ctx, const Args& args) {
   return kExitOk;
 }
 
+// Prints the text as it arrives (token ids, space-separated, for models that
+// are not byte-level); with -o json one GenerateResponse per line.
+int Generate(Context& ctx, const Args& args) {
+  v1::GenerateRequest request;
+  request.set_name(args.positional[0]);
+  request.set_prompt(args.Get("prompt"));
+  if (args.Has("prompt_tokens")) {
+    for (absl::string_view t : absl::StrSplit(args.Get("prompt_tokens"), ',')) {
+      int32_t id = 0;
+      if (!absl::SimpleAtoi(t, &id)) {
+        return Usage("--prompt_tokens: expected comma-separated token ids", nullptr);
+      }
+      request.add_prompt_tokens(id);
+    }
+  }
+  if (request.prompt().empty() && request.prompt_tokens_size() == 0) {
+    return Usage("generate needs --prompt \"TEXT\" (or --prompt_tokens=ID,ID,...)", nullptr);
+  }
+  request.set_artifact(args.Get("artifact"));
+  struct Number {
+    const char* flag;
+    std::function<void(double)> set;
+  };
+  const Number numbers[] = {
+      {"max_new_tokens", [&](double v) { request.set_max_new_tokens(static_cast<int64_t>(v)); }},
+      {"temperature", [&](double v) { request.set_temperature(v); }},
+      {"top_k", [&](double v) { request.set_top_k(static_cast<int32_t>(v)); }},
+      {"top_p", [&](double v) { request.set_top_p(v); }},
+  };
+  for (const Number& n : numbers) {
+    if (!args.Has(n.flag)) continue;
+    double v = 0;
+    if (!absl::SimpleAtod(args.Get(n.flag), &v)) {
+      return Usage(std::string("--") + n.flag + ": not a number", nullptr);
+    }
+    n.set(v);
+  }
+  if (args.Has("seed")) {
+    uint64_t seed = 0;
+    if (!absl::SimpleAtoi(args.Get("seed"), &seed)) return Usage("--seed: not a number", nullptr);
+    request.set_seed(seed);
+  }
+  grpc::ClientContext call;  // no deadline: a long generation takes its time
+  ctx.Authorize(&call);
+  auto reader = ctx.training->Generate(&call, request);
+  v1::GenerateResponse r;
+  const bool json = ctx.options.output == OutputFormat::kJson;
+  bool byte_level = false;
+  while (reader->Read(&r)) {
+    if (json) {
+      std::printf("%s\n", ToJson(r, false).c_str());
+    } else if (!r.artifact().empty()) {  // the first response
+      byte_level = r.byte_level();
+      std::fprintf(stderr, "ampctl: sampling %s (%s, seed %llu)\n", request.name().c_str(),
+                   r.artifact().c_str(), (unsigned long long)r.seed());
+      std::printf("%s", request.prompt().c_str());
+    }
+    if (!json) {
+      if (byte_level) {
+        std::fwrite(r.text().data(), 1, r.text().size(), stdout);
+      } else {
+        for (int32_t t : r.tokens()) std::printf("%d ", t);
+      }
+      if (r.done()) {
+        std::printf("\n");
+        std::fprintf(stderr, "ampctl: %lld tokens, %.0f tokens/s\n",
+                     (long long)r.tokens_generated(), r.tokens_per_second());
+      }
+    }
+    std::fflush(stdout);
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    if (!json) std::printf("\n");
+    return ReportRpcError(ctx, "generate " + request.name(), status);
+  }
+  return kExitOk;
+}
+
 const std::map<std::string, Command>& Commands() {
   static const auto* commands = new std::map<std::string, Command>{
       {"submit",
@@ -550,6 +629,20 @@ const std::map<std::string, Command>& Commands() {
         "SHA-256; job specs then name it as \"uploads/REMOTE_PATH\".",
         {},
         Upload}},
+      {"generate",
+       {"ampctl generate JOB --prompt \"TEXT\" [--max_new_tokens=N] [--temperature=T] "
+        "[--top_k=K] [--top_p=P] [--seed=S] [--artifact=NAME] [--prompt_tokens=ID,...]",
+        "Samples from a GPT job's weights (its final weights, else its newest checkpoint; or\n"
+        "--artifact, as 'ampctl artifacts' lists them), printing the text as it arrives.\n"
+        "  --max_new_tokens  tokens to generate (default 256)\n"
+        "  --temperature     1 by default; 0 is greedy\n"
+        "  --top_k, --top_p  sample only the k most likely tokens / the nucleus of mass p\n"
+        "  --seed            the same seed gives the same text (default: random, printed)\n"
+        "  --prompt_tokens   token ids instead of text (models trained on token shards)\n"
+        "Ctrl-C stops the generation on the server at once.",
+        {"prompt", "prompt_tokens", "max_new_tokens", "temperature", "top_k", "top_p", "seed",
+         "artifact"},
+        Generate}},
       {"list", {"ampctl list [--state=S[,S...]]", "Lists jobs, newest first.", {"state"}, List}},
       {"cancel", {"ampctl cancel JOB", "Cancels a queued or running job.", {}, Cancel}},
       {"delete", {"ampctl delete JOB", "Deletes an ended job and its history.", {}, Delete}},

@@ -448,6 +448,7 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       std::lock_guard<std::mutex> lock(mu_);
       pending_.set_artifact(model->artifact);
       pending_.set_seed(options_.sampling.seed);
+      pending_.set_byte_level(byte_level_);
       PumpLocked();
     }
     absl::StatusOr<engine::generate::GenerateResult> r =

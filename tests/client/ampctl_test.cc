@@ -124,9 +124,10 @@ TEST_F(AmpctlTest, FlagsTakeTheirValueWithOrWithoutAnEqualsSign) {
   ASSERT_EQ(got_job.code, 0) << got_job.err;
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got_job.out, &job).ok()) << got_job.out;
-  for (const std::vector<std::string>& form :
-       {std::vector<std::string>{"--output", "json"}, {"--output=json"}, {"-o", "json"},
-        {"-o=json"}}) {
+  for (const std::vector<std::string>& form : {std::vector<std::string>{"--output", "json"},
+                                               {"--output=json"},
+                                               {"-o", "json"},
+                                               {"-o=json"}}) {
     std::vector<std::string> args = {server_flag_, "get", job.name()};
     args.insert(args.end(), form.begin(), form.end());
     Result r = Ampctl(args);
@@ -286,7 +287,8 @@ TEST(AmpctlLogsTest, FollowSurvivesCutsWithoutGapsOrRepeatsAndMatchesTheHistory)
   // -o json: one event per line, with its sequence.
   Result json = Ampctl({direct, "logs", job.name(), "-o", "json"});
   EXPECT_EQ(json.code, 0);
-  EXPECT_NE(json.out.find("\"log\":{\"severity\":\"SEVERITY_INFO\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"log\":{\"severity\":\"SEVERITY_INFO\""), std::string::npos)
+      << json.out;
   EXPECT_NE(json.out.find("\"sequence\""), std::string::npos);
 }
 
@@ -501,6 +503,41 @@ TEST(AmpctlSecurityTest, TokenAuthentication) {
   unsetenv("AMPD_TOKEN");
   EXPECT_EQ(listed.code, 0) << listed.err;
   EXPECT_NE(listed.out.find(job.id()), std::string::npos) << listed.out;
+}
+
+// ampctl generate prints the prompt and the text as it arrives; the same
+// seed prints the same text; bad flags and a bad temperature are named.
+TEST_F(AmpctlTest, GeneratePrintsTextAsItArrives) {
+  const std::string spec = TmpFile("gpt_job.json", R"({
+    "model": {"gpt": {"blockSize": "16", "nLayer": "1", "nHead": "2", "nEmbd": "32"}},
+    "data": {"builtin": "fortunes"},
+    "training": {"steps": "20", "batchSize": "4"}})");
+  Result submitted = Ampctl({server_flag_, "--output=json", "submit", spec, "--watch"});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  Result listed = Ampctl({server_flag_, "-o", "json", "list"});
+  const size_t at = listed.out.find("\"name\": \"jobs/");
+  ASSERT_NE(at, std::string::npos) << listed.out;
+  const std::string name = listed.out.substr(at + 9, listed.out.find('"', at + 9) - at - 9);
+  Result a = Ampctl({server_flag_, "generate", name, "--prompt", "The ", "--max_new_tokens=30",
+                     "--seed=3", "--top_k=20"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out.rfind("The ", 0), 0u) << a.out;
+  EXPECT_GT(a.out.size(), 4u + 10);  // 30 bytes, as whole characters
+  EXPECT_NE(a.err.find("seed 3"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("30 tokens"), std::string::npos) << a.err;
+  Result b = Ampctl({server_flag_, "generate", name, "--prompt=The ", "--max_new_tokens", "30",
+                     "--seed", "3", "--top_k", "20"});
+  EXPECT_EQ(b.out, a.out);
+  Result json = Ampctl({server_flag_, "-o", "json", "generate", name, "--prompt=A",
+                        "--max_new_tokens=3", "--temperature=0"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"done\":true"), std::string::npos) << json.out;
+  Result bad = Ampctl({server_flag_, "generate", name, "--prompt=A", "--temperature=-1"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("temperature"), std::string::npos) << bad.err;
+  Result no_prompt = Ampctl({server_flag_, "generate", name});
+  EXPECT_EQ(no_prompt.code, 2);
+  EXPECT_NE(no_prompt.err.find("--prompt"), std::string::npos) << no_prompt.err;
 }
 
 }  // namespace

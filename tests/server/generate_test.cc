@@ -123,6 +123,7 @@ TEST_F(GenerateTest, StreamsTextOneSeedOneText) {
   ASSERT_GE(a.responses.size(), 2u);
   EXPECT_EQ(a.responses.front().artifact(), "model.safetensors");
   EXPECT_EQ(a.responses.front().seed(), 7u);
+  EXPECT_TRUE(a.responses.front().byte_level());
   EXPECT_TRUE(a.responses.back().done());
   EXPECT_EQ(a.responses.back().tokens_generated(), 40);
   EXPECT_GT(a.responses.back().tokens_per_second(), 0);

@@ -7,6 +7,8 @@
             if event.kind == "eval":
                 print(event.step, event.accuracy)
         print(job.wait().state)
+        # A GPT job's text, as it is sampled:
+        #   for piece in job.generate("The ", max_new_tokens=100): print(piece, end="")
 
 The generated stubs and messages are in ampd_client.v1 (v1.JobSpec,
 v1.TrainingServiceStub, ...); precision helpers in ampd_client.precision.
@@ -17,6 +19,7 @@ from ._errors import (AmpdError, FailedPreconditionError, FieldViolation, Invali
                       JobFailedError, NotFoundError, ResourceExhaustedError, SpecError,
                       UnavailableError, Violation)
 from ._events import KINDS, Event, MetricsStream
+from ._generate import Generation
 from ._specs import job_spec, model_spec
 
 __version__ = "0.1.0"
@@ -28,6 +31,7 @@ __all__ = [
     "Event",
     "FailedPreconditionError",
     "FieldViolation",
+    "Generation",
     "InvalidArgumentError",
     "Job",
     "JobFailedError",

@@ -11,6 +11,7 @@ import grpc
 from . import precision as _precision
 from ._errors import AmpdError, JobFailedError
 from ._events import MetricsStream
+from ._generate import Generation, generate_request
 from ._proto import (job_spec_pb2, precision_service_pb2, precision_service_pb2_grpc,
                      training_service_pb2, training_service_pb2_grpc)
 from ._specs import is_model_spec, job_spec, model_spec
@@ -382,6 +383,19 @@ class Job:
         after a lost connection, with no gap and no duplicate."""
         return MetricsStream(self.client, self.name, since_step, heartbeats=heartbeats,
                              reconnect=reconnect, reconnect_timeout=reconnect_timeout)
+
+    def generate(self, prompt: Union[str, Sequence[int]], *, max_new_tokens: int = 256,
+                 temperature: Optional[float] = None, top_k: int = 0,
+                 top_p: Optional[float] = None, seed: Optional[int] = None,
+                 artifact: str = "") -> Generation:
+        """Samples from this job's weights (its final weights, else its newest
+        checkpoint, or `artifact`): an iterator of text pieces for a
+        byte-level model (prompt a str), of token ids otherwise (prompt a list
+        of ids). temperature 0 is greedy; the same seed gives the same text."""
+        return Generation(self.client,
+                          generate_request(self.name, prompt, max_new_tokens=max_new_tokens,
+                                           temperature=temperature, top_k=top_k, top_p=top_p,
+                                           seed=seed, artifact=artifact))
 
     def wait(self, timeout: Optional[float] = None, *, raise_on_failure: bool = False) -> "Job":
         """Blocks until the job ends and returns it, refreshed (check .succeeded,

@@ -529,3 +529,49 @@ def test_token_authentication_and_job_ownership(tmp_path):
             assert root.get(job.name).name == job.name
     finally:
         server.stop()
+
+
+def tiny_gpt_job(steps=20):
+    return {"model": {"gpt": {"blockSize": 16, "nLayer": 1, "nHead": 2, "nEmbd": 32}},
+            "data": {"builtin": "fortunes"},
+            "training": {"steps": steps, "batchSize": 4}}
+
+
+def test_generate_iterates_text_and_reproduces_with_the_seed(client):
+    job = client.submit(tiny_gpt_job()).wait(timeout=120, raise_on_failure=True)
+    gen = job.generate("The ", max_new_tokens=30, seed=5, top_k=20)
+    pieces = list(gen)
+    assert all(isinstance(p, str) for p in pieces)
+    assert "".join(pieces) == gen.text and gen.text
+    assert len(gen.tokens) == 30 and gen.done
+    assert gen.seed == 5 and gen.artifact == "model.safetensors" and gen.byte_level
+    assert gen.tokens_per_second > 0
+    again = job.generate("The ", max_new_tokens=30, seed=5, top_k=20)
+    assert "".join(again) == gen.text
+    # No seed: a random one, reported, that gives the text again.
+    free = job.generate("The ", max_new_tokens=10)
+    text = "".join(free)
+    assert "".join(job.generate("The ", max_new_tokens=10, seed=free.seed)) == text
+    # Token ids in, for a byte-level model too: text out, greedy twice the same.
+    ids = [ord(c) for c in "The "]
+    assert "".join(job.generate(ids, max_new_tokens=10, temperature=0)) == \
+        "".join(job.generate("The ", max_new_tokens=10, temperature=0, seed=9))
+
+
+def test_generate_errors_name_the_field_and_close_cancels(client):
+    job = client.submit(tiny_gpt_job()).wait(timeout=120, raise_on_failure=True)
+    with pytest.raises(InvalidArgumentError) as e:
+        list(job.generate("x", temperature=-1))
+    assert e.value.fields == ["temperature"]
+    with pytest.raises(InvalidArgumentError) as e:
+        list(job.generate("x", top_p=0))
+    assert e.value.fields == ["top_p"]
+    mlp = client.submit(tiny_job(2)).wait(timeout=60)
+    with pytest.raises(FailedPreconditionError):
+        list(mlp.generate("x"))
+    # close() mid-stream: the iteration ends quietly, long before 65536 tokens.
+    with job.generate("The ", max_new_tokens=65536) as gen:
+        for i, _ in enumerate(gen):
+            if i == 3:
+                gen.close()
+    assert not gen.done and len(gen.tokens) < 65536
