@@ -5,7 +5,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engine/core/error_subject.h"
 #include "engine/io/safetensors.h"
 #include "engine/nn/weights_file.h"
 

@@ -561,6 +561,4 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* TrainingServiceImpl::Generate(
                             jobs_->SpecContext(job->owner(), false));
 }
 
-int TrainingServiceImpl::open_generations() { return g_generations.load(); }
-
 }  // namespace ampd::server

@@ -50,8 +50,6 @@ class TrainingServiceImpl final
 
   // Open StreamMetrics calls, for limits and tests.
   static int open_streams();
-  // Generate calls running.
-  static int open_generations();
 
  private:
   JobManager* jobs_;

@@ -152,4 +152,12 @@ absl::Status ValidatePrecision(const PrecisionConfig& c) {
   return absl::OkStatus();
 }
 
+ops::AutocastOptions AutocastRegion(const PrecisionConfig& p) {
+  ops::AutocastOptions o;
+  o.enabled = p.autocast;
+  o.dtype = p.autocast_dtype;
+  o.overrides = p.overrides;
+  return o;
+}
+
 }  // namespace ampd::engine::amp

@@ -56,6 +56,10 @@ struct PrecisionConfig {
 };
 
 // "bf16-mixed", "O2", "16", ... -> the config. Unknown names list the valid ones.
+// The autocast region a precision runs its forward in (its dtype, on or off,
+// and its per-op and per-layer overrides): the trainer's and generation's.
+ops::AutocastOptions AutocastRegion(const PrecisionConfig& p);
+
 absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name);
 // Canonical names of the built-in modes, in table order, then the Apex levels.
 std::vector<std::string> BuiltinPrecisionNames();

@@ -19,18 +19,9 @@ using core::FieldError;
 using nn::Gpt;
 using nn::GptCache;
 using nn::GptSpec;
-using ops::AutocastOptions;
 using ops::AutocastScope;
 
 namespace {
-
-AutocastOptions RegionFor(const amp::PrecisionConfig& p) {
-  AutocastOptions o;
-  o.enabled = p.autocast;
-  o.dtype = p.autocast_dtype;
-  o.overrides = p.overrides;
-  return o;
-}
 
 // The last row of a [rows, vocab] tensor, on the host.
 std::vector<float> LastRow(const Tensor& logits) {
@@ -67,7 +58,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
 
 std::vector<float> Generator::NextLogits(const std::vector<int32_t>& context, GptCache* cache) {
   NoGradGuard no_grad;
-  AutocastScope region(RegionFor(precision_));
+  AutocastScope region(amp::AutocastRegion(precision_));
   if (cache == nullptr) {
     const int64_t n = static_cast<int64_t>(context.size());
     return LastRow(model_->Logits(context, 1, n, /*training=*/false));

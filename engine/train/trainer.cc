@@ -48,7 +48,6 @@ using nn::ModelOps;
 using nn::ModelShape;
 using nn::Parameter;
 using nn::ValidateModelSpec;
-using ops::AutocastOptions;
 using ops::AutocastScope;
 using ops::Mul;
 using ops::MulScalar;
@@ -59,14 +58,6 @@ using optim::ScheduledLearningRate;
 using optim::ValidateOptimizerSpec;
 
 namespace {
-
-AutocastOptions RegionFor(const PrecisionConfig& p) {
-  AutocastOptions o;
-  o.enabled = p.autocast;
-  o.dtype = p.autocast_dtype;
-  o.overrides = p.overrides;
-  return o;
-}
 
 // The name of the first parameter whose gradient holds inf/NaN ("" if none).
 std::string FirstNonFinite(const std::vector<Tensor>& grads,
@@ -571,7 +562,7 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
   const uint64_t dropout_seed = t.seed + step_ * 7919 + micro;
   if (lm_ != nullptr) {
     const data::TokenBatch b = windows_->Next(t.batch_size);
-    AutocastScope region(RegionFor(config_.precision));
+    AutocastScope region(amp::AutocastRegion(config_.precision));
     return lm_->Loss(b.inputs, b.targets, b.batch, b.block, /*training=*/true, dropout_seed);
   }
   Tensor x;
@@ -587,7 +578,7 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
     batcher_.Next(&batch_);
     x = UploadBatch(batch_);
   }
-  AutocastScope region(RegionFor(config_.precision));
+  AutocastScope region(amp::AutocastRegion(config_.precision));
   Tensor logits = classifier_->Forward(x, /*training=*/true, dropout_seed);
   return SoftmaxCrossEntropy(logits, batch_.labels);
 }
@@ -595,7 +586,7 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
 EvalMetrics Trainer::Evaluate(const data::Dataset& data) {
   if (classifier_ == nullptr) return EvaluateTokens();
   NoGradGuard no_grad;
-  AutocastScope region(RegionFor(config_.precision));
+  AutocastScope region(amp::AutocastRegion(config_.precision));
   if (device_backend_ != nullptr) device_backend_->SetMatmulOptions(config_.precision.allow_tf32);
   const int64_t chunk = 1000;
   double loss_sum = 0;
@@ -632,7 +623,7 @@ EvalMetrics Trainer::EvaluateTokens() {
   m.step = step_;
   if (lm_ == nullptr) return m;
   NoGradGuard no_grad;
-  AutocastScope region(RegionFor(config_.precision));
+  AutocastScope region(amp::AutocastRegion(config_.precision));
   if (device_backend_ != nullptr) device_backend_->SetMatmulOptions(config_.precision.allow_tf32);
   double nats = 0;  // summed over tokens
   for (const data::TokenBatch& b : eval_batches_) {
