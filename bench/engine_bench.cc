@@ -40,6 +40,7 @@
 #include "engine/backend/kernels/matmul.h"
 #include "engine/core/half.h"
 #include "engine/core/tensor.h"
+#include "engine/cpu/capabilities.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/data/dataset.h"
 #include "engine/train/trainer.h"
@@ -317,13 +318,15 @@ int RunMlp(const Options& o) {
       if (full.name != mode) continue;
       const double r = Median(eight.round_step_s) / Median(full.round_step_s);
       if (o.json) {
-        std::printf("{\"bench\":\"adamw8bit_vs_32bit\",\"precision\":\"%s\",\"ratio\":%.3f,"
-                    "\"no_slower\":%s}\n",
-                    mode.c_str(), r, r <= 1.0 ? "true" : "false");
+        std::printf(
+            "{\"bench\":\"adamw8bit_vs_32bit\",\"precision\":\"%s\",\"ratio\":%.3f,"
+            "\"no_slower\":%s}\n",
+            mode.c_str(), r, r <= 1.0 ? "true" : "false");
       } else {
-        std::printf("%s: the 8-bit AdamW step takes %.2fx the 32-bit one's time (target <= 1.00: "
-                    "%s)\n",
-                    mode.c_str(), r, r <= 1.0 ? "met" : "NOT met");
+        std::printf(
+            "%s: the 8-bit AdamW step takes %.2fx the 32-bit one's time (target <= 1.00: "
+            "%s)\n",
+            mode.c_str(), r, r <= 1.0 ? "met" : "NOT met");
       }
     }
   }
@@ -425,6 +428,11 @@ int RunGemm(const Options& o) {
                 "K", "op", "engine ms", "oneDNN ms", "overhead", "same", "GFLOP/s");
   }
   for (const auto& [dtype, dnnl_dt] : dtypes) {
+    if (dtype == DType::kBF16 && !engine::cpu::ProbeCpu().bf16_matmul) {
+      // oneDNN 2.6 has no bf16 matmul without AVX-512; the engine widens to f32.
+      if (!o.json) std::printf("bf16: no oneDNN bf16 matmul on this CPU (engine widens to f32)\n");
+      continue;
+    }
     GemmTotals totals;
     for (size_t si = 0; si < shapes.size(); ++si) {
       const GemmShape& s = shapes[si];

@@ -129,7 +129,9 @@ v1::DeviceInfo CpuDeviceInfo() {
   d.set_bf16_native(cpu.avx512_bf16);
   d.set_f16_native(false);
   d.set_fp8_native(false);
-  AddPrecisionModes(cpu.bf16_matmul, /*fp8_available=*/true, &d);
+  // bf16 runs on every CPU: through oneDNN's bf16 matmul where it has one,
+  // else widened to f32 (engine/cpu/matmul.cc); the notes say which.
+  AddPrecisionModes(/*bf16=*/true, /*fp8_available=*/true, &d);
   if (absl::StatusOr<engine::backend::Backend*> be =
           engine::backend::BackendFor(engine::Device::kCpu);
       be.ok()) {
@@ -138,8 +140,11 @@ v1::DeviceInfo CpuDeviceInfo() {
   d.set_notes(absl::StrCat(
       cpu.threads,
       " threads. f16 matmul is computed as f16-rounded inputs with f32 "
-      "accumulation (oneDNN 2.6 has no f16 matmul on CPUs); bf16 matmul runs in oneDNN",
-      cpu.avx512_bf16 ? " with native AVX-512 BF16." : " (emulated: no AVX-512 BF16).",
+      "accumulation (oneDNN 2.6 has no f16 matmul on CPUs); ",
+      !cpu.bf16_matmul  ? "bf16 matmul is computed the same way (oneDNN 2.6 has no bf16 matmul "
+                          "without AVX-512): bf16 saves memory here, not time."
+      : cpu.avx512_bf16 ? "bf16 matmul runs in oneDNN with native AVX-512 BF16."
+                        : "bf16 matmul runs in oneDNN (emulated: no AVX-512 BF16).",
       " FP8 modes run emulated: the same E4M3/E5M2 casts and scaling as a GPU's, bit for bit, "
       "then f32 GEMMs of the decoded values (a correctness reference, not a fast path)."));
   return d;

@@ -12,7 +12,9 @@ struct CpuCapabilities {
   int threads = 0;
   bool avx512_bf16 = false;  // native bf16 dot products
   bool f16c = false;         // hardware f16 <-> f32 conversion
-  bool bf16_matmul = false;  // oneDNN runs bf16 matmul here (natively or emulated)
+  // oneDNN runs bf16 matmul here (natively or emulated); without it (a CPU
+  // with no AVX-512) the engine widens bf16 operands to f32 (cpu/matmul.cc).
+  bool bf16_matmul = false;
 };
 
 const CpuCapabilities& ProbeCpu();

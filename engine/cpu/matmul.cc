@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "engine/cpu/capabilities.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -93,15 +94,19 @@ Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
     }
     return c.Finish();
   }
-  if (a.dtype() == DType::kBF16 && (out == DType::kBF16 || out == DType::kF32)) {
+  if (a.dtype() == DType::kBF16 && (out == DType::kBF16 || out == DType::kF32) &&
+      ProbeCpu().bf16_matmul) {
     Tensor c = Tensor::Uninitialized({m, n}, out);
     DnnlMatmul::Get().Run(dt::bf16, out == DType::kBF16 ? dt::bf16 : dt::f32, a.raw(), b.raw(),
                           c.raw(), m, n, k, trans_a, trans_b);
     return c;
   }
-  // f32, and f16: oneDNN 2.6 has no f16 matmul on this CPU, so f16 operands
+  // f32, and f16: oneDNN 2.6 has no f16 matmul on CPUs, so f16 operands
   // (already f16-exact) are widened to f32, multiplied with f32
-  // accumulation, and the result rounded to f16 once.
+  // accumulation, and the result rounded to f16 once. bf16 takes the same
+  // path on a CPU where oneDNN 2.6 has no bf16 matmul (no AVX-512, e.g. AMD
+  // Zen 3): widening is exact and oneDNN's bf16 matmul accumulates in f32
+  // too, so only the order of the sums differs.
   Tensor af = a.dtype() == DType::kF32 ? a : Cast(a, DType::kF32);
   Tensor bf = b.dtype() == DType::kF32 ? b : Cast(b, DType::kF32);
   Tensor c = Tensor::Uninitialized({m, n}, DType::kF32);

@@ -74,10 +74,12 @@ TEST(GeneratorTest, TheCacheGivesTheNoCacheLogits) {
         cache = nn::GptCache();
       }
     }
-    // Exactly: the attention rows are bitwise the whole sequence's
-    // (ops/attention_test), and oneDNN computes a GEMM's row the same way
-    // whatever the row count here.
-    EXPECT_EQ(worst, 0) << precision;
+    // The attention rows are bitwise the whole sequence's (ops/attention_test);
+    // the GEMMs' rows are too on an AVX-512 CPU, where oneDNN computes a row
+    // the same way whatever the row count (max diff 0 there). Its AVX2
+    // kernels (AMD Zen 3, say) take another path for one row than for many,
+    // which sums in another order: a few f32 ulps of the logits, no more.
+    EXPECT_LE(worst, 1e-6) << precision;
   }
 }
 
