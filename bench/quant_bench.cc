@@ -44,7 +44,9 @@ int main(int argc, char** argv) {
   std::vector<float> absmax(ampd::engine::backend::QuantBlocks(n));
   const auto& map = ampd::engine::backend::DynamicMap();
   std::vector<QuantPath> paths = {QuantPath::kScalar};
-  if (ampd::engine::cpu::HasAvx512Quant()) paths.push_back(QuantPath::kAvx512);
+  for (QuantPath p : {QuantPath::kAvx2, QuantPath::kAvx512}) {
+    if (ampd::engine::cpu::HasQuantPath(p)) paths.push_back(p);
+  }
   std::vector<std::vector<double>> quant(paths.size()), dequant(paths.size());
   for (int64_t r = 0; r < rounds; ++r) {
     for (size_t p = 0; p < paths.size(); ++p) {
@@ -63,13 +65,13 @@ int main(int argc, char** argv) {
                            static_cast<double>(n * calls));
     }
   }
-  std::printf("blockwise 8-bit coding, %lld calls of %lld values (signed dynamic map), median of "
-              "%lld rounds\n",
-              static_cast<long long>(calls), static_cast<long long>(n),
-              static_cast<long long>(rounds));
+  std::printf(
+      "blockwise 8-bit coding, %lld calls of %lld values (signed dynamic map), median of "
+      "%lld rounds\n",
+      static_cast<long long>(calls), static_cast<long long>(n), static_cast<long long>(rounds));
   std::printf("%-8s %14s %16s\n", "path", "quantize ns/v", "dequantize ns/v");
   for (size_t p = 0; p < paths.size(); ++p) {
-    std::printf("%-8s %14.3f %16.3f\n", paths[p] == QuantPath::kScalar ? "scalar" : "avx512",
+    std::printf("%-8s %14.3f %16.3f\n", ampd::engine::cpu::QuantPathName(paths[p]),
                 Median(quant[p]), Median(dequant[p]));
   }
   return 0;

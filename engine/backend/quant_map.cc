@@ -159,22 +159,33 @@ float Threshold(float a, float b) {
 }
 
 // The table of `map`, or null when some bucket holds two thresholds (then
-// the two-lookup rule would be wrong and callers take the binary search).
+// the one-lookup rule would be wrong and callers take the binary search).
 const CodeTable* BuildCodeTable(const std::array<float, 256>& map) {
   auto* t = new CodeTable;
   for (int c = 0; c < 255; ++c) t->threshold[c] = Threshold(map[c], map[c + 1]);
   t->threshold[255] = std::numeric_limits<float>::infinity();
-  t->start.fill(0);
+  t->entry.fill(0xFFFFu);
   for (uint32_t key = 0; key < 65536; ++key) {
     const float a = FromBits(key << 16), b = FromBits((key << 16) | 0xFFFFu);
     if (std::isnan(a) || std::isnan(b)) continue;  // never a state's value
     const float lo = std::min(a, b), hi = std::max(a, b);
     const uint8_t start = NearestCode(map, lo);
-    if (NearestCode(map, hi) > start + 1) {
+    const uint8_t end = NearestCode(map, hi);
+    if (end > start + 1) {
       delete t;
       return nullptr;
     }
-    t->start[key] = start;
+    uint32_t low = 0xFFFFu;  // no threshold in this bucket: never the next code
+    if (end == start + 1) {
+      uint32_t bits;
+      std::memcpy(&bits, &t->threshold[start], 4);
+      if ((bits >> 16) != key) {  // cannot happen: lo <= threshold < hi
+        delete t;
+        return nullptr;
+      }
+      low = CodeTable::Low16(bits);
+    }
+    t->entry[key] = (uint32_t{start} << 16) | low;
   }
   return t;
 }

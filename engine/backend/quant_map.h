@@ -36,21 +36,28 @@ inline constexpr char kUnsignedDynamicMapName[] = "bnb-dynamic-unsigned-8bit";
 // [-1, 1]); ties go to the smaller code. Exact for every value of the map.
 uint8_t NearestCode(const std::array<float, 256>& map, float x);
 
-// NearestCode as two lookups (what the CPU kernels use, scalar or AVX-512):
-// a float's top 16 bits (sign, exponent, 7 mantissa bits) pick a bucket,
-// whose entry is the code of its lowest value; the maps are never denser
-// than one decision threshold per bucket, so x takes that code or the next:
-//   code = start[key] + (x > threshold[start[key]]),
-// threshold[c] being the largest float NearestCode gives code c (+inf for
-// 255). Built once, and checked, for the engine's two maps.
+// NearestCode as one lookup (what the CPU kernels use): a float's top 16 bits
+// (sign, exponent, 7 mantissa bits) pick a bucket; the maps are never denser
+// than one decision threshold per bucket, so x takes the code of the
+// bucket's lowest value or the next one. threshold[c] is the largest float
+// NearestCode gives code c (+inf for 255). A bucket's entry packs its code
+// (bits 16..23) and the low 16 bits of the threshold inside it (0xFFFF when
+// none is), so one 4-byte load and an integer compare decide:
+//   code = (entry >> 16) + (low16(x) > (entry & 0xFFFF)),
+// with negative buckets' low bits (x's and the threshold's) complemented,
+// since a more negative float has the larger bit pattern. Built once, and
+// checked, for the engine's two maps.
 struct CodeTable {
-  std::array<uint8_t, 65536 + 3> start;  // +3: room for 4-byte gathers
+  std::array<uint32_t, 65536> entry;
   std::array<float, 256> threshold;
+  static uint32_t Low16(uint32_t bits) {
+    return (bits & 0xFFFFu) ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) & 0xFFFFu);
+  }
   uint8_t Code(float x) const {
     uint32_t bits;
     std::memcpy(&bits, &x, 4);
-    const uint8_t c = start[bits >> 16];
-    return static_cast<uint8_t>(c + (x > threshold[c]));
+    const uint32_t e = entry[bits >> 16];
+    return static_cast<uint8_t>((e >> 16) + (Low16(bits) > (e & 0xFFFFu)));
   }
 };
 // The table of DynamicMap() or UnsignedDynamicMap(); null for any other map.

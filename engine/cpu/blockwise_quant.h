@@ -2,8 +2,9 @@
 #define AMPD_ENGINE_CPU_BLOCKWISE_QUANT_H_
 
 // Blockwise 8-bit (de)quantization of optimizer states on the CPU
-// (backend/quant_map.h): AVX-512 gathers from the maps' code tables where
-// the processor has AVX-512F, scalar lookups otherwise. Every path gives
+// (backend/quant_map.h): gathers from the maps' code tables, 16 lanes where
+// the processor has AVX-512F, 8 where it has AVX2, scalar lookups otherwise.
+// Every path gives
 // the codes and values of backend::QuantizeBlockwise / DequantizeBlockwise
 // bit for bit (tests/engine/cpu:blockwise_quant_test).
 
@@ -12,19 +13,21 @@
 
 namespace ampd::engine::cpu {
 
-enum class QuantPath { kBest, kScalar, kAvx512 };
+enum class QuantPath { kBest, kScalar, kAvx2, kAvx512 };
 
-// Whether kAvx512 can run here.
-bool HasAvx512Quant();
+// Whether `path` can run here (kScalar and kBest always can; a path that
+// cannot is run as kScalar).
+bool HasQuantPath(QuantPath path);
+// The name of the path that `path` runs as here: "avx512", "avx2", "scalar".
+const char* QuantPathName(QuantPath path);
 
 // n values (n need not be a multiple of kQuantBlock; x starts a block):
 // absmax[b] = max |x| of block b, codes[i] = the nearest code of x[i] / absmax.
 void QuantizeBlocks(const std::array<float, 256>& map, const float* x, int64_t n, uint8_t* codes,
                     float* absmax, QuantPath path = QuantPath::kBest);
 // x[i] = map[codes[i]] * absmax[i / kQuantBlock].
-void DequantizeBlocks(const std::array<float, 256>& map, const uint8_t* codes,
-                      const float* absmax, int64_t n, float* x,
-                      QuantPath path = QuantPath::kBest);
+void DequantizeBlocks(const std::array<float, 256>& map, const uint8_t* codes, const float* absmax,
+                      int64_t n, float* x, QuantPath path = QuantPath::kBest);
 
 }  // namespace ampd::engine::cpu
 

@@ -2,9 +2,12 @@
 // of kBlock elements (kBlock / kQuantBlock quantization blocks) at a time,
 // over the OpenMP pool. The f32 math is AdamWStep's / SgdStep's line for line,
 // so an 8-bit step differs from a 32-bit one only by the states' rounding.
-// The codes go through blockwise_quant (AVX-512 where the processor has it).
+// The codes go through blockwise_quant (AVX-512 or AVX2 where the processor
+// has it); AdamW decodes, updates and re-codes one quantization block at a
+// time, so both states stay in L1 in between.
 // The fused form's arguments are host tensors here: the skip flag and the
 // step counter are read directly, and the model copy is written per block.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/backend/kernels/optimizer8bit.h"
@@ -46,18 +49,23 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
   const auto& signed_map = DynamicMap();
   const auto& unsigned_map = UnsignedDynamicMap();
   ForBlocks(param.numel(), [&](int64_t begin, int64_t len) {
-    float g_buf[kBlock], p_buf[kBlock], m[kBlock], v[kBlock];
+    float g_buf[kBlock], p_buf[kBlock];
     const float* gs = LoadBlock(grad, begin, len, g_buf);
     const float* ps = LoadBlock(param, begin, len, p_buf);
     float* out = DestBlock(param, begin, p_buf);  // element i read, then written
-    const int64_t qb = begin / kQuantBlock;
-    DequantizeBlocks(signed_map, mc + begin, ma + qb, len, m);
-    DequantizeBlocks(unsigned_map, vc + begin, va + qb, len, v);
-    math.Update(gs, ps, m, v, out, len);
+    // One quantization block at a time: its two states stay in L1 from
+    // decoding to re-coding.
+    for (int64_t q = 0; q < len; q += kQuantBlock) {
+      float m[kQuantBlock], v[kQuantBlock];
+      const int64_t at = begin + q, qb = at / kQuantBlock, qlen = std::min(kQuantBlock, len - q);
+      DequantizeBlocks(signed_map, mc + at, ma + qb, qlen, m);
+      DequantizeBlocks(unsigned_map, vc + at, va + qb, qlen, v);
+      math.Update(gs + q, ps + q, m, v, out + q, qlen);
+      QuantizeBlocks(signed_map, m, qlen, mc + at, ma + qb);
+      QuantizeBlocks(unsigned_map, v, qlen, vc + at, va + qb);
+    }
     StoreBlock(out, param, begin, len);
     if (args.model_copy.defined()) StoreBlock(out, args.model_copy, begin, len);
-    QuantizeBlocks(signed_map, m, len, mc + begin, ma + qb);
-    QuantizeBlocks(unsigned_map, v, len, vc + begin, va + qb);
   });
 }
 

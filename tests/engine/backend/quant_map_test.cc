@@ -140,6 +140,21 @@ TEST(QuantMapTest, TheTableCoderEqualsTheBinarySearchEverywhere) {
       probe.push_back(u * std::pow(10.0f, -static_cast<float>(i % 9)));  // every decade
     }
     for (float v : {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, 2.0f}) probe.push_back(v);
+    // Both ends of every one of the table's 65536 buckets (top 16 bits), and
+    // each threshold's float neighbours: the table's code can only change
+    // at those, so this covers every finite float.
+    for (uint32_t key = 0; key < 65536; ++key) {
+      for (uint32_t low : {0x0000u, 0x0001u, 0xFFFEu, 0xFFFFu}) {
+        uint32_t bits = (key << 16) | low;
+        float v;
+        std::memcpy(&v, &bits, 4);
+        if (std::isfinite(v)) probe.push_back(v);
+      }
+    }
+    for (float t : CodeTableFor(*map)->threshold) {
+      if (!std::isfinite(t)) continue;
+      for (float v : {t, std::nextafter(t, 2.0f), std::nextafter(t, -2.0f)}) probe.push_back(v);
+    }
     for (float v : probe) ASSERT_EQ(FastNearestCode(*map, v), NearestCode(*map, v)) << v;
   }
 }

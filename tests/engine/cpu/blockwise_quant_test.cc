@@ -1,4 +1,4 @@
-// The CPU's blockwise (de)quantization paths (AVX-512 and scalar) against
+// The CPU's blockwise (de)quantization paths (AVX-512, AVX2 and scalar) against
 // backend::QuantizeBlockwise / DequantizeBlockwise, bit for bit: random
 // blocks over every decade, values on and next to each decision threshold,
 // a block of zeros, partial blocks and lengths that are not multiples of 16.
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/backend/quant_map.h"
@@ -33,24 +34,49 @@ std::vector<float> Values(bool is_signed, int64_t n, uint32_t seed) {
   return x;
 }
 
+// The SIMD paths this CPU runs (each is compared with the scalar reference).
+std::vector<QuantPath> SimdPaths() {
+  std::vector<QuantPath> paths;
+  for (QuantPath p : {QuantPath::kAvx2, QuantPath::kAvx512}) {
+    if (HasQuantPath(p)) paths.push_back(p);
+  }
+  return paths;
+}
+
 TEST(BlockwiseQuantTest, EveryPathGivesTheReferenceCodesAndValues) {
-  if (!HasAvx512Quant()) GTEST_SKIP() << "no AVX-512F here: only the scalar path runs";
-  for (const auto* map : {&DynamicMap(), &UnsignedDynamicMap()}) {
-    const bool is_signed = map == &DynamicMap();
-    for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{256}, int64_t{2048}, int64_t{5 * 256 + 77}}) {
-      std::vector<float> x = Values(is_signed, n, static_cast<uint32_t>(n));
-      std::vector<uint8_t> want(n), got(n);
-      std::vector<float> want_max(QuantBlocks(n)), got_max(QuantBlocks(n));
-      backend::QuantizeBlockwise(*map, x.data(), n, want.data(), want_max.data());
-      QuantizeBlocks(*map, x.data(), n, got.data(), got_max.data(), QuantPath::kAvx512);
-      ASSERT_EQ(got, want) << "n " << n;
-      ASSERT_EQ(got_max, want_max) << "n " << n;
-      std::vector<float> want_x(n), got_x(n);
-      backend::DequantizeBlockwise(*map, want.data(), want_max.data(), n, want_x.data());
-      DequantizeBlocks(*map, want.data(), want_max.data(), n, got_x.data(), QuantPath::kAvx512);
-      ASSERT_EQ(got_x, want_x) << "n " << n;
+  if (SimdPaths().empty()) GTEST_SKIP() << "no AVX2 or AVX-512F here: only the scalar path runs";
+  for (QuantPath path : SimdPaths()) {
+    SCOPED_TRACE(QuantPathName(path));
+    for (const auto* map : {&DynamicMap(), &UnsignedDynamicMap()}) {
+      const bool is_signed = map == &DynamicMap();
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{15}, int64_t{256}, int64_t{2048},
+                        int64_t{5 * 256 + 77}}) {
+        std::vector<float> x = Values(is_signed, n, static_cast<uint32_t>(n));
+        std::vector<uint8_t> want(n), got(n);
+        std::vector<float> want_max(QuantBlocks(n)), got_max(QuantBlocks(n));
+        backend::QuantizeBlockwise(*map, x.data(), n, want.data(), want_max.data());
+        QuantizeBlocks(*map, x.data(), n, got.data(), got_max.data(), path);
+        ASSERT_EQ(got, want) << "n " << n;
+        ASSERT_EQ(got_max, want_max) << "n " << n;
+        std::vector<float> want_x(n), got_x(n);
+        backend::DequantizeBlockwise(*map, want.data(), want_max.data(), n, want_x.data());
+        DequantizeBlocks(*map, want.data(), want_max.data(), n, got_x.data(), path);
+        ASSERT_EQ(got_x, want_x) << "n " << n;
+      }
     }
   }
+}
+
+TEST(BlockwiseQuantTest, TheBestPathIsTheWidestThisCpuHas) {
+  const std::string best = QuantPathName(QuantPath::kBest);
+  if (HasQuantPath(QuantPath::kAvx512)) {
+    EXPECT_EQ(best, "avx512");
+  } else if (HasQuantPath(QuantPath::kAvx2)) {
+    EXPECT_EQ(best, "avx2");
+  } else {
+    EXPECT_EQ(best, "scalar");
+  }
+  EXPECT_EQ(std::string(QuantPathName(QuantPath::kScalar)), "scalar");
 }
 
 TEST(BlockwiseQuantTest, ValuesAtTheDecisionThresholdsTakeTheBinarySearchsCode) {
@@ -67,8 +93,8 @@ TEST(BlockwiseQuantTest, ValuesAtTheDecisionThresholdsTakeTheBinarySearchsCode) 
     x.resize(((x.size() + 255) / 256) * 256, 1.0f);  // whole blocks, each with a 1
     for (size_t b = 0; b < x.size(); b += 256) x[b] = 1.0f;
     const int64_t n = static_cast<int64_t>(x.size());
-    for (QuantPath path : {QuantPath::kScalar, QuantPath::kAvx512}) {
-      if (path == QuantPath::kAvx512 && !HasAvx512Quant()) continue;
+    for (QuantPath path : {QuantPath::kScalar, QuantPath::kAvx2, QuantPath::kAvx512}) {
+      if (!HasQuantPath(path)) continue;
       std::vector<uint8_t> codes(n);
       std::vector<float> absmax(QuantBlocks(n));
       QuantizeBlocks(*map, x.data(), n, codes.data(), absmax.data(), path);
