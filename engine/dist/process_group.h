@@ -1,0 +1,62 @@
+#ifndef AMPD_ENGINE_DIST_PROCESS_GROUP_H_
+#define AMPD_ENGINE_DIST_PROCESS_GROUP_H_
+
+// The workers of one data-parallel job: a rank in a world of `size`, and the
+// collectives its training step needs, through the field's own libraries
+// (Gloo on CPUs; NCCL on GPUs later) rather than a home-made transport.
+// Every collective must be called by every rank, in the same order. Failures
+// (a peer that never arrives or dies) are Status errors naming the rank, never
+// an exception or an abort: a worker reports them and its job restarts.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ampd::engine::dist {
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data[0..n) = the element-wise sum (max) over the ranks, on every rank.
+  virtual absl::Status AllReduceSum(float* data, int64_t n) = 0;
+  virtual absl::Status AllReduceMax(float* data, int64_t n) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+// The rendezvous of a Gloo group: each rank publishes its address under
+// `prefix` and reads the others'. Kept abstract so that the server's key-value
+// store can stand behind it (the "rendezvous through ampd"); tests use
+// the in-process one.
+class RendezvousStore {
+ public:
+  virtual ~RendezvousStore() = default;
+};
+// A store shared by ranks that are threads of one process (tests, benches).
+std::shared_ptr<RendezvousStore> InProcessStore();
+// A store in a directory that every rank can reach (ranks that are
+// processes of one machine).
+std::shared_ptr<RendezvousStore> FileStore(const std::string& directory);
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<RendezvousStore> store;
+  std::string prefix = "ampd";               // keeps jobs (and restarts) apart in one store
+  std::string hostname = "127.0.0.1";        // the address this rank listens on
+  std::chrono::milliseconds timeout{30000};  // connecting, and each collective
+};
+
+// Connects to every other rank (full mesh over TCP). DEADLINE_EXCEEDED or
+// UNAVAILABLE when the others do not all arrive within the timeout;
+// INVALID_ARGUMENT for a rank outside [0, size) or no store.
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectGloo(const GlooOptions& options);
+
+}  // namespace ampd::engine::dist
+
+#endif  // AMPD_ENGINE_DIST_PROCESS_GROUP_H_

@@ -1,0 +1,144 @@
+// Gloo process groups over loopback, ranks as threads of this process: sums,
+// maxima and DDP's bucketed average equal what one process computes; DDP's
+// bucket assignment; a peer that never arrives is an error, not a hang.
+
+#include "engine/dist/process_group.h"
+
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/dist/gradient_buckets.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine::dist {
+namespace {
+
+// Runs body(rank, group) on `size` connected ranks, one thread each.
+void OnRanks(int size, const std::function<void(int, ProcessGroup&)>& body) {
+  std::shared_ptr<RendezvousStore> store = InProcessStore();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions o;
+      o.rank = r;
+      o.size = size;
+      o.store = store;
+      o.timeout = std::chrono::seconds(20);
+      absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ConnectGloo(o);
+      ASSERT_TRUE(group.ok()) << group.status();
+      EXPECT_EQ((*group)->rank(), r);
+      EXPECT_EQ((*group)->size(), size);
+      body(r, **group);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(ProcessGroupTest, AllReduceSumsAndMaxesOverEveryRank) {
+  for (int size : {2, 3}) {
+    OnRanks(size, [&](int rank, ProcessGroup& g) {
+      std::vector<float> x = {1.0f * rank, 2.0f, -1.0f * rank, 0.5f};
+      ASSERT_TRUE(g.AllReduceSum(x.data(), 4).ok());
+      const float ranks_sum = size * (size - 1) / 2.0f;
+      EXPECT_EQ(x, (std::vector<float>{ranks_sum, 2.0f * size, -ranks_sum, 0.5f * size}))
+          << "rank " << rank << " of " << size;
+      // AMP's found-inf flag: any rank's 1 is every rank's 1.
+      float found_inf = rank == size - 1 ? 1.0f : 0.0f;
+      ASSERT_TRUE(g.AllReduceMax(&found_inf, 1).ok());
+      EXPECT_EQ(found_inf, 1.0f);
+      ASSERT_TRUE(g.Barrier().ok());
+    });
+  }
+}
+
+TEST(ProcessGroupTest, BucketsFollowDdpReverseOrderFirstOneMiBThenTheCap) {
+  const int64_t mib = (int64_t{1} << 20) / 4;  // floats per MiB
+  // Parameters in model order; buckets fill from the last one.
+  const std::vector<int64_t> numels = {10, mib / 2, 3 * mib, mib, mib / 4, 100};
+  // From the last: 100 + mib/4 floats are under 1 MiB, adding tensor 3 (1
+  // MiB) reaches it: {5, 4, 3}. Then the 2 MiB cap: tensor 2 (3 MiB) alone
+  // reaches it: {2}; what is left ({1, 0}, about 0.5 MiB) is the last bucket.
+  EXPECT_EQ(AssignBuckets(numels, 2 << 20),
+            (std::vector<std::vector<int>>{{5, 4, 3}, {2}, {1, 0}}));
+  // The default cap (25 MiB) takes everything after the first bucket at once.
+  EXPECT_EQ(AssignBuckets(numels), (std::vector<std::vector<int>>{{5, 4, 3}, {2, 1, 0}}));
+  EXPECT_TRUE(AssignBuckets({}).empty());
+}
+
+TEST(ProcessGroupTest, BucketedAverageEqualsTheMeanOfTheRanksGradients) {
+  const std::vector<int64_t> numels = {7, 300000, 5, 70000};
+  auto value = [](size_t t, int64_t i) { return static_cast<float>((i % 13) + 3 * t); };
+  for (Averaging averaging : {Averaging::kPredivide, Averaging::kSumOnly}) {
+    OnRanks(2, [&](int rank, ProcessGroup& g) {
+      GradientBuckets buckets(&g, numels, /*bucket_bytes=*/1 << 20, averaging);
+      ASSERT_GT(buckets.buckets().size(), 1u);
+      // The backward writes each gradient where its bucket keeps it.
+      for (size_t t = 0; t < numels.size(); ++t) {
+        for (int64_t i = 0; i < numels[t]; ++i) {
+          buckets.grad(t)[i] = value(t, i) * (rank == 0 ? 1.0f : 3.0f);
+        }
+      }
+      // Buckets in any order the ranks agree on: last to first here.
+      for (int b = static_cast<int>(buckets.buckets().size()) - 1; b >= 0; --b) {
+        ASSERT_TRUE(buckets.AllReduceBucket(b).ok());
+      }
+      // (v + 3v) / 2 = 2v exactly (v/2 + 3v/2 when predivided); the sum 4v.
+      const float factor = averaging == Averaging::kPredivide ? 2.0f : 4.0f;
+      for (size_t t = 0; t < numels.size(); ++t) {
+        for (int64_t i = 0; i < numels[t]; ++i) {
+          ASSERT_EQ(buckets.grad(t)[i], factor * value(t, i)) << t << " " << i;
+        }
+      }
+      EXPECT_TRUE(absl::IsInvalidArgument(buckets.AllReduceBucket(99)));
+    });
+  }
+}
+
+TEST(ProcessGroupTest, EachGradientHasItsOwnPlaceInItsBucket) {
+  OnRanks(1, [&](int, ProcessGroup& g) {
+    const std::vector<int64_t> numels = {3, 300000, 4};
+    GradientBuckets buckets(&g, numels, /*bucket_bytes=*/1 << 20);
+    for (size_t t = 0; t < numels.size(); ++t) {
+      for (int64_t i = 0; i < numels[t]; ++i) buckets.grad(t)[i] = static_cast<float>(t);
+    }
+    ASSERT_TRUE(buckets.AllReduceAll().ok());  // one rank: nothing changes
+    for (size_t t = 0; t < numels.size(); ++t) {
+      for (int64_t i = 0; i < numels[t]; ++i) ASSERT_EQ(buckets.grad(t)[i], static_cast<float>(t));
+    }
+  });
+}
+
+TEST(ProcessGroupTest, APeerThatNeverArrivesIsAnErrorWithinTheTimeout) {
+  GlooOptions o;
+  o.rank = 0;
+  o.size = 2;
+  o.store = InProcessStore();
+  o.timeout = std::chrono::milliseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ConnectGloo(o);
+  EXPECT_FALSE(group.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(group.status()) || absl::IsUnavailable(group.status()))
+      << group.status();
+  EXPECT_NE(group.status().message().find("rank 0"), std::string::npos) << group.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+}
+
+TEST(ProcessGroupTest, BadArgumentsAreRefused) {
+  GlooOptions o;
+  o.store = InProcessStore();
+  o.size = 2;
+  o.rank = 2;
+  EXPECT_TRUE(absl::IsInvalidArgument(ConnectGloo(o).status()));
+  o.rank = 0;
+  o.size = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(ConnectGloo(o).status()));
+  o.size = 1;
+  o.store = nullptr;
+  EXPECT_TRUE(absl::IsInvalidArgument(ConnectGloo(o).status()));
+}
+
+}  // namespace
+}  // namespace ampd::engine::dist
