@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -111,8 +112,20 @@ std::shared_ptr<RendezvousStore> InProcessStore() {
   return std::make_shared<GlooStore>(std::make_unique<gloo::rendezvous::HashStore>());
 }
 
-std::shared_ptr<RendezvousStore> FileStore(const std::string& directory) {
-  return std::make_shared<GlooStore>(std::make_unique<gloo::rendezvous::FileStore>(directory));
+absl::StatusOr<std::shared_ptr<RendezvousStore>> FileStore(const std::string& directory) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rendezvous directory ", directory, ": ", ec.message()));
+  }
+  try {
+    return std::shared_ptr<RendezvousStore>(
+        std::make_shared<GlooStore>(std::make_unique<gloo::rendezvous::FileStore>(directory)));
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rendezvous directory ", directory, ": ", e.what()));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectGloo(const GlooOptions& o) {

@@ -40,8 +40,8 @@ class RendezvousStore {
 // A store shared by ranks that are threads of one process (tests, benches).
 std::shared_ptr<RendezvousStore> InProcessStore();
 // A store in a directory that every rank can reach (ranks that are
-// processes of one machine).
-std::shared_ptr<RendezvousStore> FileStore(const std::string& directory);
+// processes of one machine); the directory is made if missing.
+absl::StatusOr<std::shared_ptr<RendezvousStore>> FileStore(const std::string& directory);
 
 struct GlooOptions {
   int rank = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -117,6 +118,20 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
   }
   if (c.precision.fp8 && !IsLanguageModel(c.model)) {
     return Bad("precision", "FP8 runs a transformer's block linears; this model has none");
+  }
+  if (const dist::ProcessGroup* g = c.process_group; g != nullptr && g->size() > 1) {
+    if (t.batch_size % g->size() != 0) {
+      return Bad("training.batch_size",
+                 absl::StrCat("must be a multiple of the ", g->size(),
+                              " workers (each takes an equal share of the global batch), got ",
+                              t.batch_size));
+    }
+    if (c.device != Device::kCpu) {
+      return Bad("device", "data-parallel training runs on the CPU so far");
+    }
+    if (IsLanguageModel(c.model)) {
+      return Bad("model", "data-parallel training of language models is not built yet");
+    }
   }
   return absl::OkStatus();
 }
@@ -521,6 +536,11 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   }
 
   std::vector<Tensor> grads = optimizer_->CollectGradients();
+  if (config_.process_group != nullptr && config_.process_group->size() > 1 && dist_status_.ok()) {
+    // Before the unscale, as DDP reduces during the backward: every rank
+    // then checks, clips and applies the same averaged gradients.
+    dist_status_ = AverageOverRanks(grads, &loss_sum);
+  }
   const bool finite = scaler_.Unscale(grads, optimizer_->ParameterNames());
   Backend& be = BackendOf(grads.front());
   const double grad_norm = std::sqrt(be.SumOfSquares(grads));
@@ -557,6 +577,63 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   return m;
 }
 
+absl::Status Trainer::AverageOverRanks(const std::vector<Tensor>& grads, double* loss_sum) {
+  dist::ProcessGroup* group = config_.process_group;
+  if (buckets_ == nullptr) {
+    std::vector<int64_t> numels;
+    for (const Tensor& g : grads) numels.push_back(g.defined() ? g.numel() : 0);
+    // Sum only: 1 / size is folded into the copy back below (exact for a
+    // power-of-two world, as DDP's predivide would be).
+    buckets_ = std::make_unique<dist::GradientBuckets>(
+        group, std::move(numels), dist::kDefaultBucketBytes, dist::Averaging::kSumOnly);
+  }
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (!g.defined()) continue;
+    if (g.dtype() == DType::kF32) {
+      std::memcpy(buckets_->grad(static_cast<int>(i)), g.data<float>(), g.numel() * sizeof(float));
+    } else {
+      const std::vector<float> v = g.ToFloats();
+      std::memcpy(buckets_->grad(static_cast<int>(i)), v.data(), v.size() * sizeof(float));
+    }
+  }
+  if (absl::Status s = buckets_->AllReduceAll(); !s.ok()) return s;
+  const float inv = 1.0f / static_cast<float>(group->size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (!g.defined()) continue;
+    const float* sum = buckets_->grad(static_cast<int>(i));
+    if (g.dtype() == DType::kF32) {
+      float* out = g.data<float>();
+      for (int64_t k = 0; k < g.numel(); ++k) out[k] = sum[k] * inv;
+    } else {
+      std::vector<float> v(sum, sum + g.numel());
+      for (float& x : v) x *= inv;
+      g.CopyFrom(Tensor::FromVector(v, g.shape(), DType::kF32));
+    }
+  }
+  float loss = static_cast<float>(*loss_sum);
+  if (absl::Status s = group->AllReduceSum(&loss, 1); !s.ok()) return s;
+  *loss_sum = static_cast<double>(loss) / group->size();
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Rank `rank`'s contiguous share of a global batch (size divisible by `size`).
+void TakeShard(int rank, int size, int64_t feature_dim, data::Batch* b) {
+  const int64_t per = b->size / size, begin = rank * per;
+  b->features = std::vector<float>(b->features.begin() + begin * feature_dim,
+                                   b->features.begin() + (begin + per) * feature_dim);
+  b->labels = std::vector<int32_t>(b->labels.begin() + begin, b->labels.begin() + begin + per);
+  if (!b->rows.empty()) {
+    b->rows = std::vector<int32_t>(b->rows.begin() + begin, b->rows.begin() + begin + per);
+  }
+  b->size = per;
+}
+
+}  // namespace
+
 Tensor Trainer::MicroBatchLoss(int64_t micro) {
   const TrainingSpec& t = config_.training;
   const uint64_t dropout_seed = t.seed + step_ * 7919 + micro;
@@ -568,6 +645,9 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
   Tensor x;
   if (device_backend_ == nullptr) {
     batcher_.Next(&batch_);
+    if (const dist::ProcessGroup* g = config_.process_group; g != nullptr && g->size() > 1) {
+      TakeShard(g->rank(), g->size(), train_->feature_dim, &batch_);
+    }
     x = Tensor::FromVector(batch_.features, {batch_.size, train_->feature_dim});
   } else if (micro == 0 && has_next_) {
     std::swap(batch_, next_batch_);
@@ -736,6 +816,7 @@ absl::StatusOr<TrainResult> Trainer::Run(TrainerCallbacks* callbacks,
       break;
     }
     result.last_step = Step(callbacks);
+    if (!dist_status_.ok()) return dist_status_;  // a peer is gone: the job restarts
     ReportFp8Scaling(callbacks);
     if (result.last_step.skipped && !scaler_.enabled() && optimizer_->has_8bit_states()) {
       // Nothing reached the states (the step was not applied), but without a

@@ -21,6 +21,8 @@
 #include "engine/data/dataset.h"
 #include "engine/data/token_sequence.h"
 #include "engine/data/token_windows.h"
+#include "engine/dist/gradient_buckets.h"
+#include "engine/dist/process_group.h"
 #include "engine/nn/model.h"
 #include "engine/optim/optimizer.h"
 
@@ -59,6 +61,14 @@ struct TrainerConfig {
   // Weights to start from (JobSpec.init_from), by parameter name; empty: the
   // model's own initialisation. Each is cast to its parameter's dtype.
   std::map<std::string, Tensor> initial_weights;
+  // Data-parallel training (DDP's semantics): this worker's group, which
+  // must outlive the trainer; null: one worker. Every worker draws the same
+  // global batch of training.batch_size examples (same seed) and computes on
+  // its rank's contiguous slice of it; the gradients are averaged in DDP's
+  // buckets before the loss-scale unscale, so every rank then sees the same
+  // gradients: the same non-finite check, skipped steps, loss scale, global
+  // norm for clipping and update. So far: classifiers on the CPU step.
+  dist::ProcessGroup* process_group = nullptr;
 };
 
 // A language model's data: the train shards (a window never crosses from one
@@ -218,6 +228,9 @@ class Trainer {
   std::optional<EvalMetrics> EvaluateIfDue(int64_t eval_every);
 
   StepMetrics Step(TrainerCallbacks* callbacks);
+  // Data-parallel: averages `grads` over the ranks (sum in the buckets, then
+  // 1 / size folded into the copy back), and the loss.
+  absl::Status AverageOverRanks(const std::vector<Tensor>& grads, double* loss_sum);
   // The scaling record when one is due after step_ (one host read of the
   // scales on a device).
   void ReportFp8Scaling(TrainerCallbacks* callbacks);
@@ -268,6 +281,11 @@ class Trainer {
   int64_t step_ = 0;
   int64_t skipped_total_ = 0;
   amp::SkipEvent last_skip_;
+  // Data-parallel: the gradient buckets (made at the first step, when the
+  // gradients' sizes are known) and the first collective's failure, which
+  // ends Run with it.
+  std::unique_ptr<dist::GradientBuckets> buckets_;
+  absl::Status dist_status_;
 };
 
 }  // namespace ampd::engine::train

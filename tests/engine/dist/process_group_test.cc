@@ -32,6 +32,7 @@ void OnRanks(int size, const std::function<void(int, ProcessGroup&)>& body) {
       EXPECT_EQ((*group)->rank(), r);
       EXPECT_EQ((*group)->size(), size);
       body(r, **group);
+      EXPECT_TRUE((*group)->Barrier().ok());  // leave together
     });
   }
   for (std::thread& t : threads) t.join();
@@ -52,6 +53,30 @@ TEST(ProcessGroupTest, AllReduceSumsAndMaxesOverEveryRank) {
       ASSERT_TRUE(g.Barrier().ok());
     });
   }
+}
+
+TEST(ProcessGroupTest, RanksMeetThroughAFileStoreToo) {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/rendezvous");
+  absl::StatusOr<std::shared_ptr<RendezvousStore>> file_store = FileStore(dir);
+  ASSERT_TRUE(file_store.ok()) << file_store.status();
+  std::shared_ptr<RendezvousStore> store = *file_store;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions o;
+      o.rank = r;
+      o.size = 2;
+      o.store = store;
+      o.prefix = "job-1";
+      absl::StatusOr<std::unique_ptr<ProcessGroup>> g = ConnectGloo(o);
+      ASSERT_TRUE(g.ok()) << g.status();
+      float x = 1.0f + r;
+      ASSERT_TRUE((*g)->AllReduceSum(&x, 1).ok());
+      EXPECT_EQ(x, 3.0f);
+      EXPECT_TRUE((*g)->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 TEST(ProcessGroupTest, BucketsFollowDdpReverseOrderFirstOneMiBThenTheCap) {
