@@ -6,13 +6,18 @@
 //   ampd_train --json spec.json        # one JSON object per metric record
 //   ampd_train --steps=50 spec.json    # a short look at a long job
 //   ampd_train --weights_out=model.safetensors spec.json   # the final weights
+//   srun -n 2 ampd_train --rendezvous=/shared/run-1 spec.json  # 2 data-parallel workers
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/dist/launcher_env.h"
+#include "engine/dist/process_group.h"
 #include "engine/io/checkpoint.h"
 #include "engine/runner/job_spec.h"
 #include "engine/train/explain.h"
@@ -90,8 +95,9 @@ class Printer : public TrainerCallbacks {
 int Main(int argc, char** argv) {
   bool json = false, explain = false;
   int64_t every = 50;
-  int64_t steps = 0;  // 0: the spec's
-  std::string path, weights_out;
+  int64_t steps = 0;               // 0: the spec's
+  int rank = -1, world_size = -1;  // -1: from the launcher's environment
+  std::string path, weights_out, rendezvous;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json") {
@@ -109,6 +115,19 @@ int Main(int argc, char** argv) {
       }
     } else if (a.rfind("--weights_out=", 0) == 0 && a.size() > 14) {
       weights_out = a.substr(14);
+    } else if (a.rfind("--rendezvous=", 0) == 0 && a.size() > 13) {
+      rendezvous = a.substr(13);
+    } else if (a.rfind("--rank=", 0) == 0 || a.rfind("--world_size=", 0) == 0) {
+      const bool is_rank = a[2] == 'r';
+      const std::string v = a.substr(a.find('=') + 1);
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < (is_rank ? 0 : 1)) {
+        std::fprintf(stderr, "ampd_train: %s must be a number >= %d, got \"%s\"\n",
+                     is_rank ? "--rank" : "--world_size", is_rank ? 0 : 1, v.c_str());
+        return 2;
+      }
+      (is_rank ? rank : world_size) = static_cast<int>(n);
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: ampd_train [--json] [--explain] [--log_every=N] [--steps=N]\n"
@@ -116,7 +135,14 @@ int Main(int argc, char** argv) {
           "Trains the job described by SPEC.json (ampd.v1.JobSpec in proto3 JSON) locally.\n"
           "--steps=N overrides training.steps (the schedule follows the new length).\n"
           "--weights_out=FILE writes the final weights there (safetensors; a GPT's in\n"
-          "Hugging Face GPT-2's layout, as the server's jobs/JOB/model.safetensors).\n");
+          "Hugging Face GPT-2's layout, as the server's jobs/JOB/model.safetensors).\n"
+          "--rendezvous=DIR trains data-parallel (DDP's semantics, Gloo over TCP) with the\n"
+          "  other workers given the same DIR (a fresh directory per run, on a file system\n"
+          "  they all see); each worker's rank and the world size come from --rank and\n"
+          "  --world_size, else from its launcher: AMPD_RANK/AMPD_WORLD_SIZE, srun's\n"
+          "  SLURM_PROCID/SLURM_NTASKS, mpirun's OMPI_COMM_WORLD_RANK/_SIZE or PMI_RANK/\n"
+          "  PMI_SIZE, a Kubernetes indexed Job's JOB_COMPLETION_INDEX with AMPD_WORLD_SIZE.\n"
+          "  training.batchSize is the global batch; rank 0 prints and writes the weights.\n");
       return 0;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "ampd_train: unknown flag %s (see --help)\n", a.c_str());
@@ -183,6 +209,55 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  // Data-parallel: this worker's place and its group, before the data (a
+  // peer that never comes fails here, not after minutes of loading).
+  std::unique_ptr<dist::ProcessGroup> group;
+  if (!rendezvous.empty()) {
+    dist::WorldPlace place;
+    if (rank >= 0 && world_size >= 1) {
+      place = {rank, world_size, "--rank/--world_size"};
+    } else if (rank >= 0 || world_size >= 1) {
+      std::fprintf(stderr, "ampd_train: --rank and --world_size go together\n");
+      return 2;
+    } else {
+      absl::StatusOr<dist::WorldPlace> p = dist::PlaceFromEnvironment(&std::getenv);
+      if (!p.ok()) {
+        std::fprintf(stderr, "ampd_train: --rendezvous: %s\n",
+                     std::string(p.status().message()).c_str());
+        return 2;
+      }
+      place = *p;
+    }
+    if (place.rank >= place.size) {
+      std::fprintf(stderr, "ampd_train: --rank=%d is outside [0, --world_size=%d)\n", place.rank,
+                   place.size);
+      return 2;
+    }
+    absl::StatusOr<std::shared_ptr<dist::RendezvousStore>> store = dist::FileStore(rendezvous);
+    if (!store.ok()) {
+      std::fprintf(stderr, "ampd_train: %s\n", std::string(store.status().message()).c_str());
+      return 2;
+    }
+    dist::GlooOptions o;
+    o.rank = place.rank;
+    o.size = place.size;
+    o.store = *store;
+    o.prefix = "ampd_train";
+    absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> g = dist::ConnectGloo(o);
+    if (!g.ok()) {
+      std::fprintf(stderr, "ampd_train: rank %d of %d (%s): %s\n", place.rank, place.size,
+                   place.source.c_str(), std::string(g.status().message()).c_str());
+      return 1;
+    }
+    group = *std::move(g);
+    job->config.process_group = group.get();
+    if (place.rank != 0) weights_out.clear();  // only rank 0 reports and writes
+    if (absl::Status s = train::ValidateTrainerConfig(job->config); !s.ok()) {
+      std::fprintf(stderr, "ampd_train: %s: %s\n", path.c_str(), std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  const bool quiet = group != nullptr && group->rank() != 0;
   auto data = LoadJobData(spec->data(), context, &job->config);
   if (!data.ok()) {
     std::fprintf(stderr, "ampd_train: %s\n", std::string(data.status().message()).c_str());
@@ -201,13 +276,17 @@ int Main(int argc, char** argv) {
                  std::string(trainer.status().message()).c_str());
     return 2;
   }
-  if (!json) {
+  if (!json && !quiet) {
     std::printf("training %s: %lld steps in %s\noptimizer: %s\n", path.c_str(),
                 (long long)(*trainer)->total_steps(), job->config.precision.name.c_str(),
                 train::DescribeOptimizer(job->config.model, job->config.optimizer).c_str());
+    if (group != nullptr) {
+      std::printf("data-parallel: %d workers, global batch %lld\n", group->size(),
+                  (long long)job->config.training.batch_size);
+    }
   }
   Printer printer(json, every);
-  auto result = (*trainer)->Run(&printer);
+  auto result = (*trainer)->Run(quiet ? nullptr : &printer);
   if (!result.ok()) {
     std::fprintf(stderr, "ampd_train: %s\n", std::string(result.status().message()).c_str());
     return 1;
@@ -220,6 +299,14 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  if (group != nullptr) {
+    // Leave together: no worker closes its connections while a peer reads.
+    if (absl::Status s = group->Barrier(); !s.ok()) {
+      std::fprintf(stderr, "ampd_train: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  if (quiet) return 0;
   if (!json && result->final_eval && result->final_eval->tokens > 0) {
     std::printf("done: %lld steps (%lld skipped), val loss %.4f\n",
                 (long long)result->steps_completed, (long long)result->skipped_steps,
