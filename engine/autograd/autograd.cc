@@ -72,7 +72,9 @@ Tensor Record(Tensor output, OpId op, std::vector<Tensor> inputs, BackwardFn bac
   return output;
 }
 
-void Backward(const Tensor& root, const Tensor& grad) {
+void Backward(const Tensor& root, const Tensor& grad) { Backward(root, grad, LeafGradHook()); }
+
+void Backward(const Tensor& root, const Tensor& grad, const LeafGradHook& on_leaf) {
   std::unordered_set<TensorImpl*> seen;
   std::vector<Tensor> order;
   TopoSort(root, seen, order);
@@ -101,6 +103,7 @@ void Backward(const Tensor& root, const Tensor& grad) {
       } else {
         Kernel<AddInPlaceKernel>(t.device())(t.grad(), leaf_grad, 1.0);
       }
+      if (on_leaf) on_leaf(t);
     }
   }
 }

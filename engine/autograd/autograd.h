@@ -45,6 +45,13 @@ Tensor Record(Tensor output, OpId op, std::vector<Tensor> inputs, BackwardFn bac
 // with requires_grad accumulate their gradient, in their own dtype.
 void Backward(const Tensor& root, const Tensor& grad = Tensor());
 
+// The same, calling on_leaf(leaf) as soon as a leaf's gradient is final for
+// this backward (every contribution accumulated: the reverse topological
+// order reaches a leaf after all its uses), while the rest of the backward
+// is still to run. Data-parallel training starts its all-reduces from here.
+using LeafGradHook = std::function<void(const Tensor& leaf)>;
+void Backward(const Tensor& root, const Tensor& grad, const LeafGradHook& on_leaf);
+
 }  // namespace ampd::engine::autograd
 
 #endif  // AMPD_ENGINE_AUTOGRAD_AUTOGRAD_H_

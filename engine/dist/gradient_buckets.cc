@@ -32,6 +32,7 @@ GradientBuckets::GradientBuckets(ProcessGroup* group, std::vector<int64_t> numel
     : group_(group),
       averaging_(averaging),
       buckets_(AssignBuckets(numels, bucket_bytes)),
+      numels_(numels),
       bucket_of_(numels.size()),
       offset_(numels.size()) {
   for (size_t b = 0; b < buckets_.size(); ++b) {

@@ -42,6 +42,7 @@ class GradientBuckets {
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
   // Where tensor t's gradient lives (numels[t] floats in its bucket's buffer).
   float* grad(int t) { return buffers_[bucket_of_[t]].data() + offset_[t]; }
+  int64_t numel(int t) const { return numels_[t]; }
 
   // One bucket's all-reduce (the unit a backward hook launches as soon as
   // the bucket's gradients are final); every rank calls the same buckets in
@@ -55,6 +56,7 @@ class GradientBuckets {
   Averaging averaging_;
   std::vector<std::vector<int>> buckets_;
   std::vector<std::vector<float>> buffers_;  // one per bucket
+  std::vector<int64_t> numels_;
   std::vector<int> bucket_of_;
   std::vector<int64_t> offset_;
 };

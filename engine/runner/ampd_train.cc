@@ -47,10 +47,11 @@ class Printer : public TrainerCallbacks {
       std::printf(
           "{\"type\":\"step\",\"step\":%lld,\"total_steps\":%lld,\"epoch\":%lld,\"loss\":%.9g,"
           "\"lr\":%.6g,\"loss_scale\":%.6g,\"skipped\":%s,\"grad_norm\":%.6g,\"samples_per_s\":%."
-          "1f,\"skipped_total\":%lld,\"tokens_per_s\":%.1f,\"mfu\":%.4g}\n",
+          "1f,\"skipped_total\":%lld,\"tokens_per_s\":%.1f,\"mfu\":%.4g,\"allreduce_s\":%.6g,"
+          "\"allreduce_hidden\":%.4g}\n",
           (long long)m.step, (long long)m.total_steps, (long long)m.epoch, m.loss, m.lr,
           m.loss_scale, m.skipped ? "true" : "false", m.grad_norm, m.samples_per_s,
-          (long long)m.skipped_total, m.tokens_per_s, m.mfu);
+          (long long)m.skipped_total, m.tokens_per_s, m.mfu, m.allreduce_s, m.allreduce_hidden);
     } else {
       std::string rate = m.tokens_per_s > 0 ? absl::StrFormat("%.0f tokens/s", m.tokens_per_s)
                                             : absl::StrFormat("%.0f samples/s", m.samples_per_s);

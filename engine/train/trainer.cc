@@ -528,18 +528,26 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   const TrainingSpec& t = config_.training;
   optimizer_->ZeroGrad();
   double loss_sum = 0;
+  const bool data_parallel =
+      config_.process_group != nullptr && config_.process_group->size() > 1 && dist_status_.ok();
   for (int64_t micro = 0; micro < t.grad_accumulation; ++micro) {
     Tensor loss = MicroBatchLoss(micro);
     loss_sum += loss.Item();
     Tensor scaled = scaler_.Scale(MulScalar(loss, 1.0 / t.grad_accumulation));
-    Backward(scaled);
+    // Data-parallel: only the last micro-batch's gradients are reduced (as
+    // DDP's no_sync for the others), overlapping its backward.
+    if (data_parallel && micro + 1 == t.grad_accumulation) {
+      BackwardWithAllReduce(scaled);
+    } else {
+      Backward(scaled);
+    }
   }
 
   std::vector<Tensor> grads = optimizer_->CollectGradients();
-  if (config_.process_group != nullptr && config_.process_group->size() > 1 && dist_status_.ok()) {
+  if (data_parallel) {
     // Before the unscale, as DDP reduces during the backward: every rank
     // then checks, clips and applies the same averaged gradients.
-    dist_status_ = AverageOverRanks(grads, &loss_sum);
+    dist_status_ = FinishAverage(grads, &loss_sum);
   }
   const bool finite = scaler_.Unscale(grads, optimizer_->ParameterNames());
   Backend& be = BackendOf(grads.front());
@@ -574,30 +582,52 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
     if (callbacks) callbacks->OnSkip(*event);
   }
   FinishMetrics(start, Epoch(), loss_sum, skip, grad_norm, &m);
+  if (data_parallel && reducer_ != nullptr) {
+    m.allreduce_s = reducer_->allreduce_seconds();
+    if (m.allreduce_s > 0) {
+      m.allreduce_hidden = std::max(0.0, 1.0 - reducer_->exposed_seconds() / m.allreduce_s);
+    }
+  }
   return m;
 }
 
-absl::Status Trainer::AverageOverRanks(const std::vector<Tensor>& grads, double* loss_sum) {
-  dist::ProcessGroup* group = config_.process_group;
-  if (buckets_ == nullptr) {
-    std::vector<int64_t> numels;
-    for (const Tensor& g : grads) numels.push_back(g.defined() ? g.numel() : 0);
-    // Sum only: 1 / size is folded into the copy back below (exact for a
-    // power-of-two world, as DDP's predivide would be).
-    buckets_ = std::make_unique<dist::GradientBuckets>(
-        group, std::move(numels), dist::kDefaultBucketBytes, dist::Averaging::kSumOnly);
+void Trainer::EnsureBuckets() {
+  if (buckets_ != nullptr) return;
+  std::vector<nn::Parameter>& params = model_->parameters();
+  std::vector<int64_t> numels;
+  for (size_t i = 0; i < params.size(); ++i) {
+    numels.push_back(params[i].value.numel());
+    param_index_[params[i].value.impl()] = static_cast<int>(i);
   }
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    if (!g.defined()) continue;
+  // Sum only: 1 / size is folded into the copy back (exact for a
+  // power-of-two world, as DDP's predivide would be).
+  buckets_ =
+      std::make_unique<dist::GradientBuckets>(config_.process_group, std::move(numels),
+                                              dist::kDefaultBucketBytes, dist::Averaging::kSumOnly);
+  reducer_ = std::make_unique<dist::OverlappedReducer>(buckets_.get());
+}
+
+void Trainer::BackwardWithAllReduce(const Tensor& scaled) {
+  EnsureBuckets();
+  reducer_->BeginStep();
+  Backward(scaled, Tensor(), [&](const Tensor& leaf) {
+    auto it = param_index_.find(leaf.impl());
+    if (it == param_index_.end()) return;
+    const int i = it->second;
+    const Tensor& g = leaf.grad();
     if (g.dtype() == DType::kF32) {
-      std::memcpy(buckets_->grad(static_cast<int>(i)), g.data<float>(), g.numel() * sizeof(float));
-    } else {
+      std::memcpy(buckets_->grad(i), g.data<float>(), g.numel() * sizeof(float));
+    } else {  // low-precision parameters (O2, *-true): widened, exactly
       const std::vector<float> v = g.ToFloats();
-      std::memcpy(buckets_->grad(static_cast<int>(i)), v.data(), v.size() * sizeof(float));
+      std::memcpy(buckets_->grad(i), v.data(), v.size() * sizeof(float));
     }
-  }
-  if (absl::Status s = buckets_->AllReduceAll(); !s.ok()) return s;
+    reducer_->TensorReady(i);
+  });
+}
+
+absl::Status Trainer::FinishAverage(const std::vector<Tensor>& grads, double* loss_sum) {
+  dist::ProcessGroup* group = config_.process_group;
+  if (absl::Status s = reducer_->Finish(); !s.ok()) return s;
   const float inv = 1.0f / static_cast<float>(group->size());
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];

@@ -22,6 +22,7 @@
 #include "engine/data/token_sequence.h"
 #include "engine/data/token_windows.h"
 #include "engine/dist/gradient_buckets.h"
+#include "engine/dist/overlapped_reducer.h"
 #include "engine/dist/process_group.h"
 #include "engine/nn/model.h"
 #include "engine/optim/optimizer.h"
@@ -106,6 +107,10 @@ struct StepMetrics {
   // Model FLOPs per second over the peak (TrainerConfig::peak_flops); 0 when
   // the peak is unknown.
   double mfu = 0;
+  // Data-parallel: the step's all-reduce time (on the communication thread)
+  // and the share of it that ran while the backward did (0 with one worker).
+  double allreduce_s = 0;
+  double allreduce_hidden = 0;
 };
 
 struct EvalMetrics {
@@ -228,9 +233,13 @@ class Trainer {
   std::optional<EvalMetrics> EvaluateIfDue(int64_t eval_every);
 
   StepMetrics Step(TrainerCallbacks* callbacks);
-  // Data-parallel: averages `grads` over the ranks (sum in the buckets, then
-  // 1 / size folded into the copy back), and the loss.
-  absl::Status AverageOverRanks(const std::vector<Tensor>& grads, double* loss_sum);
+  // Data-parallel: the buckets and the communication thread (made once),
+  // the backward of the step's last micro-batch with each gradient handed to
+  // its bucket as soon as it is final, then the average: 1 / size folded
+  // into the copy back into `grads`, and the loss averaged too.
+  void EnsureBuckets();
+  void BackwardWithAllReduce(const Tensor& scaled);
+  absl::Status FinishAverage(const std::vector<Tensor>& grads, double* loss_sum);
   // The scaling record when one is due after step_ (one host read of the
   // scales on a device).
   void ReportFp8Scaling(TrainerCallbacks* callbacks);
@@ -285,6 +294,8 @@ class Trainer {
   // gradients' sizes are known) and the first collective's failure, which
   // ends Run with it.
   std::unique_ptr<dist::GradientBuckets> buckets_;
+  std::unique_ptr<dist::OverlappedReducer> reducer_;
+  std::map<const TensorImpl*, int> param_index_;  // a parameter's leaf -> its index
   absl::Status dist_status_;
 };
 

@@ -129,6 +129,14 @@ TEST(DdpTrainerTest, TwoWorkersTrainAsOneWithTheSameGlobalBatch32True) {
   EXPECT_LT(two.steps.back().loss, 0.7 * two.steps.front().loss);  // it learned
   // Every rank holds the same weights, bit for bit.
   EXPECT_EQ(two.params[0], two.params[1]);
+  // The all-reduces ran (on the communication thread) and report how much
+  // of their time the backward hid; one worker has none.
+  for (const StepMetrics& m : two.steps) {
+    EXPECT_GT(m.allreduce_s, 0);
+    EXPECT_GE(m.allreduce_hidden, 0);
+    EXPECT_LE(m.allreduce_hidden, 1);
+  }
+  EXPECT_EQ(one.steps.back().allreduce_s, 0);
   std::printf("32-true: worst relative loss gap %.3g (first 20 steps), %.3g (all %lld)\n", worst20,
               worst, static_cast<long long>(steps));
 }
