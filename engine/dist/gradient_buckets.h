@@ -43,6 +43,8 @@ class GradientBuckets {
   // Where tensor t's gradient lives (numels[t] floats in its bucket's buffer).
   float* grad(int t) { return buffers_[bucket_of_[t]].data() + offset_[t]; }
   int64_t numel(int t) const { return numels_[t]; }
+  int tensors() const { return static_cast<int>(numels_.size()); }
+  int bucket_of(int t) const { return bucket_of_[t]; }
 
   // One bucket's all-reduce (the unit a backward hook launches as soon as
   // the bucket's gradients are final); every rank calls the same buckets in

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 namespace ampd::engine::dist {
 
@@ -15,11 +14,7 @@ double Since(Clock::time_point t) {
 
 OverlappedReducer::OverlappedReducer(GradientBuckets* buckets)
     : buckets_(buckets), num_buckets_(static_cast<int>(buckets->buckets().size())) {
-  int tensors = 0;
-  for (const auto& b : buckets_->buckets()) {
-    for (int t : b) tensors = std::max(tensors, t + 1);
-  }
-  ready_.assign(tensors, 0);
+  ready_.assign(buckets_->tensors(), 0);
   remaining_.assign(num_buckets_, 0);
   done_ = num_buckets_;  // nothing pending until BeginStep
   launched_ = num_buckets_;
@@ -52,13 +47,7 @@ void OverlappedReducer::TensorReady(int t) {
     std::lock_guard<std::mutex> lock(mu_);
     if (t < 0 || t >= static_cast<int>(ready_.size()) || ready_[t]) return;
     ready_[t] = 1;
-    for (int b = 0; b < num_buckets_; ++b) {
-      const auto& tensors = buckets_->buckets()[b];
-      if (std::find(tensors.begin(), tensors.end(), t) != tensors.end()) {
-        --remaining_[b];
-        break;
-      }
-    }
+    --remaining_[buckets_->bucket_of(t)];
   }
   cv_.notify_all();
 }
