@@ -22,6 +22,7 @@ def _cuda_configure_impl(ctx):
             'package(default_visibility = ["//visibility:public"])',
             'cc_library(name = "cudart")',
             'cc_library(name = "cublaslt")',
+            'cc_library(name = "cudnn")',
             "",
         ]))
         return
@@ -50,6 +51,12 @@ cc_library(
 cc_library(
     name = "cublaslt",
     linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcublasLt", "-lcublas"],
+    deps = [":cudart"],
+)
+
+cc_library(
+    name = "cudnn",
+    linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcudnn"],
     deps = [":cudart"],
 )
 """.format(lib = lib))

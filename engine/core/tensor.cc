@@ -1,6 +1,7 @@
 #include "engine/core/tensor.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -270,6 +271,19 @@ Tensor Tensor::Detach() const {
   impl->numel = numel();
   impl->data = impl_->data;
   return Tensor(std::move(impl));
+}
+
+Tensor Tensor::Reshape(const std::vector<int64_t>& shape) const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (n != numel()) {
+    std::fprintf(stderr, "ampd: Reshape %s to %s changes the element count\n",
+                 ShapeString(this->shape()).c_str(), ShapeString(shape).c_str());
+    std::abort();
+  }
+  Tensor t = Detach();
+  t.impl_->shape = shape;
+  return t;
 }
 
 Tensor Tensor::Rows(int64_t begin, int64_t end) const {

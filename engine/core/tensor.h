@@ -89,6 +89,9 @@ class Tensor {
   // Rows [begin, end) of a tensor of rank >= 1, sharing its storage (a
   // detached view: no autograd through it). Writes through it show in this.
   Tensor Rows(int64_t begin, int64_t end) const;
+  // An alias of the same storage with another shape of as many elements
+  // (no autograd: ops::Reshape records one).
+  Tensor Reshape(const std::vector<int64_t>& shape) const;
   // Overwrites this tensor's values from `src` (same numel), rounding to dtype.
   void CopyFrom(const Tensor& src) const;
 

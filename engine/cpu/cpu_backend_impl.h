@@ -13,8 +13,11 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/attention.h"
+#include "engine/backend/kernels/batch_norm.h"
+#include "engine/backend/kernels/conv.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/layer_norm.h"
+#include "engine/backend/kernels/pooling.h"
 
 namespace ampd::engine::cpu {
 
@@ -56,6 +59,36 @@ class CpuBackendImpl final : public backend::Backend {
   backend::LayerNormGrads LayerNormBackwardImpl(const Tensor& x, const Tensor& gamma,
                                                 const backend::LayerNormResult& fwd,
                                                 const Tensor& dy);
+  // conv.cc
+  Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias,
+                const backend::Conv2dGeometry& g, DType out);
+  Tensor Conv2dBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& x_shape,
+                            const backend::Conv2dGeometry& g, DType out);
+  backend::Conv2dWeightGrads Conv2dBackwardWeight(const Tensor& x, const Tensor& dy,
+                                                  const std::vector<int64_t>& w_shape, bool bias,
+                                                  const backend::Conv2dGeometry& g, DType out);
+  // pooling.cc
+  Tensor Pool2d(const Tensor& x, const backend::Pool2dGeometry& g, DType out);
+  template <typename C>
+  Tensor Pool2dImpl(const Tensor& x, const backend::Pool2dGeometry& g, DType out);
+  Tensor Pool2dBackward(const Tensor& x, const Tensor& dy, const backend::Pool2dGeometry& g);
+  template <typename C>
+  Tensor Pool2dBackwardImpl(const Tensor& x, const Tensor& dy, const backend::Pool2dGeometry& g);
+  // batch_norm.cc
+  backend::BatchNormResult BatchNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                     const Tensor& running_mean, const Tensor& running_var,
+                                     bool training, double momentum, double eps, DType out);
+  template <typename C>
+  backend::BatchNormResult BatchNormImpl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var,
+                                         bool training, double momentum, double eps, DType out);
+  backend::BatchNormGrads BatchNormBackward(const Tensor& x, const Tensor& gamma,
+                                            const Tensor& mean, const Tensor& rstd,
+                                            const Tensor& dy, bool training);
+  template <typename C>
+  backend::BatchNormGrads BatchNormBackwardImpl(const Tensor& x, const Tensor& gamma,
+                                                const Tensor& mean, const Tensor& rstd,
+                                                const Tensor& dy, bool training);
   Tensor SoftmaxCrossEntropy(const Tensor& logits, const std::vector<int32_t>& labels,
                              Tensor* row_logsumexp);
   Tensor SoftmaxCrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,

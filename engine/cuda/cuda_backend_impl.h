@@ -4,7 +4,8 @@
 // The CUDA backend's class. Like the CPU's, its kernels are member functions
 // defined one family per file, each file registering its own in the kernel
 // registry: matmul.cc (cuBLASLt), elementwise.cc, reductions.cc, softmax.cc
-// (and cross-entropy), layer_norm.cc, embedding.cc; device_amp.cc has the
+// (and cross-entropy), layer_norm.cc, embedding.cc, conv.cc (cuDNN),
+// pooling.cc, batch_norm.cc; device_amp.cc has the
 // AMP and optimizer updates, optimizers8bit.cc the 8-bit ones;
 // cuda_backend.cc memory, streams and the backend's registration. Their
 // launchers are in kernels.h (kernels/*.cu). Internal to engine/cuda.
@@ -18,8 +19,11 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/attention.h"
+#include "engine/backend/kernels/batch_norm.h"
+#include "engine/backend/kernels/conv.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/layer_norm.h"
+#include "engine/backend/kernels/pooling.h"
 #include "engine/core/fp8.h"
 #include "engine/cuda/caching_allocator.h"
 #include "engine/cuda/cuda_backend.h"
@@ -146,6 +150,24 @@ class CudaBackend final : public backend::Backend {
                          int64_t past, int64_t n_head);
   Tensor CausalAttentionBackward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
                                  const Tensor& dy, int64_t seq_len, int64_t n_head);
+  // conv.cc (cuDNN)
+  Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias,
+                const backend::Conv2dGeometry& g, DType out);
+  Tensor Conv2dBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& x_shape,
+                            const backend::Conv2dGeometry& g, DType out);
+  backend::Conv2dWeightGrads Conv2dBackwardWeight(const Tensor& x, const Tensor& dy,
+                                                  const std::vector<int64_t>& w_shape, bool bias,
+                                                  const backend::Conv2dGeometry& g, DType out);
+  // pooling.cc
+  Tensor Pool2d(const Tensor& x, const backend::Pool2dGeometry& g, DType out);
+  Tensor Pool2dBackward(const Tensor& x, const Tensor& dy, const backend::Pool2dGeometry& g);
+  // batch_norm.cc
+  backend::BatchNormResult BatchNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                     const Tensor& running_mean, const Tensor& running_var,
+                                     bool training, double momentum, double eps, DType out);
+  backend::BatchNormGrads BatchNormBackward(const Tensor& x, const Tensor& gamma,
+                                            const Tensor& mean, const Tensor& rstd,
+                                            const Tensor& dy, bool training);
   // embedding.cc
   Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids);
   Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids, int64_t num_rows);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/ops/pool_window.h"
 #include "engine/ops/op_list.h"
 
 namespace ampd::engine::cuda {
@@ -56,6 +57,25 @@ std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, i
                                     const void* mean, const void* rstd, int sdt, const void* dy,
                                     int dydt, int64_t rows, int64_t cols, void* dx, void* dgamma,
                                     void* dbeta, Stream s);
+// 2-D pooling over `planes` (N*C) planes of h x w into oh x ow (pool_window.h).
+std::string LaunchPool2d(const void* x, int xdt, int64_t planes, int64_t h, int64_t w,
+                         const ops::Pool2dGeometry& g, int64_t oh, int64_t ow, void* y, int ydt,
+                         Stream s);
+// dx (x's dtype) gathered per input element from the outputs covering it.
+std::string LaunchPool2dBackward(const void* x, int xdt, const void* dy, int dydt, int64_t planes,
+                                 int64_t h, int64_t w, const ops::Pool2dGeometry& g, int64_t oh,
+                                 int64_t ow, void* dx, Stream s);
+// Batch norm over [n, c, inner]; running stats (rdt) updated in place when
+// training; mean/rstd per channel in sdt (f32, f64 for f64 x).
+std::string LaunchBatchNorm(const void* x, int xdt, const void* gamma, int gdt, const void* beta,
+                            int64_t n, int64_t c, int64_t inner, void* running_mean,
+                            void* running_var, int rdt, bool training, double momentum, double eps,
+                            void* y, int ydt, void* mean, void* rstd, int sdt, Stream s);
+// dx in xdt, dgamma/dbeta in gdt.
+std::string LaunchBatchNormBackward(const void* x, int xdt, const void* gamma, int gdt,
+                                    const void* mean, const void* rstd, int sdt, const void* dy,
+                                    int dydt, int64_t n, int64_t c, int64_t inner, bool training,
+                                    void* dx, void* dgamma, void* dbeta, Stream s);
 // Per-row loss lse - x[label] into row_loss (f64) and the row logsumexp (f32 or
 // f64); the probabilities are never stored. Then the mean over rows into out.
 std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t* labels,

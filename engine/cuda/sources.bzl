@@ -6,18 +6,21 @@ CPU emulator's (tests/engine/cuda/emu/BUILD) and the architecture check
 CUDA_KERNEL_FAMILIES = [
     "amp",
     "attention",
+    "batch_norm",
     "elementwise",
     "embedding",
     "fp8",
     "layer_norm",
     "optimizers",
     "optimizers8bit",
+    "pooling",
     "reductions",
     "softmax",
 ]
 
 # Everything nvcc compiles.
 CUDA_SOURCES = [
+    "conv.cu",
     "gemm.cu",
     "runtime.cu",
 ] + ["kernels/%s.cu" % f for f in CUDA_KERNEL_FAMILIES]
@@ -26,6 +29,8 @@ CUDA_SOURCES = [
 # (cuda_backend_impl.h), as engine/cpu.
 CUDA_BACKEND_SRCS = [
     "attention.cc",
+    "batch_norm.cc",
+    "conv.cc",
     "cuda_backend.cc",
     "cuda_backend_impl.h",
     "data_sheet.cc",
@@ -36,6 +41,7 @@ CUDA_BACKEND_SRCS = [
     "layer_norm.cc",
     "matmul.cc",
     "optimizers8bit.cc",
+    "pooling.cc",
     "reductions.cc",
     "softmax.cc",
 ]

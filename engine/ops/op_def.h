@@ -27,6 +27,7 @@ struct SavedForBackward {
   bool flag = false;              // log-softmax
   int64_t count = 0;              // the embedding table's rows, attention's heads
   int64_t length = 0;             // attention's sequence length
+  std::vector<int64_t> params{};  // integer parameters (conv's stride, a pool's window)
 };
 
 // Gradients with respect to each input, in input order (undefined = none).

@@ -53,7 +53,13 @@ enum class CastPolicy : uint8_t { kLowerPrecision, kFp32, kPromote, kPassThrough
   X(kDropout, "dropout", kPassThrough, DropoutGradient)                                        \
   X(kCausalAttention, "scaled_dot_product_attention", kLowerPrecision, AttentionGradient)      \
   X(kLmHeadCrossEntropy, "lm_head_cross_entropy", kLowerPrecision, LmHeadCrossEntropyGradient) \
-  X(kFp8Linear, "fp8_linear", kLowerPrecision, Fp8LinearGradient) /* Transformer Engine's */
+  X(kFp8Linear, "fp8_linear", kLowerPrecision, Fp8LinearGradient) /* Transformer Engine's */   \
+  X(kReshape, "reshape", kPassThrough, ReshapeGradient)           /* a view: no kernel */      \
+  X(kConv2d, "conv2d", kLowerPrecision, Conv2dGradient)                                        \
+  X(kMaxPool2d, "max_pool2d", kPassThrough, Pool2dGradient)                                    \
+  X(kAvgPool2d, "avg_pool2d", kPassThrough, Pool2dGradient)                                    \
+  X(kAdaptiveAvgPool2d, "adaptive_avg_pool2d", kPassThrough, Pool2dGradient)                   \
+  X(kBatchNorm, "batch_norm", kFp32, BatchNormGradient)
 
 enum class OpId : uint8_t {
 #define AMPD_ENGINE_OP_ID(id, name, policy, gradient) id,
@@ -107,6 +113,11 @@ constexpr bool IsUnaryOp(OpId op) {
   return op == OpId::kRelu || op == OpId::kGelu || op == OpId::kGeluTanh || op == OpId::kNeg ||
          op == OpId::kExp || op == OpId::kLog || op == OpId::kSquare;
 }
+constexpr bool IsPool2dOp(OpId op) {
+  return op == OpId::kMaxPool2d || op == OpId::kAvgPool2d || op == OpId::kAdaptiveAvgPool2d;
+}
+// Ops that only re-describe their input's storage and run no kernel.
+constexpr bool IsViewOp(OpId op) { return op == OpId::kReshape; }
 constexpr bool IsBinaryOp(OpId op) {
   return op == OpId::kAdd || op == OpId::kSub || op == OpId::kMul;
 }

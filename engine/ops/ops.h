@@ -8,7 +8,9 @@
 // header includes them all.
 
 #include "engine/ops/attention.h"
+#include "engine/ops/batch_norm.h"
 #include "engine/ops/cast.h"
+#include "engine/ops/conv.h"
 #include "engine/ops/cross_entropy.h"
 #include "engine/ops/dropout.h"
 #include "engine/ops/elementwise.h"
@@ -17,7 +19,9 @@
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/lm_head.h"
+#include "engine/ops/pooling.h"
 #include "engine/ops/reductions.h"
+#include "engine/ops/shape.h"
 #include "engine/ops/softmax.h"
 
 #endif  // AMPD_ENGINE_OPS_OPS_H_

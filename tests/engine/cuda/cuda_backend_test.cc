@@ -26,7 +26,9 @@
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/attention.h"
+#include "engine/backend/kernels/batch_norm.h"
 #include "engine/backend/kernels/cast.h"
+#include "engine/backend/kernels/conv.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/dropout.h"
 #include "engine/backend/kernels/elementwise.h"
@@ -35,6 +37,7 @@
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/backend/kernels/optimizer8bit.h"
+#include "engine/backend/kernels/pooling.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/backend/kernels/softmax.h"
 #include "engine/backend/quant_map.h"
@@ -57,11 +60,20 @@ using backend::AmpUpdateScale;
 using backend::AttentionResult;
 using backend::Backend;
 using backend::BackendFor;
+using backend::BatchNormBackwardKernel;
+using backend::BatchNormGrads;
+using backend::BatchNormKernel;
+using backend::BatchNormResult;
 using backend::BinaryKernel;
 using backend::CachedAttentionKernel;
 using backend::CastKernel;
 using backend::CausalAttentionBackwardKernel;
 using backend::CausalAttentionKernel;
+using backend::Conv2dBackwardDataKernel;
+using backend::Conv2dBackwardWeightKernel;
+using backend::Conv2dGeometry;
+using backend::Conv2dKernel;
+using backend::Conv2dWeightGrads;
 using backend::CrossEntropyBackwardKernel;
 using backend::CrossEntropyKernel;
 using backend::CrossEntropyResult;
@@ -81,6 +93,9 @@ using backend::LayerNormResult;
 using backend::LinearKernel;
 using backend::MatmulKernel;
 using backend::NonFiniteCheck;
+using backend::Pool2dBackwardKernel;
+using backend::Pool2dGeometry;
+using backend::Pool2dKernel;
 using backend::ScaleKernel;
 using backend::ScaleUpdateOptions;
 using backend::SoftmaxBackwardKernel;
@@ -375,6 +390,135 @@ TEST_F(CudaBackendTest, LayerNormForwardAndBackward) {
     ExpectClose(gg.dx, cg.dx, Tol(d) * 4, "layer norm dx");
     ExpectClose(gg.dgamma, cg.dgamma, Tol(d) * 4, "layer norm dgamma");
     ExpectClose(gg.dbeta, cg.dbeta, Tol(d) * 4, "layer norm dbeta");
+  }
+}
+
+// cuDNN's convolutions (conv.cu) against oneDNN's: every pass, several
+// geometries (padding, stride, dilation per dim, groups, 1x1, no bias).
+struct ConvCase {
+  std::vector<int64_t> x, w;
+  Conv2dGeometry g;
+  bool bias;
+};
+std::vector<ConvCase> ConvCases() {
+  std::vector<ConvCase> cases;
+  ConvCase padded{{4, 16, 10, 9}, {32, 16, 3, 3}, {}, true};
+  padded.g.padding[0] = padded.g.padding[1] = 1;
+  cases.push_back(padded);
+  ConvCase strided{{3, 4, 11, 10}, {6, 4, 5, 3}, {}, false};
+  strided.g.stride[0] = 2, strided.g.stride[1] = 3;
+  strided.g.padding[0] = 2;
+  strided.g.dilation[1] = 2;
+  cases.push_back(strided);
+  ConvCase grouped{{2, 8, 6, 6}, {12, 2, 3, 3}, {}, true};
+  grouped.g.groups = 4;
+  grouped.g.padding[0] = grouped.g.padding[1] = 1;
+  cases.push_back(grouped);
+  cases.push_back({{2, 32, 5, 5}, {16, 32, 1, 1}, {}, true});
+  return cases;
+}
+
+TEST_F(CudaBackendTest, Conv2dForwardAndBackward) {
+  for (DType d : kLowAndF32) {
+    int i = 0;
+    for (const ConvCase& c : ConvCases()) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(d) << " conv case " << i++);
+      Tensor x = Random(c.x, d, 40), w = Random(c.w, d, 41, -0.5, 0.5);
+      Tensor b = c.bias ? Random({c.w[0]}, d, 42) : Tensor();
+      Tensor y = Cpu<Conv2dKernel>()(x, w, b, c.g, d);
+      Tensor gy = Gpu<Conv2dKernel>()(G(x), G(w), c.bias ? G(b) : Tensor(), c.g, d);
+      // The GPU adds the bias after rounding the convolution: a second rounding.
+      ExpectClose(gy, y, Tol(d) * 2, "conv2d y");
+      Tensor dy = Random(y.shape(), d, 43);
+      ExpectClose(Gpu<Conv2dBackwardDataKernel>()(G(dy), G(w), c.x, c.g, d),
+                  Cpu<Conv2dBackwardDataKernel>()(dy, w, c.x, c.g, d), Tol(d) * 2, "conv2d dx");
+      Conv2dWeightGrads cw = Cpu<Conv2dBackwardWeightKernel>()(x, dy, c.w, c.bias, c.g, d);
+      Conv2dWeightGrads gw = Gpu<Conv2dBackwardWeightKernel>()(G(x), G(dy), c.w, c.bias, c.g, d);
+      ExpectClose(gw.dw, cw.dw, Tol(d) * 2, "conv2d dw");
+      ASSERT_EQ(gw.db.defined(), c.bias);
+      if (c.bias) {
+        ExpectClose(gw.db, cw.db, Tol(d), "conv2d db");
+      }
+    }
+  }
+}
+
+// The backward passes use deterministic algorithms only, so the same inputs
+// give the same bits (the same seed, the same losses).
+TEST_F(CudaBackendTest, Conv2dBackwardIsBitwiseRepeatable) {
+  // f32, where a different order of the sums shows in the last bits.
+  const ConvCase c = ConvCases()[0];
+  Tensor x = G(Random(c.x, DType::kF32, 44)), w = G(Random(c.w, DType::kF32, 45));
+  Tensor y = Gpu<Conv2dKernel>()(x, w, Tensor(), c.g, DType::kF32);
+  Tensor dy = G(Random(y.shape(), DType::kF32, 46));
+  std::vector<double> dx[2], dw[2];
+  for (int r = 0; r < 2; ++r) {
+    dx[r] = Gpu<Conv2dBackwardDataKernel>()(dy, w, c.x, c.g, DType::kF32).ToDoubles();
+    dw[r] = Gpu<Conv2dBackwardWeightKernel>()(x, dy, c.w, false, c.g, DType::kF32).dw.ToDoubles();
+  }
+  EXPECT_EQ(dx[0], dx[1]);
+  EXPECT_EQ(dw[0], dw[1]);
+}
+
+TEST_F(CudaBackendTest, Pool2dForwardAndBackward) {
+  std::vector<Pool2dGeometry> geometries;
+  Pool2dGeometry max;
+  max.op = OpId::kMaxPool2d;
+  max.kernel[0] = max.kernel[1] = 3;
+  max.stride[0] = 2, max.stride[1] = 1;
+  max.padding[0] = max.padding[1] = 1;
+  max.dilation[1] = 2;
+  geometries.push_back(max);
+  Pool2dGeometry avg;
+  avg.op = OpId::kAvgPool2d;
+  avg.kernel[0] = avg.kernel[1] = avg.stride[0] = avg.stride[1] = 2;
+  avg.padding[0] = avg.padding[1] = 1;
+  geometries.push_back(avg);
+  avg.count_include_pad = false;
+  geometries.push_back(avg);
+  Pool2dGeometry adaptive;
+  adaptive.op = OpId::kAdaptiveAvgPool2d;
+  adaptive.output[0] = 3, adaptive.output[1] = 4;
+  geometries.push_back(adaptive);
+  for (DType d : kLowAndF32) {
+    for (const Pool2dGeometry& g : geometries) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(d) << " " << ops::OpName(g.op));
+      Tensor x = Random({3, 5, 9, 7}, d, 47);
+      Tensor y = Cpu<Pool2dKernel>()(x, g, d);
+      ExpectClose(Gpu<Pool2dKernel>()(G(x), g, d), y, Tol(d), "pool y");
+      Tensor dy = Random(y.shape(), d, 48);
+      ExpectClose(Gpu<Pool2dBackwardKernel>()(G(x), G(dy), g),
+                  Cpu<Pool2dBackwardKernel>()(x, dy, g), Tol(d), "pool dx");
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, BatchNormTrainingAndEval) {
+  for (DType d : kLowAndF32) {
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(d) << (training ? " training" : " eval"));
+      Tensor x = Random({6, 5, 7, 3}, d, 49, -1, 3);
+      // Norm parameters in f32 (keep_norms_fp32) and running statistics in f32.
+      Tensor gamma = Random({5}, DType::kF32, 50, 0.5, 1.5), beta = Random({5}, DType::kF32, 51);
+      Tensor rm = Random({5}, DType::kF32, 52), rv = Random({5}, DType::kF32, 53, 0.5, 2);
+      Tensor grm = G(rm), grv = G(rv);
+      BatchNormResult c =
+          Cpu<BatchNormKernel>()(x, gamma, beta, rm, rv, training, 0.1, 1e-5, DType::kF32);
+      BatchNormResult g = Gpu<BatchNormKernel>()(G(x), G(gamma), G(beta), grm, grv, training, 0.1,
+                                                 1e-5, DType::kF32);
+      ExpectClose(g.y, c.y, 2e-5, "batch norm y");
+      ExpectClose(g.mean, c.mean, 1e-6, "batch norm mean");
+      ExpectClose(g.rstd, c.rstd, 1e-6, "batch norm rstd");
+      ExpectClose(grm, rm, 1e-6, "running mean");
+      ExpectClose(grv, rv, 1e-6, "running var");
+      Tensor dy = Random(x.shape(), d, 54);
+      BatchNormGrads cg = Cpu<BatchNormBackwardKernel>()(x, gamma, c.mean, c.rstd, dy, training);
+      BatchNormGrads gg =
+          Gpu<BatchNormBackwardKernel>()(G(x), G(gamma), g.mean, g.rstd, G(dy), training);
+      ExpectClose(gg.dx, cg.dx, Tol(d) * 2, "batch norm dx");
+      ExpectClose(gg.dgamma, cg.dgamma, 1e-5, "batch norm dgamma");
+      ExpectClose(gg.dbeta, cg.dbeta, 1e-5, "batch norm dbeta");
+    }
   }
 }
 

@@ -14,8 +14,13 @@ namespace ampd::engine {
 
 using autograd::Backward;
 using autograd::NoGradGuard;
+using backend::Conv2dGeometry;
+using ops::AdaptiveAvgPool2d;
 using ops::Add;
+using ops::AvgPool2d;
+using ops::BatchNorm;
 using ops::CausalSelfAttention;
+using ops::Conv2d;
 using ops::Dropout;
 using ops::Embedding;
 using ops::Exp;
@@ -27,10 +32,12 @@ using ops::LmHeadCrossEntropy;
 using ops::Log;
 using ops::LogSoftmax;
 using ops::Matmul;
+using ops::MaxPool2d;
 using ops::Mean;
 using ops::Mul;
 using ops::MulScalar;
 using ops::Relu;
+using ops::Reshape;
 using ops::Softmax;
 using ops::SoftmaxCrossEntropy;
 using ops::Square;
@@ -149,6 +156,66 @@ TEST(OpsGradTest, LmHeadCrossEntropy) {
                    return LmHeadCrossEntropy(in[0], in[1], {3, 0, 4, 4, 1}, 2);
                  },
                  {Random({5, 4}, 17), Random({6, 4}, 18)});
+}
+
+TEST(OpsGradTest, Conv2d) {
+  Conv2dGeometry plain;
+  CheckGradients("conv2d", [&](auto& in) { return Conv2d(in[0], in[1], in[2], plain); },
+                 {Random({2, 3, 5, 6}, 1), Random({4, 3, 3, 2}, 2), Random({4}, 3)});
+  // Stride, padding and dilation differ per dim; no bias.
+  Conv2dGeometry g;
+  g.stride[0] = 2, g.stride[1] = 1;
+  g.padding[0] = 1, g.padding[1] = 2;
+  g.dilation[0] = 1, g.dilation[1] = 2;
+  CheckGradients("conv2d_strided", [&](auto& in) { return Conv2d(in[0], in[1], Tensor(), g); },
+                 {Random({2, 2, 6, 5}, 4), Random({3, 2, 3, 3}, 5)});
+  // Two groups: output channels 0-1 see input channels 0-1, 2-3 see 2-3.
+  Conv2dGeometry grouped;
+  grouped.groups = 2;
+  grouped.padding[0] = grouped.padding[1] = 1;
+  CheckGradients("conv2d_grouped", [&](auto& in) { return Conv2d(in[0], in[1], in[2], grouped); },
+                 {Random({1, 4, 4, 4}, 6), Random({4, 2, 3, 3}, 7), Random({4}, 8)});
+}
+
+TEST(OpsGradTest, Pooling) {
+  // Distinct values, so no max window has a tie that a nudge would flip.
+  std::vector<double> v(2 * 3 * 7 * 6);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(1.0 + 0.37 * i) + 0.001 * i;
+  Tensor x = Tensor::FromDoubles(v, {2, 3, 7, 6});
+  CheckGradients("max_pool2d", [](auto& in) { return MaxPool2d(in[0], 2); }, {x.Clone()});
+  CheckGradients("max_pool2d_padded", [](auto& in) { return MaxPool2d(in[0], 3, 2, 1, 2); },
+                 {x.Clone()});
+  CheckGradients("avg_pool2d", [](auto& in) { return AvgPool2d(in[0], 3, 2, 1); }, {x.Clone()});
+  CheckGradients("avg_pool2d_exclude_pad",
+                 [](auto& in) { return AvgPool2d(in[0], 3, 2, 1, /*count_include_pad=*/false); },
+                 {x.Clone()});
+  // 7x6 -> 3x4: overlapping windows of unequal sizes.
+  CheckGradients("adaptive_avg_pool2d", [](auto& in) { return AdaptiveAvgPool2d(in[0], 3, 4); },
+                 {x.Clone()});
+}
+
+TEST(OpsGradTest, BatchNormTrainingAndEval) {
+  for (bool training : {true, false}) {
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{3, 2, 3, 2}, std::vector<int64_t>{5, 3}}) {
+      const int64_t c = shape[1];
+      Tensor rm = Random({c}, 11), rv = Random({c}, 12, 0.5, 2.0);
+      CheckGradients(training ? "batch_norm_train" : "batch_norm_eval",
+                     [&](auto& in) { return BatchNorm(in[0], in[1], in[2], rm, rv, training); },
+                     {Random(shape, 13), Random({c}, 14), Random({c}, 15)});
+    }
+  }
+}
+
+TEST(OpsGradTest, ReshapeIsAViewWithAGradient) {
+  Tensor x = Random({2, 3, 4}, 16);
+  Tensor y = Reshape(x, {6, 4});
+  EXPECT_EQ(y.data<double>(), x.data<double>());
+  CheckGradients("reshape",
+                 [](auto& in) {
+                   return Mul(Reshape(in[0], {4, 6}), in[1]);
+                 },
+                 {Random({2, 3, 4}, 17), Random({4, 6}, 18)});
 }
 
 TEST(OpsGradTest, SoftmaxAndLogSoftmax) {

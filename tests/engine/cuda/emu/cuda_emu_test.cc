@@ -2,9 +2,10 @@
 // through if it did not hold: barriers are real, stream work waits for the
 // host to synchronize, bad launches and host pointers are errors, a barrier
 // that not every thread reaches aborts, memory is finite, and the fake
-// cuBLASLt refuses what the real one refuses.
+// cuBLASLt and cuDNN refuse what the real ones refuse.
 
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/conv.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "gtest/gtest.h"
@@ -272,3 +274,104 @@ TEST(CudaEmuTest, CublasLtRefusesWhatTheRealOneRefuses) {
 }
 
 }  // namespace
+
+namespace {
+
+// A convolution problem as conv.cu describes it, for the fake cuDNN's checks.
+struct DnnProblem {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnHandle_t handle = nullptr;
+  DnnProblem() {
+    cudnnCreate(&handle);
+    cudnnCreateTensorDescriptor(&x);
+    cudnnCreateTensorDescriptor(&y);
+    cudnnCreateFilterDescriptor(&w);
+    cudnnCreateConvolutionDescriptor(&conv);
+    // [2, 4, 8, 8] * [6, 4, 3, 3], padding 1 -> [2, 6, 8, 8].
+    cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 4, 8, 8);
+    cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 6, 8, 8);
+    cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 6, 4, 3, 3);
+    cudnnSetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                    CUDNN_DATA_FLOAT);
+  }
+  ~DnnProblem() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroy(handle);
+  }
+  cudnnStatus_t Heuristic() {
+    cudnnConvolutionFwdAlgoPerf_t perf[4];
+    int n = 0;
+    return cudnnGetConvolutionForwardAlgorithm_v7(handle, x, w, conv, y, 4, &n, perf);
+  }
+};
+
+}  // namespace
+
+TEST(CudaEmuTest, FakeCudnnRefusesWhatCudnnDocuments) {
+  {
+    DnnProblem p;
+    EXPECT_EQ(p.Heuristic(), CUDNN_STATUS_SUCCESS);
+  }
+  {
+    DnnProblem p;  // an output that is not the convolution's
+    cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 6, 6, 6);
+    EXPECT_EQ(p.Heuristic(), CUDNN_STATUS_BAD_PARAM);
+  }
+  {
+    DnnProblem p;  // 4 input channels in 3 groups
+    cudnnSetConvolutionGroupCount(p.conv, 3);
+    EXPECT_EQ(p.Heuristic(), CUDNN_STATUS_BAD_PARAM);
+  }
+  {
+    DnnProblem p;  // f32 data, bf16 filter
+    cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NCHW, 6, 4, 3, 3);
+    EXPECT_EQ(p.Heuristic(), CUDNN_STATUS_NOT_SUPPORTED);
+  }
+  {
+    DnnProblem p;  // f32 data with a DOUBLE compute type is no configuration
+    cudnnSetConvolution2dDescriptor(p.conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                    CUDNN_DATA_DOUBLE);
+    EXPECT_EQ(p.Heuristic(), CUDNN_STATUS_NOT_SUPPORTED);
+  }
+  DnnProblem p;
+  EXPECT_EQ(cudnnSetConvolution2dDescriptor(p.conv, -1, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                            CUDNN_DATA_FLOAT),
+            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(cudnnSetConvolution2dDescriptor(p.conv, 0, 0, 0, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                            CUDNN_DATA_FLOAT),
+            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 0, 4, 8, 8),
+            CUDNN_STATUS_BAD_PARAM);
+}
+
+TEST(CudaEmuTest, FakeCudnnWantsDevicePointersAndTheWorkspaceItAskedFor) {
+  DnnProblem p;
+  std::vector<float> host(2 * 6 * 8 * 8);
+  void *x = nullptr, *w = nullptr, *y = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, 2 * 4 * 8 * 8 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&w, 6 * 4 * 3 * 3 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&y, 2 * 6 * 8 * 8 * 4), cudaSuccess);
+  const float one = 1, zero = 0;
+  EXPECT_EQ(cudnnConvolutionForward(p.handle, &one, p.x, x, p.w, w, p.conv,
+                                    CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, &zero,
+                                    p.y, host.data()),
+            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(
+      cudnnConvolutionForward(p.handle, &one, p.x, x, p.w, w, p.conv,
+                              CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, &zero, p.y, y),
+      CUDNN_STATUS_SUCCESS);
+  // The deterministic backward algorithm asked for 1 KiB of workspace.
+  EXPECT_EQ(
+      cudnnConvolutionBackwardData(p.handle, &one, p.w, w, p.y, y, p.conv,
+                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, nullptr, 0, &zero, p.x, x),
+      CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(y);
+}

@@ -1,0 +1,117 @@
+// The CPU backend: 2-D pooling forward and backward, one (n, c) plane per
+// task (planes are independent, so the split does not change the results).
+
+#include "engine/backend/kernels/pooling.h"
+
+#include "engine/cpu/cpu_backend_impl.h"
+#include "engine/cpu/kernel_util.h"
+
+namespace ampd::engine::cpu {
+
+using backend::KernelMethod;
+using backend::Pool2dBackwardKernel;
+using backend::Pool2dKernel;
+using ops::Pool2dGeometry;
+using ops::PoolWindow;
+using ops::PoolWindowAt;
+
+namespace {
+
+// Calls fn(index into the plane) for each tap of output (oh, ow)'s window.
+template <typename F>
+void ForTaps(const PoolWindow& wh, const PoolWindow& ww, int64_t W, const F& fn) {
+  for (int64_t i = 0; i < wh.count; ++i) {
+    const int64_t h = wh.first + i * wh.step;
+    for (int64_t j = 0; j < ww.count; ++j) fn(h * W + ww.first + j * ww.step);
+  }
+}
+
+// The forward's choice for a max window: the first maximum, NaN beating
+// every number (PyTorch's rule); -1 for an empty window.
+template <typename C>
+int64_t ArgMax(const C* plane, const PoolWindow& wh, const PoolWindow& ww, int64_t W) {
+  int64_t best = -1;
+  C best_v = 0;
+  ForTaps(wh, ww, W, [&](int64_t i) {
+    const C v = plane[i];
+    if (best < 0 || v > best_v || (std::isnan(v) && !std::isnan(best_v))) best = i, best_v = v;
+  });
+  return best;
+}
+
+}  // namespace
+
+Tensor CpuBackendImpl::Pool2d(const Tensor& x, const Pool2dGeometry& g, DType out) {
+  return UsesDouble(x) ? Pool2dImpl<double>(x, g, out) : Pool2dImpl<float>(x, g, out);
+}
+
+template <typename C>
+Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DType out) {
+  const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
+  const std::vector<int64_t> ys = backend::Pool2dOutputShape(x.shape(), g);
+  const int64_t OH = ys[2], OW = ys[3];
+  Values<C> xv(x);
+  Output<C> y(ys, out);
+  ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
+    const C* plane = xv.data() + p * H * W;
+    C* yp = y.data() + p * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const PoolWindow wh = PoolWindowAt(g, 0, H, oh);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const PoolWindow ww = PoolWindowAt(g, 1, W, ow);
+        if (g.op == OpId::kMaxPool2d) {
+          const int64_t i = ArgMax(plane, wh, ww, W);
+          yp[oh * OW + ow] = i < 0 ? -std::numeric_limits<C>::infinity() : plane[i];
+        } else {
+          C s = 0;
+          ForTaps(wh, ww, W, [&](int64_t i) { s += plane[i]; });
+          const int64_t div = wh.span * ww.span;
+          yp[oh * OW + ow] = div > 0 ? s / static_cast<C>(div) : C(0);
+        }
+      }
+    }
+  });
+  return y.Finish();
+}
+
+Tensor CpuBackendImpl::Pool2dBackward(const Tensor& x, const Tensor& dy, const Pool2dGeometry& g) {
+  return UsesDouble(x) ? Pool2dBackwardImpl<double>(x, dy, g) : Pool2dBackwardImpl<float>(x, dy, g);
+}
+
+template <typename C>
+Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
+                                          const Pool2dGeometry& g) {
+  const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
+  const int64_t OH = dy.dim(2), OW = dy.dim(3);
+  Values<C> xv(x), dv(dy);
+  Output<C> dx(x.shape(), x.dtype());
+  ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
+    const C* plane = xv.data() + p * H * W;
+    const C* dp = dv.data() + p * OH * OW;
+    C* dxp = dx.data() + p * H * W;
+    std::fill(dxp, dxp + H * W, C(0));
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const PoolWindow wh = PoolWindowAt(g, 0, H, oh);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const PoolWindow ww = PoolWindowAt(g, 1, W, ow);
+        const C d = dp[oh * OW + ow];
+        if (g.op == OpId::kMaxPool2d) {
+          const int64_t i = ArgMax(plane, wh, ww, W);
+          if (i >= 0) dxp[i] += d;
+        } else {
+          const int64_t div = wh.span * ww.span;
+          if (div == 0) continue;
+          const C share = d / static_cast<C>(div);
+          ForTaps(wh, ww, W, [&](int64_t i) { dxp[i] += share; });
+        }
+      }
+    }
+  });
+  return dx.Finish();
+}
+
+AMPD_REGISTER_KERNEL(Pool2dKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Pool2d>::Call);
+AMPD_REGISTER_KERNEL(Pool2dBackwardKernel, Device::kCpu,
+                     KernelMethod<&CpuBackendImpl::Pool2dBackward>::Call);
+
+}  // namespace ampd::engine::cpu
