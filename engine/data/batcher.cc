@@ -98,6 +98,7 @@ void Batcher::Next(Batch* batch) {
   const int64_t dim = dataset_->feature_dim;
   const int64_t size = std::min(batch_size_, end - position_.index);
   batch->size = size;
+  batch->epoch = position_.epoch;
   batch->features.resize(gather_features_ ? static_cast<size_t>(size * dim) : 0);
   batch->labels.resize(static_cast<size_t>(size));
   batch->rows.resize(static_cast<size_t>(size));

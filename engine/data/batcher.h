@@ -13,6 +13,7 @@ struct Batch {
   std::vector<float> features;  // size * feature_dim (empty when not gathered)
   std::vector<int32_t> labels;  // size
   std::vector<int32_t> rows;    // size: each example's index in the dataset
+  int64_t epoch = 0;            // the epoch the examples are drawn in
 };
 
 // Seeded shuffling and batching over epochs. The order of epoch e depends only

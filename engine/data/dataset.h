@@ -15,6 +15,9 @@ struct Dataset {
   int64_t num_examples = 0;
   int64_t feature_dim = 0;
   int num_classes = 0;
+  // One example's shape as a model sees it: [channels, height, width] for
+  // images (IDX: [1, H, W]); empty: a vector of feature_dim.
+  std::vector<int64_t> example_shape;
   std::vector<float> features;  // num_examples * feature_dim
   std::vector<int32_t> labels;  // num_examples
 };

@@ -197,8 +197,9 @@ absl::Status ExpectEnd(IdxFile& file) {
 enum class Kind { kImages, kLabels };
 
 struct IdxHeader {
-  int64_t count = 0;      // the first dimension
-  int64_t item_size = 1;  // product of the others
+  int64_t count = 0;                // the first dimension
+  int64_t item_size = 1;            // product of the others
+  std::vector<int64_t> item_shape;  // the others
 };
 
 absl::StatusOr<IdxHeader> ReadHeader(IdxFile& file, Kind kind) {
@@ -251,6 +252,7 @@ absl::StatusOr<IdxHeader> ReadHeader(IdxFile& file, Kind kind) {
       header.count = dim;
     } else {
       header.item_size *= dim;
+      header.item_shape.push_back(dim);
     }
   }
   return header;
@@ -299,6 +301,10 @@ absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
   dataset.num_examples = image_header.count;
   dataset.feature_dim = image_header.item_size;
   dataset.num_classes = num_classes;
+  // Images keep their shape: one channel, then the file's dims ([1, 28, 28]).
+  dataset.example_shape = {1};
+  dataset.example_shape.insert(dataset.example_shape.end(), image_header.item_shape.begin(),
+                               image_header.item_shape.end());
 
   // No reserve() from header counts, here or for the features: until the
   // data arrives the counts are only claims.

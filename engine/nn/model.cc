@@ -37,13 +37,15 @@ Overloaded(F...) -> Overloaded<F...>;
 
 absl::Status ValidateModelSpec(const ModelSpec& spec) {
   return std::visit(Overloaded{[](const MlpSpec& m) { return ValidateMlp(m); },
-                               [](const GptSpec& g) { return ValidateGpt(g); }},
+                               [](const GptSpec& g) { return ValidateGpt(g); },
+                               [](const SequentialSpec& q) { return ValidateSequential(q); }},
                     spec);
 }
 
 ModelShape DescribeModel(const ModelSpec& spec) {
   return std::visit(Overloaded{[](const MlpSpec& m) { return DescribeMlp(m); },
-                               [](const GptSpec& g) { return DescribeGpt(g); }},
+                               [](const GptSpec& g) { return DescribeGpt(g); },
+                               [](const SequentialSpec& q) { return DescribeSequential(q); }},
                     spec);
 }
 
@@ -55,12 +57,22 @@ std::vector<OpId> ModelOps(const ModelSpec& spec) { return DescribeModel(spec).o
 
 bool DataDimsKnown(const ModelSpec& spec) {
   return std::visit(
-      Overloaded{[](const MlpSpec& m) { return m.input_dim > 0 && m.num_classes > 0; },
-                 [](const GptSpec&) { return true; }},
+      Overloaded{
+          [](const MlpSpec& m) { return m.input_dim > 0 && m.num_classes > 0; },
+          [](const GptSpec&) { return true; },
+          [](const SequentialSpec& q) { return !q.input_shape.empty() && q.num_classes > 0; }},
       spec);
 }
 
-void FillDataDims(ModelSpec* spec, int64_t feature_dim, int64_t num_classes) {
+void FillDataDims(ModelSpec* spec, int64_t feature_dim, int64_t num_classes,
+                  const std::vector<int64_t>& example_shape) {
+  if (SequentialSpec* q = std::get_if<SequentialSpec>(spec)) {
+    if (q->input_shape.empty()) {
+      q->input_shape = example_shape.empty() ? std::vector<int64_t>{feature_dim} : example_shape;
+    }
+    if (q->num_classes == 0) q->num_classes = std::max<int64_t>(2, num_classes);
+    return;
+  }
   MlpSpec* m = std::get_if<MlpSpec>(spec);
   if (m == nullptr) return;  // a GPT's sizes are all in its spec
   if (m->input_dim == 0) m->input_dim = feature_dim;
@@ -70,6 +82,20 @@ void FillDataDims(ModelSpec* spec, int64_t feature_dim, int64_t num_classes) {
 absl::Status CheckDataDims(const ModelSpec& spec, int64_t feature_dim, int64_t num_classes) {
   return std::visit(
       Overloaded{[](const GptSpec&) { return absl::OkStatus(); },
+                 [&](const SequentialSpec& q) -> absl::Status {
+                   if (feature_dim != SequentialInputDim(q)) {
+                     return FieldError(
+                         "model.sequential.input_shape",
+                         absl::StrCat("holds ", SequentialInputDim(q), " values but the data has ",
+                                      feature_dim, " features per example"));
+                   }
+                   if (num_classes > q.num_classes) {
+                     return FieldError("model.sequential.num_classes",
+                                       absl::StrCat("is ", q.num_classes, " but the data has ",
+                                                    num_classes, " classes"));
+                   }
+                   return absl::OkStatus();
+                 },
                  [&](const MlpSpec& m) -> absl::Status {
                    if (feature_dim != m.input_dim) {
                      return FieldError("model.mlp.input_dim",
@@ -90,18 +116,22 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
                                                   const PrecisionConfig& precision, uint64_t seed) {
   if (absl::Status s = ValidateModelSpec(spec); !s.ok()) return s;
   if (absl::Status s = ValidatePrecision(precision); !s.ok()) return s;
-  return std::visit(Overloaded{[&](const MlpSpec& m) -> absl::StatusOr<std::unique_ptr<Model>> {
-                                 return BuildMlp(m, precision, seed);
-                               },
-                               [&](const GptSpec& g) -> absl::StatusOr<std::unique_ptr<Model>> {
-                                 absl::StatusOr<std::unique_ptr<Gpt>> gpt = Gpt::Build(
-                                     g, seed, precision.param_dtype, precision.keep_norms_fp32,
-                                     precision.fp8 ? &precision.fp8_recipe : nullptr,
-                                     precision.overrides.fp32_layers);
-                                 if (!gpt.ok()) return gpt.status();
-                                 return std::unique_ptr<Model>(*std::move(gpt));
-                               }},
-                    spec);
+  return std::visit(
+      Overloaded{[&](const MlpSpec& m) -> absl::StatusOr<std::unique_ptr<Model>> {
+                   return BuildMlp(m, precision, seed);
+                 },
+                 [&](const SequentialSpec& q) -> absl::StatusOr<std::unique_ptr<Model>> {
+                   return BuildSequential(q, precision, seed);
+                 },
+                 [&](const GptSpec& g) -> absl::StatusOr<std::unique_ptr<Model>> {
+                   absl::StatusOr<std::unique_ptr<Gpt>> gpt =
+                       Gpt::Build(g, seed, precision.param_dtype, precision.keep_norms_fp32,
+                                  precision.fp8 ? &precision.fp8_recipe : nullptr,
+                                  precision.overrides.fp32_layers);
+                   if (!gpt.ok()) return gpt.status();
+                   return std::unique_ptr<Model>(*std::move(gpt));
+                 }},
+      spec);
 }
 
 }  // namespace ampd::engine::nn

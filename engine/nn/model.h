@@ -22,11 +22,12 @@
 #include "engine/nn/gpt.h"
 #include "engine/nn/mlp.h"
 #include "engine/nn/module.h"
+#include "engine/nn/sequential.h"
 #include "engine/ops/op_list.h"
 
 namespace ampd::engine::nn {
 
-using ModelSpec = std::variant<MlpSpec, GptSpec>;
+using ModelSpec = std::variant<MlpSpec, GptSpec, SequentialSpec>;
 
 ModelShape DescribeModel(const ModelSpec& spec);
 
@@ -49,8 +50,10 @@ std::vector<OpId> ModelOps(const ModelSpec& spec);
 
 // The input and output widths, which a spec may leave to the data (0).
 bool DataDimsKnown(const ModelSpec& spec);
-// Fills the widths the spec left open from the data.
-void FillDataDims(ModelSpec* spec, int64_t feature_dim, int64_t num_classes);
+// Fills the widths the spec left open from the data; `example_shape` is one
+// example's ([1, 28, 28] for IDX images; empty: [feature_dim]).
+void FillDataDims(ModelSpec* spec, int64_t feature_dim, int64_t num_classes,
+                  const std::vector<int64_t>& example_shape = {});
 // INVALID_ARGUMENT naming the field when the data does not fit the model.
 absl::Status CheckDataDims(const ModelSpec& spec, int64_t feature_dim, int64_t num_classes);
 

@@ -44,6 +44,9 @@ struct ModelShape {
   // Model FLOPs per trained example, forward and backward (MFU): 6 per
   // parameter per token, plus a transformer's attention (6N + 12LTC per token).
   double flops_per_example = 0;
+  // State that is not trained (batch norm's running_mean and running_var),
+  // in the model's order: made f32 in every precision.
+  std::vector<ParameterShape> buffers;
   // Tokens per example: a language model's block_size; 0 for a classifier.
   int64_t tokens_per_example = 0;
   int64_t parameter_count() const;
@@ -75,6 +78,12 @@ class Model {
   virtual LanguageModel* AsLanguageModel() { return nullptr; }
   // The scaling state of its FP8 GEMMs; null when it runs none.
   virtual Fp8State* fp8() { return nullptr; }
+  // Its buffers (ModelShape::buffers), f32, updated by the forward in
+  // training; checkpoints and weights files keep them with the parameters.
+  std::vector<Parameter>& buffers() { return buffers_; }
+
+ private:
+  std::vector<Parameter> buffers_;
 };
 
 class Classifier : public Model {

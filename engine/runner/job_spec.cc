@@ -121,6 +121,177 @@ GptSpec GptFromProto(const v1::GptSpec& g, const v1::DataSpec& data) {
   return out;
 }
 
+// One or two per-dim sizes ([both] or [height, width]) into out; `def`
+// when none. A third value is a violation of `field`.
+void PerDim(const google::protobuf::RepeatedField<int64_t>& r, int64_t def, int64_t out[2],
+            const std::string& field, std::vector<FieldViolation>* v) {
+  if (r.size() > 2) {
+    Violate(v, field,
+            absl::StrCat("must have 1 or 2 values ([both] or [height, width]), got ", r.size()));
+  }
+  out[0] = r.empty() ? def : r[0];
+  out[1] = r.empty() ? def : r.size() == 1 ? r[0] : r[1];
+}
+
+nn::Activation ActivationOf(v1::Activation a, const std::string& field,
+                            std::vector<FieldViolation>* v) {
+  if (a == v1::ACTIVATION_GELU_TANH) {
+    Violate(v, field, "must be ACTIVATION_RELU or ACTIVATION_GELU (GELU_TANH is model.gpt's)");
+  }
+  return a == v1::ACTIVATION_GELU ? nn::Activation::kGelu : nn::Activation::kRelu;
+}
+
+std::vector<nn::LayerSpec> LayersFromProto(
+    const google::protobuf::RepeatedPtrField<v1::LayerSpec>& layers, const std::string& field,
+    std::vector<FieldViolation>* v);
+
+// The layer's fields as the engine's spec; what only the proto can get wrong
+// (a missing required size, three values for a pair) into v. Shapes are
+// checked by nn::ValidateSequential once the input shape is known.
+nn::LayerSpec LayerFromProto(const v1::LayerSpec& p, const std::string& field,
+                             std::vector<FieldViolation>* v) {
+  using nn::LayerKind;
+  nn::LayerSpec l;
+  switch (p.layer_case()) {
+    case v1::LayerSpec::kConv2D: {
+      const v1::Conv2dLayer& c = p.conv2d();
+      const std::string f = field + ".conv2d";
+      l.kind = LayerKind::kConv2d;
+      l.in = c.in_channels();
+      l.out = c.out_channels();
+      if (c.kernel_size().empty()) Violate(v, f + ".kernel_size", "is required");
+      PerDim(c.kernel_size(), 0, l.kernel, f + ".kernel_size", v);
+      PerDim(c.stride(), 1, l.stride, f + ".stride", v);
+      PerDim(c.padding(), 0, l.padding, f + ".padding", v);
+      PerDim(c.dilation(), 1, l.dilation, f + ".dilation", v);
+      l.groups = c.groups() == 0 ? 1 : c.groups();
+      l.bias = !c.has_bias() || c.bias();
+      if (c.in_channels() < 0) {
+        Violate(v, f + ".in_channels",
+                absl::StrCat("must be >= 0 (0: the input's), got ", c.in_channels()));
+      }
+      break;
+    }
+    case v1::LayerSpec::kMaxPool2D:
+    case v1::LayerSpec::kAvgPool2D: {
+      const bool max = p.layer_case() == v1::LayerSpec::kMaxPool2D;
+      const v1::Pool2dLayer& q = max ? p.max_pool2d() : p.avg_pool2d();
+      const std::string f = field + (max ? ".max_pool2d" : ".avg_pool2d");
+      l.kind = max ? LayerKind::kMaxPool2d : LayerKind::kAvgPool2d;
+      if (q.kernel_size().empty()) Violate(v, f + ".kernel_size", "is required");
+      PerDim(q.kernel_size(), 0, l.kernel, f + ".kernel_size", v);
+      PerDim(q.stride(), 0, l.stride, f + ".stride", v);
+      PerDim(q.padding(), 0, l.padding, f + ".padding", v);
+      PerDim(q.dilation(), 1, l.dilation, f + ".dilation", v);
+      if (!max && !q.dilation().empty()) {
+        Violate(v, f + ".dilation", "is max_pool2d's (avg_pool2d has none)");
+      }
+      if (max && q.has_count_include_pad()) {
+        Violate(v, f + ".count_include_pad", "is avg_pool2d's (max_pool2d has none)");
+      }
+      l.count_include_pad = !q.has_count_include_pad() || q.count_include_pad();
+      break;
+    }
+    case v1::LayerSpec::kAdaptiveAvgPool2D: {
+      const std::string f = field + ".adaptive_avg_pool2d.output_size";
+      l.kind = LayerKind::kAdaptiveAvgPool2d;
+      if (p.adaptive_avg_pool2d().output_size().empty()) Violate(v, f, "is required");
+      PerDim(p.adaptive_avg_pool2d().output_size(), 1, l.output, f, v);
+      break;
+    }
+    case v1::LayerSpec::kBatchNorm2D: {
+      const v1::BatchNorm2dLayer& b = p.batch_norm2d();
+      l.kind = LayerKind::kBatchNorm2d;
+      l.in = b.num_features();
+      if (b.num_features() < 0) {
+        Violate(v, field + ".batch_norm2d.num_features",
+                absl::StrCat("must be >= 0 (0: the input's), got ", b.num_features()));
+      }
+      if (b.has_momentum()) l.momentum = b.momentum();
+      if (b.has_eps()) l.eps = b.eps();
+      break;
+    }
+    case v1::LayerSpec::kLayerNorm:
+      l.kind = LayerKind::kLayerNorm;
+      if (p.layer_norm().has_eps()) l.eps = p.layer_norm().eps();
+      break;
+    case v1::LayerSpec::kActivation:
+      l.kind = LayerKind::kActivation;
+      l.activation = ActivationOf(p.activation(), field + ".activation", v);
+      break;
+    case v1::LayerSpec::kDropout:
+      l.kind = LayerKind::kDropout;
+      l.p = p.dropout();
+      break;
+    case v1::LayerSpec::kFlatten:
+      l.kind = LayerKind::kFlatten;
+      break;
+    case v1::LayerSpec::kLinear: {
+      const v1::LinearLayer& q = p.linear();
+      l.kind = LayerKind::kLinear;
+      l.in = q.in_features();
+      l.out = q.out_features();
+      l.bias = !q.has_bias() || q.bias();
+      if (q.in_features() < 0) {
+        Violate(v, field + ".linear.in_features",
+                absl::StrCat("must be >= 0 (0: the input's), got ", q.in_features()));
+      }
+      break;
+    }
+    case v1::LayerSpec::kResidual: {
+      const v1::ResidualBlock& r = p.residual();
+      l.kind = LayerKind::kResidual;
+      l.body = LayersFromProto(r.layers(), field + ".residual.layers", v);
+      switch (r.shortcut()) {
+        case v1::ResidualBlock::SHORTCUT_CONV1X1:
+          l.shortcut = nn::LayerSpec::Shortcut::kConv1x1;
+          break;
+        case v1::ResidualBlock::SHORTCUT_CONV1X1_BN:
+          l.shortcut = nn::LayerSpec::Shortcut::kConv1x1BatchNorm;
+          break;
+        default:
+          l.shortcut = nn::LayerSpec::Shortcut::kIdentity;
+      }
+      l.activation_after = r.activation() != v1::ACTIVATION_UNSPECIFIED;
+      l.activation = ActivationOf(r.activation(), field + ".residual.activation", v);
+      break;
+    }
+    case v1::LayerSpec::LAYER_NOT_SET:
+      Violate(v, field,
+              "names no layer: set one of conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, "
+              "batch_norm2d, layer_norm, activation, dropout, flatten, linear, residual");
+      break;
+  }
+  return l;
+}
+
+std::vector<nn::LayerSpec> LayersFromProto(
+    const google::protobuf::RepeatedPtrField<v1::LayerSpec>& layers, const std::string& field,
+    std::vector<FieldViolation>* v) {
+  std::vector<nn::LayerSpec> out;
+  for (int i = 0; i < layers.size(); ++i) {
+    out.push_back(LayerFromProto(layers[i], absl::StrCat(field, "[", i, "]"), v));
+  }
+  return out;
+}
+
+nn::SequentialSpec SequentialFromProto(const v1::SequentialSpec& q,
+                                       std::vector<FieldViolation>* v) {
+  nn::SequentialSpec s;
+  s.input_shape.assign(q.input_shape().begin(), q.input_shape().end());
+  s.num_classes = q.num_classes();
+  s.layers = LayersFromProto(q.layers(), "model.sequential.layers", v);
+  return s;
+}
+
+// The engine's check of a spec whose shapes are known, as a violation.
+void ViolateStatus(const absl::Status& s, std::vector<FieldViolation>* v) {
+  if (s.ok()) return;
+  const std::string msg(s.message());
+  const size_t colon = msg.find(": ");
+  Violate(v, msg.substr(0, colon), colon == std::string::npos ? msg : msg.substr(colon + 2));
+}
+
 void ValidateGptSpec(const v1::JobSpec& spec, std::vector<FieldViolation>* v) {
   const v1::GptSpec& g = spec.model().gpt();
   const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", g.vocab_size()},
@@ -407,11 +578,63 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
     }
   }
   if (spec.model().has_gpt()) ValidateGptSpec(spec, &v);
+  if (spec.model().has_sequential()) {
+    const v1::SequentialSpec& q = spec.model().sequential();
+    (void)SequentialFromProto(q, &v);
+    for (int64_t d : q.input_shape()) {
+      if (d <= 0 || q.input_shape_size() > 3) {
+        Violate(&v, "model.sequential.input_shape",
+                "must be [features] or [channels, height, width] of positive sizes (empty: the "
+                "data set's)");
+        break;
+      }
+    }
+    if (q.num_classes() < 0 || q.num_classes() == 1) {
+      Violate(&v, "model.sequential.num_classes",
+              absl::StrCat("must be >= 2 (0: from the data), got ", q.num_classes()));
+    }
+    if (q.layers().empty()) Violate(&v, "model.sequential.layers", "must not be empty");
+  }
   if (!spec.model().has_gpt() && IsTokenData(spec.data())) {
     Violate(&v, "model", "token data (data.tokens) trains a language model: set model.gpt");
   }
   // Data.
   const v1::DataSpec& d = spec.data();
+  if (d.has_normalize() || d.has_augment()) {
+    const bool images = !d.has_synthetic() && !IsTokenData(d) &&
+                        !(d.has_file() && d.file().format() == v1::FileDataset::FORMAT_CSV);
+    if (!images) {
+      Violate(&v, d.has_augment() ? "data.augment" : "data.normalize",
+              "transforms images: fashion-mnist or IDX files (CSV, synthetic and token data are "
+              "not images)");
+    }
+  }
+  if (d.has_normalize()) {
+    const v1::Normalize& n = d.normalize();
+    if (n.mean().empty() || n.mean_size() != n.std_size()) {
+      Violate(&v, "data.normalize",
+              absl::StrCat("needs as many std values as mean values (one, or one per channel), "
+                           "got ",
+                           n.mean_size(), " and ", n.std_size()));
+    }
+    for (int i = 0; i < n.std_size(); ++i) {
+      if (!(n.std(i) > 0)) {
+        Violate(&v, absl::StrCat("data.normalize.std[", i, "]"),
+                absl::StrCat("must be > 0, got ", n.std(i)));
+      }
+    }
+  }
+  if (d.has_augment()) {
+    const v1::Augment& a = d.augment();
+    if (a.random_crop_padding() < 0) {
+      Violate(&v, "data.augment.random_crop_padding",
+              absl::StrCat("must be >= 0, got ", a.random_crop_padding()));
+    }
+    if (!(a.random_erasing() >= 0 && a.random_erasing() <= 1)) {
+      Violate(&v, "data.augment.random_erasing",
+              absl::StrCat("must be in [0, 1], got ", a.random_erasing()));
+    }
+  }
   switch (d.source_case()) {
     case v1::DataSpec::kBuiltin:
       if (d.builtin() != "fashion-mnist" && d.builtin() != "fortunes") {
@@ -600,6 +823,25 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   }
   c.model = mlp;
   if (spec.model().has_gpt()) c.model = GptFromProto(spec.model().gpt(), spec.data());
+  if (spec.model().has_sequential()) {
+    std::vector<FieldViolation> proto_violations;  // ValidateJobSpec has them already
+    nn::SequentialSpec q = SequentialFromProto(spec.model().sequential(), &proto_violations);
+    const v1::DataSpec& d = spec.data();
+    if (auto shape = KnownDataShape(d)) {
+      // fashion-mnist's images are [1, 28, 28]; a synthetic set's examples are vectors.
+      const bool images = !d.has_synthetic();
+      c.model = q;
+      nn::FillDataDims(&c.model, shape->first, shape->second,
+                       images ? std::vector<int64_t>{1, 28, 28} : std::vector<int64_t>{});
+    } else {
+      c.model = q;
+    }
+    // The shapes, layer by layer, once the input shape is known (a file's
+    // is known when it is read; the trainer checks it then).
+    if (model_known && nn::DataDimsKnown(c.model)) {
+      ViolateStatus(nn::ValidateModelSpec(c.model), &violations);
+    }
+  }
   std::vector<FieldViolation> reported;  // ValidateJobSpec has them already
   c.precision = ResolveJobPrecision(spec.precision(), context, &reported);
   const v1::OptimizerSpec& o = spec.optimizer();
@@ -619,6 +861,12 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
     if (o.adamw().has_beta2()) c.optimizer.beta2 = o.adamw().beta2();
     if (o.adamw().has_eps()) c.optimizer.eps = o.adamw().eps();
   }
+  const v1::DataSpec& ds = spec.data();
+  c.transforms.mean.assign(ds.normalize().mean().begin(), ds.normalize().mean().end());
+  c.transforms.std.assign(ds.normalize().std().begin(), ds.normalize().std().end());
+  c.transforms.crop_padding = ds.augment().random_crop_padding();
+  c.transforms.horizontal_flip = ds.augment().horizontal_flip();
+  c.transforms.erasing = ds.augment().random_erasing();
   c.schedule.kind = spec.schedule().kind() == v1::ScheduleSpec::KIND_WARMUP_COSINE
                         ? ScheduleSpec::Kind::kWarmupCosine
                         : ScheduleSpec::Kind::kConstant;
@@ -652,8 +900,9 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   if (c.precision.fp8 && !spec.model().has_gpt()) {
     Violate(&violations, "precision",
             absl::StrCat("precision ", c.precision.name,
-                         " runs a transformer's block linears as FP8 GEMMs; model.mlp has "
-                         "none (use bf16-mixed, or model.gpt)"));
+                         " runs a transformer's block linears as FP8 GEMMs; model.",
+                         spec.model().has_sequential() ? "sequential" : "mlp",
+                         " has none (use bf16-mixed, or model.gpt)"));
   }
   if (!violations.empty()) return ViolationsToStatus(violations);
   return job;
@@ -818,7 +1067,8 @@ absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext&
     data.test = *std::move(test);
   }
   if (config != nullptr) {
-    FillDataDims(&config->model, data.train.feature_dim, data.train.num_classes);
+    FillDataDims(&config->model, data.train.feature_dim, data.train.num_classes,
+                 data.train.example_shape);
   }
   return data;
 }

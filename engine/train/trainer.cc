@@ -132,6 +132,11 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
     if (IsLanguageModel(c.model)) {
       return Bad("model", "data-parallel training of language models is not built yet");
     }
+    if (!DescribeModel(c.model).buffers.empty()) {
+      // DDP broadcasts rank 0's buffers each step; that is not built yet,
+      // and unsynchronised running statistics would make the ranks diverge.
+      return Bad("model", "data-parallel training of models with batch norm is not built yet");
+    }
   }
   return absl::OkStatus();
 }
@@ -229,6 +234,32 @@ absl::Status CheckConfigAndDevice(const TrainerConfig& config) {
 
 }  // namespace
 
+namespace {
+
+// Image transforms need image examples, and per-channel values for their
+// channels (one value, or one per channel).
+absl::Status CheckTransforms(const data::ImageTransforms& t, const data::Dataset& train) {
+  if (!t.normalizes() && !t.augments()) return absl::OkStatus();
+  const std::string field = t.augments() ? "data.augment" : "data.normalize";
+  if (train.example_shape.size() != 3) {
+    return Bad(field, absl::StrCat("transforms images [channels, height, width]; this data set's "
+                                   "examples are vectors of ",
+                                   train.feature_dim, " values"));
+  }
+  const int64_t channels = train.example_shape[0];
+  for (const auto& [name, v] : {std::make_pair("mean", &t.mean), std::make_pair("std", &t.std)}) {
+    if (!t.normalizes()) break;
+    if (v->size() != 1 && static_cast<int64_t>(v->size()) != channels) {
+      return Bad(absl::StrCat("data.normalize.", name),
+                 absl::StrCat("has ", v->size(), " values; the images have ", channels,
+                              " channels (give one value, or one per channel)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config,
                                                          const data::Dataset* train,
                                                          const data::Dataset* test) {
@@ -246,6 +277,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& co
     return Bad("training.batch_size", absl::StrCat("is larger than the training set (",
                                                    train ? train->num_examples : 0, " examples)"));
   }
+  if (absl::Status s = CheckTransforms(config.transforms, *train); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<Model>> model = BuildWithWeights(config);
   if (!model.ok()) return model.status();
   return std::unique_ptr<Trainer>(new Trainer(config, train, test, *std::move(model)));
@@ -311,6 +343,7 @@ Trainer::Trainer(const TrainerConfig& config, const data::Dataset* train, const 
       moved.set_name(p.value.name());
       p.value = moved;
     }
+    for (Parameter& b : model_->buffers()) b.value = b.value.To(config.device);
     if (nn::Fp8State* fp8 = model_->fp8()) *fp8 = fp8->To(config.device);
     amp_.scale = Tensor::Zeros({1}, DType::kF32, config.device);
     amp_.growth_tracker = Tensor::Zeros({1}, DType::kF32, config.device);
@@ -321,7 +354,8 @@ Trainer::Trainer(const TrainerConfig& config, const data::Dataset* train, const 
     PushScalerStateToDevice();
     const int64_t bytes =
         train ? train->num_examples * train->feature_dim * int64_t{sizeof(float)} : 0;
-    if (bytes > 0 && bytes <= config.device_dataset_max_bytes &&
+    const bool transformed = config.transforms.normalizes() || config.transforms.augments();
+    if (bytes > 0 && bytes <= config.device_dataset_max_bytes && !transformed &&
         train->num_examples <= std::numeric_limits<int32_t>::max()) {
       device_features_ = ToDevice(train->features, train->num_examples, train->feature_dim);
       batcher_.set_gather_features(false);
@@ -499,7 +533,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   const int64_t epoch = Epoch();
   if (step_ < total_steps_ && classifier_ != nullptr) {
     position_before_next_ = batcher_.position();
-    batcher_.Next(&next_batch_);
+    NextBatch(&next_batch_);
     next_x_ = UploadBatch(next_batch_);
     has_next_ = true;
   }
@@ -674,7 +708,7 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
   }
   Tensor x;
   if (device_backend_ == nullptr) {
-    batcher_.Next(&batch_);
+    NextBatch(&batch_);
     if (const dist::ProcessGroup* g = config_.process_group; g != nullptr && g->size() > 1) {
       TakeShard(g->rank(), g->size(), train_->feature_dim, &batch_);
     }
@@ -685,12 +719,25 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
     next_x_ = Tensor();
     has_next_ = false;
   } else {
-    batcher_.Next(&batch_);
+    NextBatch(&batch_);
     x = UploadBatch(batch_);
   }
   AutocastScope region(amp::AutocastRegion(config_.precision));
   Tensor logits = classifier_->Forward(x, /*training=*/true, dropout_seed);
   return SoftmaxCrossEntropy(logits, batch_.labels);
+}
+
+void Trainer::NextBatch(data::Batch* batch) {
+  batcher_.Next(batch);
+  const data::ImageTransforms& t = config_.transforms;
+  if ((!t.normalizes() && !t.augments()) || batch->features.empty()) return;
+  const int64_t dim = train_->feature_dim;
+  for (int64_t i = 0; i < batch->size; ++i) {
+    // Seeded by the run's seed, the epoch and the example: the same after a resume.
+    data::TransformTrainingExample(t, train_->example_shape, config_.training.seed, batch->epoch,
+                                   batch->rows[static_cast<size_t>(i)],
+                                   batch->features.data() + i * dim);
+  }
 }
 
 EvalMetrics Trainer::Evaluate(const data::Dataset& data) {
@@ -705,6 +752,9 @@ EvalMetrics Trainer::Evaluate(const data::Dataset& data) {
     const int64_t n = std::min(chunk, data.num_examples - start);
     std::vector<float> features(data.features.begin() + start * data.feature_dim,
                                 data.features.begin() + (start + n) * data.feature_dim);
+    if (config_.transforms.normalizes() && data.example_shape.size() == 3) {
+      data::NormalizeExamples(config_.transforms, data.example_shape, features.data(), n);
+    }
     std::vector<int32_t> labels(data.labels.begin() + start, data.labels.begin() + start + n);
     Tensor logits =
         classifier_->Forward(Tensor::FromVector(features, {n, data.feature_dim}).To(config_.device),
@@ -760,6 +810,9 @@ TrainerState Trainer::SaveState() const {
   for (const Parameter& p : model_->parameters()) {
     state.tensors.emplace_back("param/" + p.name, HostCopy(p.value));
   }
+  for (const Parameter& b : model_->buffers()) {
+    state.tensors.emplace_back("buffer/" + b.name, HostCopy(b.value));
+  }
   for (auto& [name, t] : optimizer_->StateTensors()) state.tensors.emplace_back(name, HostCopy(t));
   if (const nn::Fp8State* fp8 = model_->fp8()) {
     for (auto& [name, t] : fp8->Saved()) state.tensors.emplace_back(name, HostCopy(t));
@@ -775,9 +828,12 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
   std::vector<std::pair<std::string, Tensor>> optimizer_tensors;
   std::map<std::string, Tensor> params;
   std::map<std::string, Tensor> fp8_tensors;
+  std::map<std::string, Tensor> buffers;
   for (const auto& [name, t] : state.tensors) {
     if (name.rfind("param/", 0) == 0) {
       params[name.substr(6)] = t;
+    } else if (name.rfind("buffer/", 0) == 0) {
+      buffers[name.substr(7)] = t;
     } else if (name.rfind("fp8/", 0) == 0) {
       fp8_tensors[name] = t;
     } else {
@@ -791,6 +847,16 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
     }
     if (it->second.shape() != p.value.shape() || it->second.dtype() != p.value.dtype()) {
       return absl::InvalidArgumentError("trainer state: parameter " + p.name +
+                                        " has the wrong shape or dtype");
+    }
+  }
+  for (const Parameter& b : model_->buffers()) {
+    auto it = buffers.find(b.name);
+    if (it == buffers.end()) {
+      return absl::InvalidArgumentError("trainer state: missing buffer " + b.name);
+    }
+    if (it->second.shape() != b.value.shape() || it->second.dtype() != b.value.dtype()) {
+      return absl::InvalidArgumentError("trainer state: buffer " + b.name +
                                         " has the wrong shape or dtype");
     }
   }
@@ -816,6 +882,7 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
     }
   }
   for (Parameter& p : model_->parameters()) p.value.CopyFrom(params.at(p.name));
+  for (Parameter& b : model_->buffers()) b.value.CopyFrom(buffers.at(b.name));
   if (fp8 != nullptr) {
     for (auto& [name, t] : fp8->Saved()) t.CopyFrom(fp8_tensors.at(name));
   }

@@ -19,6 +19,7 @@
 #include "engine/backend/backend.h"
 #include "engine/data/batcher.h"
 #include "engine/data/dataset.h"
+#include "engine/data/image_transforms.h"
 #include "engine/data/token_sequence.h"
 #include "engine/data/token_windows.h"
 #include "engine/dist/gradient_buckets.h"
@@ -70,6 +71,10 @@ struct TrainerConfig {
   // gradients: the same non-finite check, skipped steps, loss scale, global
   // norm for clipping and update. So far: classifiers on the CPU step.
   dist::ProcessGroup* process_group = nullptr;
+  // Normalisation (training and evaluation) and seeded augmentation
+  // (training) of image examples ([C, H, W]: the data set's example_shape).
+  // A data set that is normalised or augmented stays on the host.
+  data::ImageTransforms transforms;
 };
 
 // A language model's data: the train shards (a window never crosses from one
@@ -227,6 +232,8 @@ class Trainer {
   // One micro-batch's loss: the next batch drawn, the forward run under
   // autocast. Classifier batches on a device come from the prefetch.
   Tensor MicroBatchLoss(int64_t micro);
+  // The batcher's next batch, augmented and normalised (config.transforms).
+  void NextBatch(data::Batch* batch);
   int64_t BatchesPerEpoch() const;
   int64_t Epoch() const;
   // The evaluation due after step_ (test set or held-out tokens), if any.

@@ -168,7 +168,8 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
     if (!sets.ok()) return Failed(std::string(sets.status().message()));
     absl::StatusOr<std::unique_ptr<engine::train::Trainer>> created;
     if (!sets->tokens) {
-      engine::nn::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes);
+      engine::nn::FillDataDims(&config.model, sets->train->feature_dim, sets->train->num_classes,
+                               sets->train->example_shape);
     }
     // The weights to start from, checked against the model now that its
     // sizes are all known (a resumed job's checkpoint replaces them).

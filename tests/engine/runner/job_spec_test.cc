@@ -189,6 +189,81 @@ TEST(JobSpecTest, ExamplesInTheRepositoryAreValid) {
   EXPECT_EQ(cuda->config.device, Device::kCuda);
 }
 
+TEST(JobSpecTest, TheCnnExampleIsASequentialModelOverImages) {
+  auto spec = ReadJobSpecFile("examples/fashion_cnn_bf16.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto job = ResolveJobSpec(*spec, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  const nn::SequentialSpec& q = std::get<nn::SequentialSpec>(job->config.model);
+  EXPECT_EQ(q.input_shape, (std::vector<int64_t>{1, 28, 28}));  // fashion-mnist's images
+  EXPECT_EQ(q.num_classes, 10);
+  // conv 32 (288 + 32), BN (64), conv 64 (18432 + 64), BN (128), 3136 -> 128, 128 -> 10.
+  EXPECT_EQ(nn::ParameterCount(job->config.model),
+            320 + 64 + 18496 + 128 + (3136 * 128 + 128) + (128 * 10 + 10));
+}
+
+TEST(JobSpecTest, SequentialFieldsAreCheckedAndNamed) {
+  // What the proto alone gets wrong, every one at once.
+  auto v = ValidateJobSpec(Parse(R"({"model": {"sequential": {
+      "inputShape": ["1", "0", "28"], "numClasses": "1",
+      "layers": [{"conv2d": {"outChannels": "8"}},
+                 {"maxPool2d": {"kernelSize": ["2", "2", "2"], "countIncludePad": false}},
+                 {},
+                 {"activation": "ACTIVATION_GELU_TANH"},
+                 {"residual": {"layers": [{"avgPool2d": {"kernelSize": ["2"], "dilation": ["2"]}}]}}]
+    }}})"),
+                           {});
+  const std::vector<std::string> f = Fields(v);
+  for (const char* want : {"model.sequential.input_shape", "model.sequential.num_classes",
+                           "model.sequential.layers[0].conv2d.kernel_size",
+                           "model.sequential.layers[1].max_pool2d.kernel_size",
+                           "model.sequential.layers[1].max_pool2d.count_include_pad",
+                           "model.sequential.layers[2]", "model.sequential.layers[3].activation",
+                           "model.sequential.layers[4].residual.layers[0].avg_pool2d.dilation"}) {
+    EXPECT_NE(std::find(f.begin(), f.end(), want), f.end()) << want;
+  }
+  // Shapes, once the data's are known: a kernel larger than fashion-mnist's
+  // pooled images names the layer and both shapes.
+  auto job = ResolveJobSpec(Parse(R"({"model": {"sequential": {"layers": [
+      {"maxPool2d": {"kernelSize": ["4"]}},
+      {"conv2d": {"outChannels": "8", "kernelSize": ["9"]}},
+      {"flatten": {}}, {"linear": {"outFeatures": "10"}}]}}})"),
+                            {});
+  ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(job.status().message());
+  EXPECT_NE(msg.find("model.sequential.layers[1].conv2d"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("9x9"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[1, 7, 7]"), std::string::npos) << msg;
+}
+
+TEST(JobSpecTest, ImageTransformsAreCheckedAndResolved) {
+  auto job = ResolveJobSpec(Parse(R"({"data": {"builtin": "fashion-mnist",
+      "normalize": {"mean": [0.286], "std": [0.353]},
+      "augment": {"randomCropPadding": "2", "horizontalFlip": true, "randomErasing": 0.5}}})"),
+                            {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->config.transforms.mean, std::vector<float>{0.286f});
+  EXPECT_EQ(job->config.transforms.crop_padding, 2);
+  EXPECT_TRUE(job->config.transforms.horizontal_flip);
+  EXPECT_DOUBLE_EQ(job->config.transforms.erasing, 0.5);
+  auto v = ValidateJobSpec(Parse(R"({"data": {"builtin": "fashion-mnist",
+      "normalize": {"mean": [0.5, 0.5], "std": [0.5, 0]},
+      "augment": {"randomCropPadding": "-1", "randomErasing": 1.5}}})"),
+                           {});
+  const std::vector<std::string> f = Fields(v);
+  for (const char* want : {"data.normalize.std[1]", "data.augment.random_crop_padding",
+                           "data.augment.random_erasing"}) {
+    EXPECT_NE(std::find(f.begin(), f.end(), want), f.end()) << want;
+  }
+  v = ValidateJobSpec(Parse(R"({"data": {"synthetic": {}, "augment": {"horizontalFlip": true}}})"),
+                      {});
+  EXPECT_EQ(Fields(v), std::vector<std::string>{"data.augment"});
+  v = ValidateJobSpec(Parse(R"({"data": {"builtin": "fashion-mnist",
+      "normalize": {"mean": [0.5, 0.5], "std": [0.5]}}})"),
+                      {});
+  EXPECT_EQ(Fields(v), std::vector<std::string>{"data.normalize"});
+}
+
 TEST(JobSpecTest, EightBitOptimizerStatesAndTheirAliases) {
   auto job =
       ResolveJobSpec(Parse(R"({"optimizer": {"adamw": {"stateBits": 8}, "min8bitSize": "1000",
