@@ -141,6 +141,10 @@ absl::Status WriteModelWeights(const std::string& path, const TrainerState& stat
   for (const auto& [name, t] : state.tensors) {
     if (name.rfind("param/", 0) == 0) weights.emplace_back(name.substr(6), t);
   }
+  // The buffers after the parameters, as a torch state_dict has them.
+  for (const auto& [name, t] : state.tensors) {
+    if (name.rfind("buffer/", 0) == 0) weights.emplace_back(name.substr(7), t);
+  }
   const nn::WeightsFileContents file = nn::ExportWeights(model, weights);
   return WriteSafetensors(path, file.tensors, file.metadata);
 }

@@ -79,6 +79,8 @@ absl::StatusOr<std::vector<WeightSource>> MatchWeightsFile(
     std::string name = e.name;
     if (gpt != nullptr && absl::StartsWith(name, kPrefix)) name = name.substr(strlen(kPrefix));
     if (gpt != nullptr && IsMaskBuffer(name)) continue;
+    // BatchNorm's step counter (an int64 torch keeps; momentum does not use it).
+    if (gpt == nullptr && absl::EndsWith(name, ".num_batches_tracked")) continue;
     auto [it, inserted] = in_file.emplace(name, &e);
     if (!inserted) {
       return Invalid(path, absl::StrCat(" has both ", it->second->name, " and ", e.name,
@@ -97,10 +99,14 @@ absl::StatusOr<std::vector<WeightSource>> MatchWeightsFile(
   }
   const char* layout_note = conv1d ? " (Hugging Face GPT-2's Conv1D layout: [in, out])" : "";
   std::vector<Expected> expected;
-  for (const ParameterShape& p : DescribeModel(model).parameters) {
+  const ModelShape shape = DescribeModel(model);
+  for (const ParameterShape& p : shape.parameters) {
     const bool t = conv1d && IsConv1dWeight(p.name);
     expected.push_back({p.name, t ? Reversed(p.shape) : p.shape, t});
   }
+  // Buffers (batch norm's running_mean and running_var) travel with the
+  // parameters, as in a torch state_dict.
+  for (const ParameterShape& b : shape.buffers) expected.push_back({b.name, b.shape, false});
   std::vector<WeightSource> sources;
   for (const Expected& want : expected) {
     auto it = in_file.find(want.param);

@@ -6,6 +6,10 @@
 // architecture, the one its users' tools read and write:
 //
 //  * MLP: the parameter names ("fc1.weight", ...) in nn.Linear's [out, in].
+//  * Sequential: torch.nn.Sequential's state_dict: "0.weight" (conv2d's
+//    [out, in/groups, kH, kW], linear's [out, in]), batch norm's weight,
+//    bias, running_mean and running_var (its num_batches_tracked is ignored
+//    on import and not written: torch's BatchNorm fills it in on load).
 //  * GPT: Hugging Face GPT-2's (GPT2Model / GPT2LMHeadModel). The names are
 //    the model's own (`wte.weight`, `h.N.attn.c_attn.weight`, ...), with or
 //    without the `transformer.` prefix; the four block linears (attn.c_attn,

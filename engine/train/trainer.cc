@@ -203,12 +203,17 @@ absl::StatusOr<std::unique_ptr<Model>> BuildWithWeights(const TrainerConfig& con
   absl::StatusOr<std::unique_ptr<Model>> model =
       BuildModel(config.model, config.precision, config.training.seed);
   if (!model.ok() || config.initial_weights.empty()) return model;
-  std::vector<Parameter>& params = (*model)->parameters();
+  // The parameters, then the buffers (batch norm's running statistics).
+  std::vector<Parameter*> params;
+  for (Parameter& p : (*model)->parameters()) params.push_back(&p);
+  for (Parameter& b : (*model)->buffers()) params.push_back(&b);
   if (params.size() != config.initial_weights.size()) {
-    return Bad("init_from", absl::StrCat("has ", config.initial_weights.size(),
-                                         " tensors; the model has ", params.size(), " parameters"));
+    return Bad("init_from",
+               absl::StrCat("has ", config.initial_weights.size(), " tensors; the model has ",
+                            params.size(), " parameters and buffers"));
   }
-  for (Parameter& p : params) {
+  for (Parameter* q : params) {
+    Parameter& p = *q;
     auto it = config.initial_weights.find(p.name);
     if (it == config.initial_weights.end()) {
       return Bad("init_from", "has no tensor " + p.name);

@@ -21,6 +21,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/io/safetensors.h"
 #include "engine/nn/model.h"
+#include "engine/nn/weights_file.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/optimizer.h"
@@ -127,6 +128,29 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 1;
   }
+  // The trained model as a weights file (what a job exports), and its
+  // eval-mode logits on one more batch: torch must load the one and
+  // reproduce the other.
+  std::vector<std::pair<std::string, Tensor>> state = Named(m.parameters());
+  for (auto& b : Named(m.buffers())) state.push_back(b);
+  const nn::WeightsFileContents file = nn::ExportWeights(spec, state);
+  if (absl::Status s =
+          io::WriteSafetensors(out + "/final.safetensors", file.tensors, file.metadata);
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::vector<float> x(batch * dim);
+  for (float& v : x) v = pixel(gen);
+  images.write(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
+  Tensor logits;
+  {
+    ops::AutocastScope autocast(amp::AutocastRegion(p));
+    logits = m.AsClassifier()->Forward(Tensor::FromVector(x, {batch, dim}), false, 0);
+  }
+  std::ofstream eval(out + "/eval_logits.txt");
+  eval.precision(9);
+  for (float v : logits.ToFloats()) eval << v << "\n";
   return steps.good() && images.good() ? 0 : 1;
 }
 

@@ -7,7 +7,8 @@ torch.nn layers, replays its 10 SGD steps (lr 0.05, momentum 0.9) in training
 mode, and compares every step's loss and the batch norm running statistics
 after the last step: 1e-5 relative in 32-true, 2e-2 in bf16-mixed (under
 torch.autocast("cpu", bfloat16)). Exit 0 on success; prints "SKIPPED ..."
-and exits 3 when torch is missing.
+and exits 3 when torch is missing. The trained weights file ampd exports
+loads into the torch model with strict=True and gives ampd's eval logits.
 """
 
 import json
@@ -54,17 +55,20 @@ def main():
         def forward(self, x):
             return F.relu(self.body(x) + self.shortcut(x))
 
-    failures = []
-    for precision, tol in (("32-true", 1e-5), ("bf16-mixed", 2e-2)):
-        out = tempfile.mkdtemp()
-        subprocess.run([dump, out, precision], check=True)
-        model = nn.Sequential(
+    def build():
+        return nn.Sequential(
             nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
             Residual(nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16),
                                    nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)),
                      nn.Sequential(nn.Conv2d(8, 16, 1, stride=2, bias=False),
                                    nn.BatchNorm2d(16))),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+    failures = []
+    for precision, tol in (("32-true", 1e-5), ("bf16-mixed", 2e-2)):
+        out = tempfile.mkdtemp()
+        subprocess.run([dump, out, precision], check=True)
+        model = build()
         init = read_safetensors(os.path.join(out, "init.safetensors"), torch)
         names = {k for k, _ in model.named_parameters()}
         if names != set(init):
@@ -101,6 +105,22 @@ def main():
             print(f"{precision} {name}: rel {rel:.2e}")
             if rel > tol:
                 failures.append(f"{precision} {name}: running statistic off by {rel:.2e}")
+        # The exported weights load into torch.nn strictly (num_batches_tracked
+        # is BatchNorm's to fill in), and in eval mode give ampd's logits.
+        fresh = build()
+        fresh.load_state_dict(read_safetensors(os.path.join(out, "final.safetensors"), torch),
+                              strict=True)
+        fresh.eval()
+        x = torch.frombuffer(bytearray(images[len(steps) * per:(len(steps) + 1) * per]),
+                             dtype=torch.float32).reshape(16, 3, 12, 12)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16,
+                                             enabled=precision == "bf16-mixed"):
+            got = fresh(x).float().flatten()
+        want = torch.tensor([float(l) for l in open(os.path.join(out, "eval_logits.txt"))])
+        rel = ((got - want).abs().max() / want.abs().max()).item()
+        print(f"{precision} eval logits from the exported weights: rel {rel:.2e}")
+        if rel > (1e-5 if precision == "32-true" else 5e-2):
+            failures.append(f"{precision}: eval logits from the exported weights off by {rel:.2e}")
     for f in failures:
         print("FAIL " + f)
     return 1 if failures else 0

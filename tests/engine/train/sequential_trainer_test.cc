@@ -8,6 +8,9 @@
 
 #include "engine/data/dataset.h"
 #include "engine/dist/process_group.h"
+#include "engine/io/checkpoint.h"
+#include "engine/io/safetensors.h"
+#include "engine/nn/weights_file.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
 
@@ -241,6 +244,38 @@ TEST(SequentialTrainerTest, TransformsNeedImagesAndAValuePerChannel) {
   ASSERT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(t.status().message()).find("data.normalize.mean"), std::string::npos)
       << t.status();
+}
+
+TEST(SequentialTrainerTest, ExportedWeightsStartAnotherRunWithTheirRunningStatistics) {
+  data::Dataset data = Images(128, 8);
+  const TrainerConfig config = CnnConfig("32-true");
+  auto t = *Trainer::Create(config, &data, nullptr);
+  for (int i = 0; i < 10; ++i) t->RunStep();
+  const std::string path = ::testing::TempDir() + "/cnn.safetensors";
+  ASSERT_TRUE(io::WriteModelWeights(path, t->SaveState(), config.model).ok());
+  absl::StatusOr<io::SafetensorsFile> file = io::ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->tensors.count("1.running_var"));  // as a torch state_dict
+  absl::StatusOr<std::map<std::string, Tensor>> weights =
+      nn::ImportWeights(config.model, *file, path);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  TrainerConfig again = config;
+  again.initial_weights = *weights;
+  auto u = *Trainer::Create(again, &data, nullptr);
+  EXPECT_EQ(Bytes(u->model().parameters()), Bytes(t->model().parameters()));
+  EXPECT_EQ(Bytes(u->model().buffers()), Bytes(t->model().buffers()));
+  // A file without the running statistics is not this model's.
+  std::vector<std::pair<std::string, Tensor>> params_only;
+  for (const std::string& name : file->names) {
+    if (name.find("running") == std::string::npos)
+      params_only.push_back({name, file->tensors.at(name)});
+  }
+  ASSERT_TRUE(io::WriteSafetensors(path, params_only, {}).ok());
+  file = io::ReadSafetensors(path);
+  weights = nn::ImportWeights(config.model, *file, path);
+  ASSERT_EQ(weights.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(weights.status().message()).find("running_mean"), std::string::npos)
+      << weights.status();
 }
 
 // A group of two that never communicates: the refusal is on the config.
