@@ -202,6 +202,33 @@ TEST(JobSpecTest, TheCnnExampleIsASequentialModelOverImages) {
             320 + 64 + 18496 + 128 + (3136 * 128 + 128) + (128 * 10 + 10));
 }
 
+TEST(JobSpecTest, ExplainShowsEveryLayerOfTheCnnWithItsDtypes) {
+  auto job = ResolveJobSpec(*ReadJobSpecFile("examples/fashion_cnn_bf16.json"), {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto plan =
+      ExplainPrecision(job->config.model, job->config.precision, job->config.optimizer, 128);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::map<std::string, int> count;
+  for (const ops::PlanEntry& e : plan->ops) {
+    ++count[e.op];
+    if (e.op == "conv2d" || e.op == "linear") {
+      EXPECT_EQ(e.compute_dtype, DType::kBF16) << e.op << " " << e.layer;  // autocast's list
+    }
+    if (e.op == "batch_norm") {
+      EXPECT_EQ(e.compute_dtype, DType::kF32) << e.layer;
+      EXPECT_EQ(e.output_dtype, DType::kF32) << e.layer;
+    }
+    if (e.op == "conv2d" && e.layer == "0") {
+      EXPECT_EQ(e.output_bytes, int64_t{128} * 32 * 28 * 28 * 2);  // [128, 32, 28, 28] bf16
+    }
+  }
+  EXPECT_EQ(count["conv2d"], 2);
+  EXPECT_EQ(count["batch_norm"], 2);
+  EXPECT_EQ(count["max_pool2d"], 2);
+  EXPECT_EQ(count["linear"], 2);
+  EXPECT_GT(plan->memory.activation_bytes, 0);
+}
+
 TEST(JobSpecTest, SequentialFieldsAreCheckedAndNamed) {
   // What the proto alone gets wrong, every one at once.
   auto v = ValidateJobSpec(Parse(R"({"model": {"sequential": {
