@@ -249,6 +249,24 @@ TEST(PersistenceTest, AGptJobKilledMidRunFinishesAfterRestartBitwiseEqual) {
                                 600);
 }
 
+// The same for a CNN with batch norm on fashion-mnist's images with
+// augmentation: the running statistics come back from the checkpoint, and
+// every example's crop, flip and erased box from (seed, epoch, example).
+TEST(PersistenceTest, AnAugmentedCnnJobKilledMidRunFinishesAfterRestartBitwiseEqual) {
+  ExpectKilledRunResumesBitwise(R"({"model": {"sequential": {"layers": [
+      {"conv2d": {"outChannels": "4", "kernelSize": ["3"], "stride": ["2"]}},
+      {"batchNorm2d": {}}, {"activation": "ACTIVATION_RELU"},
+      {"maxPool2d": {"kernelSize": ["2"]}}, {"flatten": {}},
+      {"linear": {"outFeatures": "10"}}]}},
+    "data": {"builtin": "fashion-mnist", "normalize": {"mean": [0.286], "std": [0.353]},
+             "augment": {"randomCropPadding": "2", "horizontalFlip": true,
+                         "randomErasing": 0.25}},
+    "optimizer": {"lr": 0.003},
+    "precision": {"profile": "bf16-mixed"},
+    "training": {"steps": "600", "batchSize": "16", "evalInterval": "200", "seed": "4"}})",
+                                600);
+}
+
 TEST(PersistenceTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
   const std::vector<std::string> flags = {"--checkpoint_every_steps=100", "--keep_checkpoints=3"};
   auto first = std::make_unique<AmpdProcess>(flags);
@@ -302,8 +320,9 @@ TEST(PersistenceTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
     return false;
   };
   EXPECT_TRUE(has("unusable checkpoint: ")) << ::testing::PrintToString(lines);
-  EXPECT_TRUE(has("ampd restarted while the job was running; it resumes from its checkpoint of "
-                  "step "))
+  EXPECT_TRUE(
+      has("ampd restarted while the job was running; it resumes from its checkpoint of "
+          "step "))
       << ::testing::PrintToString(lines);
   EXPECT_TRUE(has("(resuming from the checkpoint of step ")) << ::testing::PrintToString(lines);
   EXPECT_TRUE(has("checkpoint at step 100 written: ")) << ::testing::PrintToString(lines);
