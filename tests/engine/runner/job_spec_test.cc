@@ -202,6 +202,18 @@ TEST(JobSpecTest, TheCnnExampleIsASequentialModelOverImages) {
             320 + 64 + 18496 + 128 + (3136 * 128 + 128) + (128 * 10 + 10));
 }
 
+TEST(JobSpecTest, TheResNetExampleHasProjectionsAndAugmentation) {
+  auto spec = ReadJobSpecFile("examples/fashion_resnet_bf16.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto job = ResolveJobSpec(*spec, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  const nn::ModelShape m = nn::DescribeModel(job->config.model);
+  EXPECT_EQ(m.buffers.size(), 2u * 9);  // nine batch norms, two of them in projections
+  EXPECT_EQ(m.parameters[m.parameters.size() - 2].shape, (std::vector<int64_t>{10, 128}));
+  EXPECT_EQ(job->config.transforms.crop_padding, 2);
+  EXPECT_TRUE(job->config.transforms.horizontal_flip);
+}
+
 TEST(JobSpecTest, ExplainShowsEveryLayerOfTheCnnWithItsDtypes) {
   auto job = ResolveJobSpec(*ReadJobSpecFile("examples/fashion_cnn_bf16.json"), {});
   ASSERT_TRUE(job.ok()) << job.status();
