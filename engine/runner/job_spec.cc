@@ -600,13 +600,26 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
   }
   // Data.
   const v1::DataSpec& d = spec.data();
+  if (d.has_file() && !d.file().example_shape().empty()) {
+    const auto& shape = d.file().example_shape();
+    const bool positive = std::all_of(shape.begin(), shape.end(), [](int64_t x) { return x > 0; });
+    if (d.file().format() != v1::FileDataset::FORMAT_CSV) {
+      Violate(&v, "data.file.example_shape", "is for CSV files (IDX files carry their shape)");
+    } else if (!positive || (shape.size() != 1 && shape.size() != 3)) {
+      Violate(&v, "data.file.example_shape",
+              "must be [features] or [channels, height, width] of positive sizes");
+    }
+  }
   if (d.has_normalize() || d.has_augment()) {
-    const bool images = !d.has_synthetic() && !IsTokenData(d) &&
-                        !(d.has_file() && d.file().format() == v1::FileDataset::FORMAT_CSV);
+    const bool csv_images = d.has_file() && d.file().format() == v1::FileDataset::FORMAT_CSV &&
+                            d.file().example_shape_size() == 3;
+    const bool images =
+        !d.has_synthetic() && !IsTokenData(d) &&
+        (!(d.has_file() && d.file().format() == v1::FileDataset::FORMAT_CSV) || csv_images);
     if (!images) {
       Violate(&v, d.has_augment() ? "data.augment" : "data.normalize",
-              "transforms images: fashion-mnist or IDX files (CSV, synthetic and token data are "
-              "not images)");
+              "transforms images: fashion-mnist, IDX files, or CSV files with a 3-D "
+              "data.file.example_shape (synthetic and token data are not images)");
     }
   }
   if (d.has_normalize()) {
@@ -1056,6 +1069,19 @@ absl::StatusOr<JobData> LoadJobData(const v1::DataSpec& d, const JobSpecContext&
         auto test = data::ReadCsvDataset(under_root(f.test_csv()), options);
         if (!test.ok()) return test.status();
         data.test = *std::move(test);
+      }
+      // A declared example shape: images in CSV rows.
+      if (!f.example_shape().empty()) {
+        std::vector<int64_t> shape(f.example_shape().begin(), f.example_shape().end());
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        if (n != data.train.feature_dim) {
+          return FieldError("data.file.example_shape",
+                            absl::StrCat("holds ", n, " values but ", f.train_csv(), " has ",
+                                         data.train.feature_dim, " features per example"));
+        }
+        data.train.example_shape = shape;
+        if (data.test) data.test->example_shape = shape;
       }
     }
   } else {

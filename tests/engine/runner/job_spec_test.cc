@@ -1,6 +1,7 @@
 #include "engine/runner/job_spec.h"
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -131,6 +132,46 @@ TEST(JobSpecTest, InvalidCustomPrecisionNamesTheNestedField) {
                             {});
   ASSERT_EQ(v2.size(), 1u);
   EXPECT_EQ(v2[0].field, "precision.custom.master_weights");
+}
+
+TEST(JobSpecTest, CsvImagesDeclareTheirShape) {
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream csv(dir + "/img.csv");
+    for (int i = 0; i < 40; ++i) {  // label, then a 2x3x3 image
+      csv << i % 2;
+      for (int k = 0; k < 18; ++k) csv << "," << (k + i) % 7;
+      csv << "\n";
+    }
+  }
+  JobSpecContext context;
+  context.data_root = dir;
+  auto spec = Parse(R"({"model": {"sequential": {"layers": [
+      {"conv2d": {"outChannels": "4", "kernelSize": ["2"]}}, {"flatten": {}},
+      {"linear": {"outFeatures": "2"}}]}},
+    "data": {"file": {"format": "FORMAT_CSV", "trainCsv": "img.csv",
+                      "exampleShape": ["2", "3", "3"]},
+             "augment": {"horizontalFlip": true}},
+    "training": {"batchSize": 8}})");
+  auto job = ResolveJobSpec(spec, context);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto data = LoadJobData(spec.data(), context, &job->config);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->train.example_shape, (std::vector<int64_t>{2, 3, 3}));
+  EXPECT_EQ(std::get<nn::SequentialSpec>(job->config.model).input_shape,
+            (std::vector<int64_t>{2, 3, 3}));
+  // A shape that does not hold the row's features, named.
+  auto wrong = Parse(R"({"data": {"file": {"format": "FORMAT_CSV", "trainCsv": "img.csv",
+                                          "exampleShape": ["2", "3", "4"]}}})");
+  auto bad = LoadJobData(wrong.data(), context, nullptr);
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find("data.file.example_shape"), std::string::npos)
+      << bad.status();
+  // Without a shape CSV rows are vectors, which augmentation refuses.
+  auto flat = ValidateJobSpec(Parse(R"({"data": {"file": {"format": "FORMAT_CSV",
+      "trainCsv": "img.csv"}, "augment": {"horizontalFlip": true}}})"),
+                              context);
+  EXPECT_EQ(Fields(flat), std::vector<std::string>{"data.augment"});
 }
 
 TEST(JobSpecTest, UserProfilesResolveByName) {
