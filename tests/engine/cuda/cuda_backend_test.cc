@@ -993,6 +993,63 @@ TEST_F(CudaBackendTest, TrainingOnTheGpuTracksTheCpuRunAndAllocatesOnlyWhileWarm
   }
 }
 
+// A small CNN (conv, batch norm, a residual block) through the trainer's
+// device path: cuDNN's convolutions, our pooling and batch norm kernels, the
+// running statistics kept on the device; the run tracks the CPU's.
+TEST_F(CudaBackendTest, TrainingACnnOnTheGpuTracksTheCpuRun) {
+  auto conv = [](int64_t out) {
+    nn::LayerSpec l;
+    l.kind = nn::LayerKind::kConv2d;
+    l.out = out;
+    l.kernel[0] = l.kernel[1] = 3;
+    l.padding[0] = l.padding[1] = 1;
+    return l;
+  };
+  auto of = [](nn::LayerKind kind) {
+    nn::LayerSpec l;
+    l.kind = kind;
+    return l;
+  };
+  nn::SequentialSpec cnn;
+  cnn.input_shape = {1, 8, 8};  // the 64 features as an image
+  cnn.num_classes = 10;
+  nn::LayerSpec res = of(nn::LayerKind::kResidual);
+  res.body = {conv(8), of(nn::LayerKind::kBatchNorm2d), of(nn::LayerKind::kActivation), conv(8)};
+  res.activation_after = true;
+  nn::LayerSpec head = of(nn::LayerKind::kLinear);
+  head.out = 10;
+  cnn.layers = {conv(8), of(nn::LayerKind::kBatchNorm2d), of(nn::LayerKind::kActivation),
+                res,     of(nn::LayerKind::kFlatten),     head};
+  for (const char* mode : {"32-true", "bf16-mixed"}) {
+    std::vector<double> loss[2];
+    std::vector<float> running_var[2];
+    for (Device d : {Device::kCpu, Device::kCuda}) {
+      TrainerConfig c = Config(mode, d);
+      c.model = cnn;
+      c.training.steps = 30;
+      c.training.batch_size = 32;
+      auto t = Trainer::Create(c, &Data(), nullptr);
+      ASSERT_TRUE(t.ok()) << t.status();
+      for (int step = 0; step < 30; ++step) {
+        loss[d == Device::kCuda].push_back((*t)->RunStep().loss);
+      }
+      running_var[d == Device::kCuda] = (*t)->model().buffers()[1].value.ToFloats();
+    }
+    ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+    const double tol = std::string(mode) == "32-true" ? 1e-3 : 3e-2;
+    for (int step : {0, 10, 29}) {
+      EXPECT_NEAR(loss[1][step], loss[0][step], tol * std::max(1.0, loss[0][step]))
+          << mode << " step " << step + 1;
+    }
+    EXPECT_LT(loss[1].back(), 0.8 * loss[1].front()) << mode;
+    ASSERT_EQ(running_var[1].size(), running_var[0].size());
+    for (size_t i = 0; i < running_var[0].size(); ++i) {
+      EXPECT_NEAR(running_var[1][i], running_var[0][i], tol * std::max(1.0f, running_var[0][i]))
+          << mode << " 1.running_var[" << i << "]";
+    }
+  }
+}
+
 // 8-bit AdamW states through the trainer's device path (the fused 8-bit
 // step, skip flag and model copy on the device): the run tracks the CPU's.
 TEST_F(CudaBackendTest, TrainingWithEightBitStatesTracksTheCpuRun) {

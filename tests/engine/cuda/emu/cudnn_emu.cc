@@ -113,31 +113,33 @@ size_t Bytes(const cudnnFilterStruct* f) {
 
 enum class Pass { kForward, kBackwardData, kBackwardFilter };
 
-// Every tap of the convolution: fn(x index, w index, y index).
+// Every tap of the convolution, fn(x index, w index, y index), in one fixed
+// order, or exactly that order reversed (every loop runs backwards).
 template <typename F>
 void ForEachTap(const cudnnTensorStruct& x, const cudnnFilterStruct& w,
-                const cudnnConvolutionStruct& c, const cudnnTensorStruct& y, const F& fn) {
+                const cudnnConvolutionStruct& c, const cudnnTensorStruct& y, bool reverse,
+                const F& fn) {
   const int kg = w.k / c.groups;
-  for (int n = 0; n < y.n; ++n)
-    for (int k = 0; k < y.c; ++k)
-      for (int oh = 0; oh < y.h; ++oh)
-        for (int ow = 0; ow < y.w; ++ow)
-          for (int ci = 0; ci < w.c; ++ci)
-            for (int r = 0; r < w.h; ++r) {
-              const int ih = oh * c.stride[0] - c.pad[0] + r * c.dilation[0];
-              if (ih < 0 || ih >= x.h) continue;
-              for (int s = 0; s < w.w; ++s) {
+  auto at = [reverse](int i, int n) { return reverse ? n - 1 - i : i; };
+  for (int n0 = 0; n0 < y.n; ++n0)
+    for (int k0 = 0; k0 < y.c; ++k0)
+      for (int oh0 = 0; oh0 < y.h; ++oh0)
+        for (int ow0 = 0; ow0 < y.w; ++ow0)
+          for (int ci0 = 0; ci0 < w.c; ++ci0)
+            for (int r0 = 0; r0 < w.h; ++r0)
+              for (int s0 = 0; s0 < w.w; ++s0) {
+                const int n = at(n0, y.n), k = at(k0, y.c), oh = at(oh0, y.h), ow = at(ow0, y.w);
+                const int ci = at(ci0, w.c), r = at(r0, w.h), s = at(s0, w.w);
+                const int ih = oh * c.stride[0] - c.pad[0] + r * c.dilation[0];
                 const int iw = ow * c.stride[1] - c.pad[1] + s * c.dilation[1];
-                if (iw < 0 || iw >= x.w) continue;
+                if (ih < 0 || ih >= x.h || iw < 0 || iw >= x.w) continue;
                 const int cin = (k / kg) * w.c + ci;
                 fn(((int64_t{n} * x.c + cin) * x.h + ih) * x.w + iw,
                    ((int64_t{k} * w.c + ci) * w.h + r) * w.w + s,
                    ((int64_t{n} * y.c + k) * y.h + oh) * y.w + ow);
               }
-            }
 }
 
-// Calls of each backward pass with its non-deterministic algorithm.
 std::atomic<int> g_nondeterministic_data{0}, g_nondeterministic_filter{0};
 
 // out = alpha * pass(a, b) + beta * out, accumulated in f32 (f64 for
@@ -156,49 +158,35 @@ cudnnStatus_t Run(Pass pass, cudaStream_t stream, const void* alpha, const void*
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
   if (cudaemu::Tracing()) std::fprintf(stderr, "cuda emulator: %s\n", name);
   cudaemu::Enqueue(stream, [=] {
-    // The taps of each output element, in order, then summed.
+    // Each output element's products accumulate in tap order (f32
+    // multiply-adds, as one GPU thread's chain, or f64), then alpha and beta.
     const size_t out_n = pass == Pass::kForward        ? Bytes(&ys) / Size(ys.type)
                          : pass == Pass::kBackwardData ? Bytes(&xs) / Size(xs.type)
                                                        : Bytes(&ws) / Size(ws.type);
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> terms(out_n);
-    ForEachTap(xs, ws, cs, ys, [&](int64_t xi, int64_t wi, int64_t yi) {
+    const cudnnDataType_t t = xs.type;
+    std::vector<double> acc64(f64 ? out_n : 0, 0.0);
+    std::vector<float> acc32(f64 ? 0 : out_n, 0.0f);
+    ForEachTap(xs, ws, cs, ys, reverse, [&](int64_t xi, int64_t wi, int64_t yi) {
+      double a, b;
+      int64_t o;
       switch (pass) {
         case Pass::kForward:
-          terms[yi].push_back({xi, wi});
+          a = Get(x, t, xi), b = Get(w, t, wi), o = yi;
           break;
         case Pass::kBackwardData:
-          terms[xi].push_back({yi, wi});
+          a = Get(y, t, yi), b = Get(w, t, wi), o = xi;
           break;
-        case Pass::kBackwardFilter:
-          terms[wi].push_back({xi, yi});
-          break;
+        default:
+          a = Get(x, t, xi), b = Get(y, t, yi), o = wi;
+      }
+      if (f64) {
+        acc64[o] += a * b;
+      } else {
+        acc32[o] = std::fma(static_cast<float>(a), static_cast<float>(b), acc32[o]);
       }
     });
-    const cudnnDataType_t t = xs.type;
     for (size_t o = 0; o < out_n; ++o) {
-      std::vector<std::pair<int64_t, int64_t>>& list = terms[o];
-      if (reverse) std::reverse(list.begin(), list.end());
-      double acc64 = 0;
-      float acc32 = 0;
-      for (const auto& [i, j] : list) {
-        double a, b;
-        switch (pass) {
-          case Pass::kForward:
-            a = Get(x, t, i), b = Get(w, t, j);
-            break;
-          case Pass::kBackwardData:
-            a = Get(y, t, i), b = Get(w, t, j);
-            break;
-          default:
-            a = Get(x, t, i), b = Get(y, t, j);
-        }
-        if (f64) {
-          acc64 += a * b;
-        } else {
-          acc32 = std::fma(static_cast<float>(a), static_cast<float>(b), acc32);
-        }
-      }
-      const double v = al * (f64 ? acc64 : acc32) + (be != 0 ? be * Get(out, t, o) : 0.0);
+      const double v = al * (f64 ? acc64[o] : acc32[o]) + (be != 0 ? be * Get(out, t, o) : 0.0);
       Put(out, t, o, v);
     }
   });
