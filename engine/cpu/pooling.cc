@@ -39,6 +39,32 @@ int64_t ArgMax(const C* plane, const PoolWindow& wh, const PoolWindow& ww, int64
   return best;
 }
 
+// Windows that never leave the input (no padding, dilation 1, max or avg):
+// the taps of output (oh, ow) are rows oh*s0 .. +k0 and columns ow*s1 .. +k1,
+// visited in the same order as ForTaps, so results are the same bits.
+bool Unpadded(const Pool2dGeometry& g) {
+  return g.op != OpId::kAdaptiveAvgPool2d && g.padding[0] == 0 && g.padding[1] == 0 &&
+         (g.op == OpId::kAvgPool2d || (g.dilation[0] == 1 && g.dilation[1] == 1));
+}
+
+template <typename C>
+int64_t UnpaddedArgMax(const C* plane, int64_t top, int64_t left, int64_t k0, int64_t k1,
+                       int64_t W) {
+  int64_t best = top * W + left;
+  C best_v = plane[best];
+  for (int64_t i = 0; i < k0; ++i) {
+    const C* row = plane + (top + i) * W + left;
+    for (int64_t j = 0; j < k1; ++j) {
+      const C v = row[j];
+      if (v > best_v || (std::isnan(v) && !std::isnan(best_v))) {
+        best = (top + i) * W + left + j;
+        best_v = v;
+      }
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 Tensor CpuBackendImpl::Pool2d(const Tensor& x, const Pool2dGeometry& g, DType out) {
@@ -55,6 +81,24 @@ Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DTyp
   ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
     const C* plane = xv.data() + p * H * W;
     C* yp = y.data() + p * OH * OW;
+    if (Unpadded(g)) {
+      const int64_t k0 = g.kernel[0], k1 = g.kernel[1];
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t top = oh * g.stride[0], left = ow * g.stride[1];
+          if (g.op == OpId::kMaxPool2d) {
+            yp[oh * OW + ow] = plane[UnpaddedArgMax(plane, top, left, k0, k1, W)];
+          } else {
+            C sum = 0;
+            for (int64_t i = 0; i < k0; ++i) {
+              for (int64_t j = 0; j < k1; ++j) sum += plane[(top + i) * W + left + j];
+            }
+            yp[oh * OW + ow] = sum / static_cast<C>(k0 * k1);
+          }
+        }
+      }
+      return;
+    }
     for (int64_t oh = 0; oh < OH; ++oh) {
       const PoolWindow wh = PoolWindowAt(g, 0, H, oh);
       for (int64_t ow = 0; ow < OW; ++ow) {
@@ -90,6 +134,24 @@ Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
     const C* dp = dv.data() + p * OH * OW;
     C* dxp = dx.data() + p * H * W;
     std::fill(dxp, dxp + H * W, C(0));
+    if (Unpadded(g)) {
+      const int64_t k0 = g.kernel[0], k1 = g.kernel[1];
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t top = oh * g.stride[0], left = ow * g.stride[1];
+          const C d = dp[oh * OW + ow];
+          if (g.op == OpId::kMaxPool2d) {
+            dxp[UnpaddedArgMax(plane, top, left, k0, k1, W)] += d;
+          } else {
+            const C share = d / static_cast<C>(k0 * k1);
+            for (int64_t i = 0; i < k0; ++i) {
+              for (int64_t j = 0; j < k1; ++j) dxp[(top + i) * W + left + j] += share;
+            }
+          }
+        }
+      }
+      return;
+    }
     for (int64_t oh = 0; oh < OH; ++oh) {
       const PoolWindow wh = PoolWindowAt(g, 0, H, oh);
       for (int64_t ow = 0; ow < OW; ++ow) {

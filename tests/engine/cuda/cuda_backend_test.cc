@@ -476,6 +476,16 @@ TEST_F(CudaBackendTest, Pool2dForwardAndBackward) {
   geometries.push_back(avg);
   avg.count_include_pad = false;
   geometries.push_back(avg);
+  // Unpadded windows (the CPU's direct path): 2x2 max, 3x3 stride-2 average.
+  Pool2dGeometry max2;
+  max2.op = OpId::kMaxPool2d;
+  max2.kernel[0] = max2.kernel[1] = max2.stride[0] = max2.stride[1] = 2;
+  geometries.push_back(max2);
+  Pool2dGeometry avg3;
+  avg3.op = OpId::kAvgPool2d;
+  avg3.kernel[0] = avg3.kernel[1] = 3;
+  avg3.stride[0] = avg3.stride[1] = 2;
+  geometries.push_back(avg3);
   Pool2dGeometry adaptive;
   adaptive.op = OpId::kAdaptiveAvgPool2d;
   adaptive.output[0] = 3, adaptive.output[1] = 4;
