@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/error_subject.h"
-#include "engine/core/rng.h"
+#include "engine/nn/model.h"
 #include "engine/nn/module.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
@@ -14,7 +14,6 @@ namespace ampd::engine::nn {
 
 using amp::PrecisionConfig;
 using core::FieldError;
-using core::Rng;
 using ops::Cast;
 using ops::Dropout;
 using ops::Gelu;
@@ -29,22 +28,9 @@ class Mlp final : public Classifier {
  public:
   Mlp(const MlpSpec& spec, const PrecisionConfig& precision, uint64_t seed)
       : spec_(spec), shape_(DescribeMlp(spec)) {
-    // PyTorch's defaults: nn.Linear U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
-    // weight then bias, drawn in parameter order; LayerNorm ones and zeros.
-    Rng rng(seed);
-    for (const ParameterShape& p : shape_.parameters) {
-      std::vector<float> v(p.numel());
-      if (p.init != ParameterShape::Init::kUniformFanIn) {
-        std::fill(v.begin(), v.end(), p.init == ParameterShape::Init::kOnes ? 1.0f : 0.0f);
-      } else {
-        const float bound = 1.0f / std::sqrt(static_cast<float>(p.fan_in));
-        for (float& x : v) x = rng.Uniform(-bound, bound);
-      }
-      const DType dt = p.is_norm && precision.keep_norms_fp32 ? DType::kF32 : precision.param_dtype;
-      Tensor value = Tensor::FromVector(v, p.shape, dt);
-      value.set_requires_grad(true).set_name(p.name);
-      params_.push_back({p.name, p.layer, p.is_norm, std::move(value)});
-    }
+    // PyTorch's defaults: nn.Linear's uniform for weight then bias, drawn in
+    // parameter order; LayerNorm's ones and zeros.
+    params_ = InitParameters(shape_.parameters, precision, seed);
   }
 
   Tensor Forward(const Tensor& x_in, bool training, uint64_t dropout_seed) override {

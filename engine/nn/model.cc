@@ -1,9 +1,11 @@
 #include "engine/nn/model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/error_subject.h"
+#include "engine/core/rng.h"
 
 namespace ampd::engine::nn {
 
@@ -52,6 +54,26 @@ ModelShape DescribeModel(const ModelSpec& spec) {
 bool IsLanguageModel(const ModelSpec& spec) { return std::holds_alternative<GptSpec>(spec); }
 
 int64_t ParameterCount(const ModelSpec& spec) { return DescribeModel(spec).parameter_count(); }
+
+std::vector<Parameter> InitParameters(const std::vector<ParameterShape>& shapes,
+                                      const PrecisionConfig& precision, uint64_t seed) {
+  core::Rng rng(seed);
+  std::vector<Parameter> params;
+  for (const ParameterShape& p : shapes) {
+    std::vector<float> v(p.numel());
+    if (p.init != ParameterShape::Init::kUniformFanIn) {
+      std::fill(v.begin(), v.end(), p.init == ParameterShape::Init::kOnes ? 1.0f : 0.0f);
+    } else {
+      const float bound = 1.0f / std::sqrt(static_cast<float>(p.fan_in));
+      for (float& x : v) x = rng.Uniform(-bound, bound);
+    }
+    const DType dt = p.is_norm && precision.keep_norms_fp32 ? DType::kF32 : precision.param_dtype;
+    Tensor value = Tensor::FromVector(v, p.shape, dt);
+    value.set_requires_grad(true).set_name(p.name);
+    params.push_back({p.name, p.layer, p.is_norm, std::move(value)});
+  }
+  return params;
+}
 
 std::vector<OpId> ModelOps(const ModelSpec& spec) { return DescribeModel(spec).ops; }
 

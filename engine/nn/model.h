@@ -43,6 +43,12 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec,
                                                   uint64_t seed);
 
 int64_t ParameterCount(const ModelSpec& spec);
+// A classifier's parameters as PyTorch initialises its layers, drawn from
+// `seed` in parameter order: nn.Linear's and nn.Conv2d's U(-1/sqrt(fan_in),
+// 1/sqrt(fan_in)) (kaiming_uniform with a = sqrt(5)), norms' ones and zeros;
+// in the precision's param dtype (norms f32 when it keeps them).
+std::vector<Parameter> InitParameters(const std::vector<ParameterShape>& shapes,
+                                      const amp::PrecisionConfig& precision, uint64_t seed);
 // Whether the spec is a language model (trained on token windows) rather
 // than a classifier (features and labels).
 bool IsLanguageModel(const ModelSpec& spec);

@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/backend/kernels/conv.h"
 #include "engine/core/error_subject.h"
-#include "engine/core/rng.h"
+#include "engine/nn/model.h"
 #include "engine/nn/module.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
@@ -18,7 +18,6 @@ using amp::PrecisionConfig;
 using backend::Conv2dGeometry;
 using backend::ConvOutputSize;
 using core::FieldError;
-using core::Rng;
 using ops::LayerScope;
 using ops::Pool2dGeometry;
 
@@ -383,23 +382,7 @@ class Sequential final : public Classifier {
     Walk w;
     w.shape = &shape_;
     (void)Resolve(&spec_, &w);  // validated before it is built
-    // PyTorch's defaults, drawn in parameter order: conv2d and linear
-    // U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (kaiming_uniform with a = sqrt(5)),
-    // norms ones and zeros.
-    Rng rng(seed);
-    for (const ParameterShape& p : shape_.parameters) {
-      std::vector<float> v(p.numel());
-      if (p.init != ParameterShape::Init::kUniformFanIn) {
-        std::fill(v.begin(), v.end(), p.init == ParameterShape::Init::kOnes ? 1.0f : 0.0f);
-      } else {
-        const float bound = 1.0f / std::sqrt(static_cast<float>(p.fan_in));
-        for (float& x : v) x = rng.Uniform(-bound, bound);
-      }
-      const DType dt = p.is_norm && precision.keep_norms_fp32 ? DType::kF32 : precision.param_dtype;
-      Tensor value = Tensor::FromVector(v, p.shape, dt);
-      value.set_requires_grad(true).set_name(p.name);
-      params_.push_back({p.name, p.layer, p.is_norm, std::move(value)});
-    }
+    params_ = InitParameters(shape_.parameters, precision, seed);
     // Running statistics are f32 in every precision (never f16).
     for (const ParameterShape& b : shape_.buffers) {
       const double v = b.init == ParameterShape::Init::kOnes ? 1.0 : 0.0;

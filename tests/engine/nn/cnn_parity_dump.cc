@@ -25,6 +25,7 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/optimizer.h"
+#include "tests/engine/layer_specs.h"
 
 namespace ampd::engine {
 namespace {
@@ -32,19 +33,8 @@ namespace {
 using nn::LayerKind;
 using nn::LayerSpec;
 
-LayerSpec Of(LayerKind kind) {
-  LayerSpec l;
-  l.kind = kind;
-  return l;
-}
-LayerSpec Conv(int64_t out, int64_t k, int64_t pad, int64_t stride = 1) {
-  LayerSpec l = Of(LayerKind::kConv2d);
-  l.out = out;
-  l.kernel[0] = l.kernel[1] = k;
-  l.padding[0] = l.padding[1] = pad;
-  l.stride[0] = l.stride[1] = stride;
-  return l;
-}
+using testing::Conv;
+using testing::Layer;
 
 std::vector<std::pair<std::string, Tensor>> Named(const std::vector<nn::Parameter>& ps) {
   std::vector<std::pair<std::string, Tensor>> out;
@@ -61,23 +51,22 @@ int Main(int argc, char** argv) {
   nn::SequentialSpec spec;
   spec.input_shape = {3, 12, 12};
   spec.num_classes = 10;
-  LayerSpec pool = Of(LayerKind::kMaxPool2d);
-  pool.kernel[0] = pool.kernel[1] = 2;
-  LayerSpec res = Of(LayerKind::kResidual);
-  res.body = {Conv(16, 3, 1, 2), Of(LayerKind::kBatchNorm2d), Of(LayerKind::kActivation),
+  const LayerSpec pool = testing::MaxPool(2);
+  LayerSpec res = Layer(LayerKind::kResidual);
+  res.body = {Conv(16, 3, 1, 2), Layer(LayerKind::kBatchNorm2d), Layer(LayerKind::kActivation),
               Conv(16, 3, 1)};
   res.shortcut = LayerSpec::Shortcut::kConv1x1BatchNorm;
   res.activation_after = true;
-  LayerSpec gap = Of(LayerKind::kAdaptiveAvgPool2d);
-  LayerSpec head = Of(LayerKind::kLinear);
+  LayerSpec gap = Layer(LayerKind::kAdaptiveAvgPool2d);
+  LayerSpec head = Layer(LayerKind::kLinear);
   head.out = 10;
   spec.layers = {Conv(8, 3, 1),
-                 Of(LayerKind::kBatchNorm2d),
-                 Of(LayerKind::kActivation),
+                 Layer(LayerKind::kBatchNorm2d),
+                 Layer(LayerKind::kActivation),
                  pool,
                  res,
                  gap,
-                 Of(LayerKind::kFlatten),
+                 Layer(LayerKind::kFlatten),
                  head};
   const amp::PrecisionConfig p = *amp::ResolvePrecision(precision);
   absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::BuildModel(spec, p, 3);

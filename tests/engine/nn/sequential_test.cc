@@ -9,6 +9,7 @@
 #include "engine/amp/precision.h"
 #include "engine/nn/model.h"
 #include "gtest/gtest.h"
+#include "tests/engine/layer_specs.h"
 
 namespace ampd::engine {
 namespace {
@@ -18,29 +19,10 @@ using nn::LayerSpec;
 using nn::ModelShape;
 using nn::SequentialSpec;
 
-LayerSpec Conv(int64_t out, int64_t k, int64_t pad = 0) {
-  LayerSpec l;
-  l.kind = LayerKind::kConv2d;
-  l.out = out;
-  l.kernel[0] = l.kernel[1] = k;
-  l.padding[0] = l.padding[1] = pad;
-  return l;
-}
-LayerSpec Of(LayerKind kind) {
-  LayerSpec l;
-  l.kind = kind;
-  return l;
-}
-LayerSpec Pool(int64_t k) {
-  LayerSpec l = Of(LayerKind::kMaxPool2d);
-  l.kernel[0] = l.kernel[1] = k;
-  return l;
-}
-LayerSpec Linear(int64_t out) {
-  LayerSpec l = Of(LayerKind::kLinear);
-  l.out = out;
-  return l;
-}
+using testing::Conv;
+using testing::Layer;
+using testing::Linear;
+using testing::MaxPool;
 
 // Two conv blocks (conv, BN, ReLU, pool), a residual block with a strided
 // projection, then flatten and linear.
@@ -48,15 +30,17 @@ SequentialSpec SmallCnn() {
   SequentialSpec s;
   s.input_shape = {1, 12, 12};
   s.num_classes = 10;
-  s.layers = {Conv(8, 3, 1), Of(LayerKind::kBatchNorm2d), Of(LayerKind::kActivation), Pool(2)};
-  LayerSpec res = Of(LayerKind::kResidual);
+  s.layers = {Conv(8, 3, 1), Layer(LayerKind::kBatchNorm2d), Layer(LayerKind::kActivation),
+              MaxPool(2)};
+  LayerSpec res = Layer(LayerKind::kResidual);
   LayerSpec strided = Conv(16, 3, 1);
   strided.stride[0] = strided.stride[1] = 2;
-  res.body = {strided, Of(LayerKind::kBatchNorm2d), Of(LayerKind::kActivation), Conv(16, 3, 1)};
+  res.body = {strided, Layer(LayerKind::kBatchNorm2d), Layer(LayerKind::kActivation),
+              Conv(16, 3, 1)};
   res.shortcut = LayerSpec::Shortcut::kConv1x1BatchNorm;
   res.activation_after = true;
   s.layers.push_back(res);
-  s.layers.push_back(Of(LayerKind::kFlatten));
+  s.layers.push_back(Layer(LayerKind::kFlatten));
   s.layers.push_back(Linear(10));
   return s;
 }
@@ -132,7 +116,7 @@ TEST(SequentialTest, AnImpossibleStackNamesTheLayerAndBothShapes) {
   ExpectInvalid(s, "model.sequential.layers[3].max_pool2d.padding", {"half"});
 
   s = SmallCnn();
-  s.layers.insert(s.layers.begin() + 6, Of(LayerKind::kBatchNorm2d));  // after flatten
+  s.layers.insert(s.layers.begin() + 6, Layer(LayerKind::kBatchNorm2d));  // after flatten
   ExpectInvalid(s, "model.sequential.layers[6].batch_norm2d", {"[144]"});
 }
 

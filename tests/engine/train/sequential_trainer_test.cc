@@ -13,6 +13,7 @@
 #include "engine/nn/weights_file.h"
 #include "engine/train/trainer.h"
 #include "gtest/gtest.h"
+#include "tests/engine/layer_specs.h"
 
 namespace ampd::engine {
 namespace {
@@ -45,24 +46,9 @@ std::vector<std::vector<uint8_t>> Bytes(const std::vector<Parameter>& ps) {
   return out;
 }
 
-LayerSpec Of(LayerKind kind) {
-  LayerSpec l;
-  l.kind = kind;
-  return l;
-}
-LayerSpec Linear(int64_t out) {
-  LayerSpec l = Of(LayerKind::kLinear);
-  l.out = out;
-  return l;
-}
-LayerSpec Conv(int64_t out, int64_t k, int64_t pad, int64_t stride = 1) {
-  LayerSpec l = Of(LayerKind::kConv2d);
-  l.out = out;
-  l.kernel[0] = l.kernel[1] = k;
-  l.padding[0] = l.padding[1] = pad;
-  l.stride[0] = l.stride[1] = stride;
-  return l;
-}
+using testing::Conv;
+using testing::Layer;
+using testing::Linear;
 
 TrainerConfig Base(const std::string& precision) {
   TrainerConfig c;
@@ -114,8 +100,8 @@ TEST(SequentialTrainerTest, TheMlpAsLayersTrainsBitForBitAsModelMlp) {
     SequentialSpec seq;
     seq.input_shape = {64};
     seq.num_classes = 4;
-    seq.layers = {Linear(48), Of(LayerKind::kActivation), Linear(32), Of(LayerKind::kActivation),
-                  Linear(4)};
+    seq.layers = {Linear(48), Layer(LayerKind::kActivation), Linear(32),
+                  Layer(LayerKind::kActivation), Linear(4)};
     seq_config.model = seq;
     auto a = *Trainer::Create(mlp_config, &data, nullptr);
     auto b = *Trainer::Create(seq_config, &data, nullptr);
@@ -131,19 +117,18 @@ TEST(SequentialTrainerTest, TheMlpAsLayersTrainsBitForBitAsModelMlp) {
 SequentialSpec SmallCnn() {
   SequentialSpec s;
   s.input_shape = {};  // from the data
-  LayerSpec pool = Of(LayerKind::kMaxPool2d);
-  pool.kernel[0] = pool.kernel[1] = 2;
-  LayerSpec res = Of(LayerKind::kResidual);
-  res.body = {Conv(16, 3, 1, 2), Of(LayerKind::kBatchNorm2d), Of(LayerKind::kActivation),
+  const LayerSpec pool = testing::MaxPool(2);
+  LayerSpec res = Layer(LayerKind::kResidual);
+  res.body = {Conv(16, 3, 1, 2), Layer(LayerKind::kBatchNorm2d), Layer(LayerKind::kActivation),
               Conv(16, 3, 1)};
   res.shortcut = LayerSpec::Shortcut::kConv1x1BatchNorm;
   res.activation_after = true;
   s.layers = {Conv(8, 3, 1),
-              Of(LayerKind::kBatchNorm2d),
-              Of(LayerKind::kActivation),
+              Layer(LayerKind::kBatchNorm2d),
+              Layer(LayerKind::kActivation),
               pool,
               res,
-              Of(LayerKind::kFlatten),
+              Layer(LayerKind::kFlatten),
               Linear(4)};
   return s;
 }
