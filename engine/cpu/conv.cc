@@ -196,10 +196,11 @@ Tensor AsF32(const Tensor& t) {
   return t.dtype() == DType::kF32 ? t : CpuBackendImpl::Instance().Cast(t, DType::kF32);
 }
 
-// The direct loops (f64): y = conv(x, w) + b.
-template <typename C>
-void DirectForward(const C* x, const C* w, const C* b, C* y, const std::vector<int64_t>& xs,
-                   const std::vector<int64_t>& ws, const Conv2dGeometry& g) {
+// The direct loops (f64). Every tap of the convolution in one fixed order:
+// fn(x index, w index, y index, output channel).
+template <typename F>
+void ForEachTap(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
+                const Conv2dGeometry& g, const F& fn) {
   const std::vector<int64_t> ys = Conv2dOutputShape(xs, ws, g);
   const int64_t N = xs[0], C_in = xs[1], H = xs[2], W = xs[3];
   const int64_t O = ws[0], Cg = ws[1], KH = ws[2], KW = ws[3], OH = ys[2], OW = ys[3];
@@ -209,7 +210,7 @@ void DirectForward(const C* x, const C* w, const C* b, C* y, const std::vector<i
       const int64_t c0 = (o / Og) * Cg;
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
-          C s = b != nullptr ? b[o] : C(0);
+          const int64_t yi = ((n * O + o) * OH + oh) * OW + ow;
           for (int64_t c = 0; c < Cg; ++c)
             for (int64_t kh = 0; kh < KH; ++kh) {
               const int64_t ih = oh * g.stride[0] - g.padding[0] + kh * g.dilation[0];
@@ -217,46 +218,41 @@ void DirectForward(const C* x, const C* w, const C* b, C* y, const std::vector<i
               for (int64_t kw = 0; kw < KW; ++kw) {
                 const int64_t iw = ow * g.stride[1] - g.padding[1] + kw * g.dilation[1];
                 if (iw < 0 || iw >= W) continue;
-                s += x[((n * C_in + c0 + c) * H + ih) * W + iw] *
-                     w[((o * Cg + c) * KH + kh) * KW + kw];
+                fn(((n * C_in + c0 + c) * H + ih) * W + iw, ((o * Cg + c) * KH + kh) * KW + kw, yi,
+                   o);
               }
             }
-          y[((n * O + o) * OH + oh) * OW + ow] = s;
         }
     }
 }
 
-// dx (zeroed by the caller) += and dw, db (zeroed) += over every tap.
+// y = conv(x, w) + b: each output starts at its bias and adds its taps in order.
+template <typename C>
+void DirectForward(const C* x, const C* w, const C* b, C* y, const std::vector<int64_t>& xs,
+                   const std::vector<int64_t>& ws, const Conv2dGeometry& g) {
+  const std::vector<int64_t> ys = Conv2dOutputShape(xs, ws, g);
+  const int64_t plane = ys[2] * ys[3];
+  for (int64_t i = 0; i < ys[0] * ys[1] * plane; ++i)
+    y[i] = b != nullptr ? b[(i / plane) % ys[1]] : C(0);
+  ForEachTap(xs, ws, g,
+             [&](int64_t xi, int64_t wi, int64_t yi, int64_t) { y[yi] += x[xi] * w[wi]; });
+}
+
+// dx (zeroed by the caller) += and dw (zeroed) += over every tap; db
+// (zeroed) += each output gradient once.
 template <typename C>
 void DirectBackward(const C* x, const C* w, const C* dy, C* dx, C* dw, C* db,
                     const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
                     const Conv2dGeometry& g) {
-  const std::vector<int64_t> ys = Conv2dOutputShape(xs, ws, g);
-  const int64_t N = xs[0], C_in = xs[1], H = xs[2], W = xs[3];
-  const int64_t O = ws[0], Cg = ws[1], KH = ws[2], KW = ws[3], OH = ys[2], OW = ys[3];
-  const int64_t Og = O / g.groups;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t o = 0; o < O; ++o) {
-      const int64_t c0 = (o / Og) * Cg;
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const C d = dy[((n * O + o) * OH + oh) * OW + ow];
-          if (db != nullptr) db[o] += d;
-          for (int64_t c = 0; c < Cg; ++c)
-            for (int64_t kh = 0; kh < KH; ++kh) {
-              const int64_t ih = oh * g.stride[0] - g.padding[0] + kh * g.dilation[0];
-              if (ih < 0 || ih >= H) continue;
-              for (int64_t kw = 0; kw < KW; ++kw) {
-                const int64_t iw = ow * g.stride[1] - g.padding[1] + kw * g.dilation[1];
-                if (iw < 0 || iw >= W) continue;
-                const int64_t xi = ((n * C_in + c0 + c) * H + ih) * W + iw;
-                const int64_t wi = ((o * Cg + c) * KH + kh) * KW + kw;
-                if (dx != nullptr) dx[xi] += d * w[wi];
-                if (dw != nullptr) dw[wi] += d * x[xi];
-              }
-            }
-        }
-    }
+  if (db != nullptr) {
+    const std::vector<int64_t> ys = Conv2dOutputShape(xs, ws, g);
+    const int64_t plane = ys[2] * ys[3];
+    for (int64_t i = 0; i < ys[0] * ys[1] * plane; ++i) db[(i / plane) % ys[1]] += dy[i];
+  }
+  ForEachTap(xs, ws, g, [&](int64_t xi, int64_t wi, int64_t yi, int64_t) {
+    if (dx != nullptr) dx[xi] += dy[yi] * w[wi];
+    if (dw != nullptr) dw[wi] += dy[yi] * x[xi];
+  });
 }
 
 }  // namespace

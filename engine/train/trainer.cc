@@ -253,10 +253,10 @@ absl::Status CheckTransforms(const data::ImageTransforms& t, const data::Dataset
   }
   const int64_t channels = train.example_shape[0];
   for (const auto& [name, v] : {std::make_pair("mean", &t.mean), std::make_pair("std", &t.std)}) {
-    if (!t.normalizes()) break;
-    if (v->size() != 1 && static_cast<int64_t>(v->size()) != channels) {
+    const int64_t n = static_cast<int64_t>(v->size());
+    if (t.normalizes() && n != 1 && n != channels) {
       return Bad(absl::StrCat("data.normalize.", name),
-                 absl::StrCat("has ", v->size(), " values; the images have ", channels,
+                 absl::StrCat("has ", n, " values; the images have ", channels,
                               " channels (give one value, or one per channel)"));
     }
   }
