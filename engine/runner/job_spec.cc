@@ -91,6 +91,17 @@ constexpr int64_t kDefaultEvalWindows = 256;
 
 // Whether the data is a language model's, and its token spec ("builtin":
 // "fortunes" at the top level is the token corpus).
+bool HasBatchNorm(const google::protobuf::RepeatedPtrField<v1::LayerSpec>& layers) {
+  for (const v1::LayerSpec& l : layers) {
+    if (l.has_batch_norm2d()) return true;
+    if (l.has_residual() && (l.residual().shortcut() == v1::ResidualBlock::SHORTCUT_CONV1X1_BN ||
+                             HasBatchNorm(l.residual().layers()))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool IsTokenData(const v1::DataSpec& d) {
   return d.has_tokens() || (d.has_builtin() && d.builtin() == "fortunes");
 }
@@ -757,6 +768,46 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
     Violate(&v, "training.eval_interval", absl::StrCat("must be >= 0, got ", t.eval_interval()));
   if (!(t.clip_norm() >= 0))
     Violate(&v, "training.clip_norm", absl::StrCat("must be >= 0, got ", t.clip_norm()));
+  // Resources: data-parallel workers (DDP's semantics; engine/dist).
+  const v1::ResourcesSpec& r = spec.resources();
+  const int workers = std::max(1, r.workers());
+  if (r.workers() < 0 || r.workers() > kMaxWorkers) {
+    Violate(&v, "resources.workers",
+            absl::StrCat("must be in [1, ", kMaxWorkers, "] (0: one), got ", r.workers()));
+  } else if (workers > 1) {
+    const int64_t batch = t.has_batch_size() ? t.batch_size() : 128;
+    if (batch > 0 && batch % workers != 0) {
+      Violate(
+          &v, "training.batch_size",
+          absl::StrCat("must be a multiple of resources.workers (", workers,
+                       "; each worker trains an equal share of the global batch), got ", batch));
+    }
+    if (spec.device() == v1::DEVICE_CUDA) {
+      Violate(&v, "resources.workers",
+              "data-parallel training runs on the CPU so far (NCCL for DEVICE_CUDA is not "
+              "built yet)");
+    }
+    if (spec.model().has_gpt() || IsTokenData(spec.data())) {
+      Violate(&v, "resources.workers",
+              "data-parallel training of language models (model.gpt) is not built yet");
+    }
+    if (spec.model().has_sequential() && HasBatchNorm(spec.model().sequential().layers())) {
+      Violate(&v, "resources.workers",
+              "data-parallel training of models with batch norm is not built yet (DDP "
+              "broadcasts the running statistics; ampd does not yet)");
+    }
+  }
+  if (r.devices_per_worker() < 0 || r.devices_per_worker() > 1) {
+    Violate(&v, "resources.devices_per_worker",
+            absl::StrCat("must be 0 or 1 (one device per worker so far), got ",
+                         r.devices_per_worker()));
+  } else if (r.devices_per_worker() > 0 && spec.device() != v1::DEVICE_CUDA) {
+    Violate(&v, "resources.devices_per_worker", "is for device DEVICE_CUDA");
+  }
+  if (r.has_max_restarts() && (r.max_restarts() < 0 || r.max_restarts() > kMaxRestarts)) {
+    Violate(&v, "resources.max_restarts",
+            absl::StrCat("must be in [0, ", kMaxRestarts, "], got ", r.max_restarts()));
+  }
   // Precision.
   ResolveJobPrecision(spec.precision(), context, &v);
   return v;
@@ -894,6 +945,9 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   c.training.seed = t.seed();
   c.training.clip_norm = t.clip_norm();
   job.device = spec.device() == v1::DEVICE_CUDA ? Device::kCuda : Device::kCpu;
+  job.workers = std::max(1, spec.resources().workers());
+  job.max_restarts =
+      spec.resources().has_max_restarts() ? spec.resources().max_restarts() : kDefaultMaxRestarts;
   job.config.device = job.device;
   // fp32_state_layers must name layers of this model (a typo would silently
   // leave a layer in 8 bits).

@@ -58,9 +58,17 @@ amp::PrecisionConfig ResolveJobPrecision(const ampd::v1::PrecisionSpec& spec,
 std::vector<FieldViolation> ValidateJobSpec(const ampd::v1::JobSpec& spec,
                                             const JobSpecContext& context);
 
+// resources: the workers a job may ask for, and how often a data-parallel
+// job is restarted after losing one when the spec does not say.
+inline constexpr int kMaxWorkers = 256;
+inline constexpr int kMaxRestarts = 100;
+inline constexpr int kDefaultMaxRestarts = 3;
+
 struct ResolvedJob {
   train::TrainerConfig config;
   Device device = Device::kCpu;
+  int workers = 1;       // resources.workers (data-parallel ranks)
+  int max_restarts = kDefaultMaxRestarts;
 };
 // INVALID_ARGUMENT (all violations) when the spec is not valid. Model sizes
 // left 0 are filled from the data by LoadJobData.

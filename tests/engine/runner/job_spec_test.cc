@@ -344,6 +344,50 @@ TEST(JobSpecTest, ImageTransformsAreCheckedAndResolved) {
   EXPECT_EQ(Fields(v), std::vector<std::string>{"data.normalize"});
 }
 
+TEST(JobSpecTest, ResourcesAskForDataParallelWorkersAndAreCheckedByName) {
+  auto job = ResolveJobSpec(Parse(R"({"resources": {"workers": 2, "maxRestarts": 1},
+      "training": {"batchSize": "256"}})"),
+                            {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->workers, 2);
+  EXPECT_EQ(job->max_restarts, 1);
+  job = ResolveJobSpec(Parse("{}"), {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->workers, 1);  // unset: one worker, DDP's defaults for restarts
+  EXPECT_EQ(job->max_restarts, 3);
+
+  auto fields = Fields(ValidateJobSpec(
+      Parse(R"({"resources": {"workers": 3, "devicesPerWorker": 1, "maxRestarts": -1},
+                "training": {"batchSize": "256"}})"),
+      {}));
+  EXPECT_EQ(fields, (std::vector<std::string>{"training.batch_size", "resources.devices_per_worker",
+                                              "resources.max_restarts"}));
+  EXPECT_EQ(Fields(ValidateJobSpec(Parse(R"({"resources": {"workers": -2}})"), {})),
+            std::vector<std::string>{"resources.workers"});
+  EXPECT_EQ(Fields(ValidateJobSpec(Parse(R"({"resources": {"workers": 100000}})"), {})),
+            std::vector<std::string>{"resources.workers"});
+  // What data-parallel training does not do yet is refused, not trained wrongly.
+  for (
+      const char* refused : {
+          R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})",
+          R"({"resources": {"workers": 2}, "model": {"gpt": {}}, "data": {"builtin": "fortunes"}})",
+          R"({"resources": {"workers": 2}, "model": {"sequential": {"layers": [
+               {"residual": {"layers": [{"linear": {"outFeatures": "784"}}],
+                             "shortcut": "SHORTCUT_CONV1X1_BN"}},
+               {"flatten": {}}, {"linear": {"outFeatures": "10"}}]}}})",
+      }) {
+    fields = Fields(ValidateJobSpec(Parse(refused), {}));
+    EXPECT_NE(std::find(fields.begin(), fields.end(), "resources.workers"), fields.end())
+        << refused;
+  }
+  auto status = ResolveJobSpec(
+      Parse(R"({"resources": {"workers": 3}, "training": {"batchSize": "100"}})"), {});
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(status.status().message()).find("multiple of resources.workers (3"),
+            std::string::npos)
+      << status.status();
+}
+
 TEST(JobSpecTest, EightBitOptimizerStatesAndTheirAliases) {
   auto job =
       ResolveJobSpec(Parse(R"({"optimizer": {"adamw": {"stateBits": 8}, "min8bitSize": "1000",
