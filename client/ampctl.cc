@@ -169,7 +169,7 @@ int List(Context& ctx, const Args& args) {
       if (!v1::JobState_Parse(absl::AsciiStrToUpper(s), &state) ||
           state == v1::JOB_STATE_UNSPECIFIED) {
         return Usage("--state: unknown state \"" + s +
-                         "\" (QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)",
+                         "\" (QUEUED, RUNNING, RESTARTING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)",
                      nullptr);
       }
       request.add_states(state);

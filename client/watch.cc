@@ -88,7 +88,12 @@ class Display {
         }
       }
     } else if (e.has_heartbeat() && tty_) {
-      Status("queued: %d job(s) ahead", e.heartbeat().queue_position());
+      if (e.heartbeat().waiting_for().empty()) {
+        Status("queued: %d job(s) ahead", e.heartbeat().queue_position());
+      } else {
+        Status("queued: %d job(s) ahead, waiting for %s", e.heartbeat().queue_position(),
+               e.heartbeat().waiting_for().c_str());
+      }
     }
   }
 
@@ -305,8 +310,7 @@ std::string LogLine(const v1::MetricsEvent& e) {
   if (e.has_log()) {
     std::snprintf(line, sizeof line, "%s %-7s step %-6lld %s",
                   google::protobuf::util::TimeUtil::ToString(e.log().time()).c_str(),
-                  SeverityName(e.log().severity()), (long long)e.step(),
-                  e.log().message().c_str());
+                  SeverityName(e.log().severity()), (long long)e.step(), e.log().message().c_str());
   } else if (e.has_state()) {
     std::snprintf(line, sizeof line, "%s %-7s step %-6lld state %s%s%s",
                   google::protobuf::util::TimeUtil::ToString(e.state().time()).c_str(),
@@ -314,8 +318,9 @@ std::string LogLine(const v1::MetricsEvent& e) {
                   StateName(e.state().state()).c_str(), e.state().reason().empty() ? "" : ": ",
                   e.state().reason().c_str());
   } else if (e.has_skip()) {
-    std::snprintf(line, sizeof line, "%-30s %-7s step %-6lld skipped: %s in %s; loss scale %g -> %g",
-                  "", "WARNING", (long long)e.skip().step(), e.skip().reason().c_str(),
+    std::snprintf(line, sizeof line,
+                  "%-30s %-7s step %-6lld skipped: %s in %s; loss scale %g -> %g", "", "WARNING",
+                  (long long)e.skip().step(), e.skip().reason().c_str(),
                   e.skip().parameter().c_str(), e.skip().scale_before(), e.skip().scale_after());
   } else {
     return "";

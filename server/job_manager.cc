@@ -140,9 +140,52 @@ JobManager::JobManager(JobManagerOptions options)
   // What loading left behind (the store's rows, read once) goes back to the
   // system: an idle server's footprint should not depend on its history.
   malloc_trim(0);
+  free_slots_ = std::max(1, options_.cpu_workers);
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
+}
+
+JobManager::Rewound JobManager::RewindToCheckpoint(JobRecord& record, bool always) {
+  const std::string id = record.job.id();
+  Rewound out;
+  out.checkpoint =
+      engine::io::LoadLatestCheckpoint(jobs::CheckpointDir(options_.data_root, id), &out.warnings);
+  for (const std::string& w : out.warnings) {
+    LogWarning("unusable checkpoint", {{"job", id}, {"detail", w}});
+  }
+  std::optional<engine::io::LoadedCheckpoint>& checkpoint = out.checkpoint;
+  const int64_t resume_step = checkpoint ? checkpoint->state.step : 0;
+  size_t keep = 0;
+  if (resume_step > 0) {
+    for (size_t i = 0; i < record.events.size(); ++i) {
+      const v1::MetricsEvent& e = record.events[i];
+      if (e.has_step_record() && e.step_record().step() == resume_step) keep = i + 1;
+    }
+    if (keep == 0) {
+      // Checkpoints are written after the history reaches their step, so
+      // this means the store lost events: start over rather than leave a gap.
+      LogWarning("checkpoint step not in the stored history; restarting the job from step 0",
+                 {{"job", id}, {"step", std::to_string(resume_step)}});
+      checkpoint.reset();
+    }
+  }
+  if (keep == 0) {
+    while (keep < record.events.size() && record.events[keep].step() == 0) ++keep;
+  }
+  if (keep < record.events.size() || always) {
+    record.events.resize(keep);
+    RebuildWire(record);
+    record.persisted_events = std::min(record.persisted_events, keep);
+    if (options_.store != nullptr) options_.store->TruncateEvents(id, keep).IgnoreError();
+    record.job.mutable_progress()->set_step(checkpoint ? resume_step : 0);
+    if (!checkpoint) {
+      record.job.clear_latest_step();
+      record.job.clear_latest_eval();
+    }
+    out.truncated = true;
+  }
+  return out;
 }
 
 void JobManager::Recover() {
@@ -204,6 +247,12 @@ void JobManager::Recover() {
       continue;
     }
     record->resolved = *std::move(resolved);
+    if (absl::Status fits = CheckSlots(record->resolved); !fits.ok()) {
+      Transition(*record, v1::FAILED,
+                 absl::StrCat("cannot resume after restart: ", fits.message()));
+      *record->job.mutable_end_time() = Now();
+      continue;
+    }
     if (state == v1::CANCELLING) {
       Transition(*record, v1::CANCELLED, "cancelled by request (completed after a restart)");
       *record->job.mutable_end_time() = Now();
@@ -213,42 +262,11 @@ void JobManager::Recover() {
     // from its start): events after that step are dropped, so a stream from
     // step 0 sees every step exactly once (the re-run reproduces them: CPU
     // training is deterministic).
-    std::vector<std::string> warnings;
-    std::optional<engine::io::LoadedCheckpoint> checkpoint =
-        engine::io::LoadLatestCheckpoint(jobs::CheckpointDir(options_.data_root, id), &warnings);
-    for (const std::string& w : warnings) {
-      LogWarning("unusable checkpoint", {{"job", id}, {"detail", w}});
-    }
+    Rewound rewound = RewindToCheckpoint(*record, state == v1::RUNNING || state == v1::RESTARTING);
+    std::optional<engine::io::LoadedCheckpoint>& checkpoint = rewound.checkpoint;
+    const std::vector<std::string>& warnings = rewound.warnings;
     const int64_t resume_step = checkpoint ? checkpoint->state.step : 0;
-    size_t keep = 0;
-    if (resume_step > 0) {
-      for (size_t i = 0; i < record->events.size(); ++i) {
-        const v1::MetricsEvent& e = record->events[i];
-        if (e.has_step_record() && e.step_record().step() == resume_step) keep = i + 1;
-      }
-      if (keep == 0) {
-        // Checkpoints are written after the history reaches their step, so
-        // this means the store lost events: start over rather than leave a gap.
-        LogWarning("checkpoint step not in the stored history; restarting the job from step 0",
-                   {{"job", id}, {"step", std::to_string(resume_step)}});
-        checkpoint.reset();
-      }
-    }
-    if (keep == 0) {
-      while (keep < record->events.size() && record->events[keep].step() == 0) ++keep;
-    }
-    if (keep < record->events.size() || state == v1::RUNNING) {
-      record->events.resize(keep);
-      RebuildWire(*record);
-      record->persisted_events = std::min(record->persisted_events, keep);
-      options_.store->TruncateEvents(id, keep).IgnoreError();
-      record->job.mutable_progress()->set_step(checkpoint ? resume_step : 0);
-      if (!checkpoint) {
-        record->job.clear_latest_step();
-        record->job.clear_latest_eval();
-      }
-      ++requeued;
-    }
+    if (rewound.truncated) ++requeued;
     for (const std::string& w : warnings) {
       LogLocked(*record, v1::LogRecord::SEVERITY_WARNING, "unusable checkpoint: " + w);
     }
@@ -258,7 +276,7 @@ void JobManager::Recover() {
           {{"job", id}, {"checkpoint", checkpoint->path}, {"step", std::to_string(resume_step)}});
       record->resume = std::move(checkpoint->state);
     }
-    if (state == v1::RUNNING) {
+    if (state == v1::RUNNING || state == v1::RESTARTING) {
       LogLocked(*record, v1::LogRecord::SEVERITY_WARNING,
                 checkpoint ? absl::StrCat("ampd restarted while the job was running; it resumes "
                                           "from its checkpoint of step ",
@@ -266,7 +284,7 @@ void JobManager::Recover() {
                            : std::string("ampd restarted while the job was running; no usable "
                                          "checkpoint, so it starts over from step 0"));
     }
-    if (state == v1::RUNNING) {
+    if (state == v1::RUNNING || state == v1::RESTARTING) {
       Transition(*record, v1::QUEUED, "ampd stopped while the job was running; re-queued");
     }
     queue_.Push(id, record->job.owner(), record->job.spec().priority(), record->sequence);
@@ -335,6 +353,22 @@ engine::runner::JobSpecContext JobManager::SpecContext(const std::string& owner,
   return context;
 }
 
+absl::Status JobManager::CheckSlots(const engine::runner::ResolvedJob& job) const {
+  const int slots = std::max(1, options_.cpu_workers);
+  if (job.workers > slots) {
+    return Precondition("resources.workers",
+                        absl::StrCat("the job asks for ", job.workers,
+                                     " data-parallel workers; this server has ", slots,
+                                     " worker slots (--cpu_workers) and no agents, so it could "
+                                     "never start"));
+  }
+  if (job.workers > 1 && options_.worker_binary.empty()) {
+    return Precondition("resources.workers",
+                        "this server cannot start worker processes (no worker binary)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& request_id,
                                            const std::string& owner, bool admin) {
   const engine::runner::JobSpecContext context = SpecContext(owner, admin);
@@ -349,6 +383,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
       return s;
   }
   if (absl::Status s = CheckConfined(spec, owner); !s.ok()) return s;
+  if (absl::Status s = CheckSlots(*resolved); !s.ok()) return s;
   if (engine::nn::DataDimsKnown(resolved->config.model)) {
     // The weights to start from fit this model (header only; read in full
     // when the job starts).
@@ -571,7 +606,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
       queue_.Remove(job->job.id());
       Transition(*job, v1::CANCELLED, "cancelled by request");
       *job->job.mutable_end_time() = Now();
-    } else if (state == v1::RUNNING) {
+    } else if (state == v1::RUNNING || state == v1::RESTARTING) {
       job->cancel.Cancel();
       Transition(*job, v1::CANCELLING, "cancelled by request");
     }
@@ -787,12 +822,28 @@ void JobManager::RebuildWire(JobRecord& job) {
 
 void JobManager::SetWireState(JobRecord& job) {
   const v1::JobState s = job.job.state();
-  job.wire->SetState(s == v1::RUNNING || s == v1::CANCELLING, IsTerminal(s));
+  job.wire->SetState(s == v1::RUNNING || s == v1::RESTARTING || s == v1::CANCELLING, IsTerminal(s));
 }
 
 int JobManager::QueuePosition(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.Position(IdFromName(id));
+}
+
+int JobManager::SlotsOf(const std::string& id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? 1 : std::max(1, it->second->resolved.workers);
+}
+
+std::string JobManager::WaitingFor(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int position = queue_.Position(IdFromName(id));
+  if (position < 0) return "";
+  const int need = SlotsOf(IdFromName(id));
+  if (need <= 1 && position > 0) return "";
+  if (need <= free_slots_ && position == 0) return "";
+  return absl::StrCat(need, need == 1 ? " worker slot (" : " worker slots (", free_slots_,
+                      " free of ", std::max(1, options_.cpu_workers), ")");
 }
 
 void JobManager::Listen(const std::string& id, std::weak_ptr<EventListener> listener) {
@@ -1008,18 +1059,31 @@ void JobManager::WorkerLoop() {
   }
   while (true) {
     std::shared_ptr<JobRecord> job;
+    int slots = 1;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [this] { return shutting_down_ || !queue_.empty(); });
+      // Gang placement: the job at the head of the queue starts when all
+      // the worker slots it needs are free, and jobs behind it wait (a
+      // stream of one-slot jobs must not starve a data-parallel one).
+      work_cv_.wait(lock, [this] {
+        return shutting_down_ || (!queue_.empty() && SlotsOf(queue_.Ids().front()) <= free_slots_);
+      });
       if (shutting_down_) return;
       const std::string id = *queue_.Pop();
       job = jobs_.at(id);
+      slots = SlotsOf(id);
+      free_slots_ -= slots;
       Transition(*job, v1::RUNNING, "");
       *job->job.mutable_start_time() = Now();
       job->started = std::chrono::steady_clock::now();
     }
     Notify(*job);
     RunJob(job);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_slots_ += slots;
+    }
+    work_cv_.notify_all();  // a data-parallel job may fit now
     Notify(*job);
     if (RetentionEnabled()) ApplyRetention();
   }
@@ -1063,11 +1127,32 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     }
     Notify(*job);
   };
-  hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec, owner); };
-  const bool resumed = request.resume.has_value();
-  hooks.started = [this, &job, resumed](int64_t total_steps, int64_t optimizer_state_bytes) {
+  request.owner = owner;
+  request.worker_binary = options_.worker_binary;
+  request.worker_timeout = std::chrono::milliseconds(options_.worker_timeout_ms);
+  if (options_.profiles) {
+    request.context.profiles = [this, owner](const std::string& name) {
+      return options_.profiles(name, owner);
+    };
+  }
+  request.workers_started = [this, &job](const std::vector<int>& pids) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      LogLocked(*job, v1::LogRecord::SEVERITY_INFO,
+                absl::StrCat("data-parallel: rank 0 trains in ampd, ranks 1..", pids.size(),
+                             " in worker processes (pids ", absl::StrJoin(pids, ", "), ")"));
+    }
+    if (options_.on_workers) options_.on_workers(job->job.id(), pids);
+  };
+  hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec, owner); };
+  hooks.started = [this, &job, &request](int64_t total_steps, int64_t optimizer_state_bytes) {
+    const bool resumed = request.resume.has_value();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (job->job.state() == v1::RESTARTING) {
+        Transition(*job, v1::RUNNING,
+                   absl::StrCat("restarted: all ", job->resolved.workers, " workers are training"));
+      }
       job->job.mutable_progress()->set_total_steps(total_steps);
       job->job.set_optimizer_state_bytes(optimizer_state_bytes);
       const engine::train::TrainerConfig& c = job->resolved.config;
@@ -1105,7 +1190,39 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     }
     Notify(*job);
   };
-  const jobs::RunResult result = jobs::RunJob(request, hooks, &data_cache_, &job->cancel);
+  jobs::RunResult result;
+  for (int restarts = 0;; ++restarts) {
+    result = jobs::RunJob(request, hooks, &data_cache_, &job->cancel);
+    if (result.outcome != jobs::RunResult::Outcome::kFailed || !result.worker_lost ||
+        job->cancel.cancelled() || shutting_down_) {
+      break;
+    }
+    const int max_restarts = job->resolved.max_restarts;
+    if (restarts >= max_restarts) {
+      result.reason =
+          absl::StrCat(result.reason, "; gave up after ", restarts,
+                       restarts == 1 ? " restart" : " restarts", " (resources.max_restarts)");
+      break;
+    }
+    // Like a restart of ampd (Recover): every rank resumes from the last
+    // checkpoint and the history after it goes, so each step is in it once.
+    if (persister_) persister_->Flush();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (job->job.state() != v1::RUNNING) break;  // cancelled meanwhile
+      Rewound rewound = RewindToCheckpoint(*job, /*always=*/true);
+      const int64_t step = rewound.checkpoint ? rewound.checkpoint->state.step : 0;
+      Transition(
+          *job, v1::RESTARTING,
+          absl::StrCat(result.reason, "; restarting all ", job->resolved.workers, " workers from ",
+                       step > 0 ? absl::StrCat("the checkpoint of step ", step)
+                                : std::string("step 0 (no checkpoint yet)"),
+                       " (restart ", restarts + 1, " of at most ", max_restarts, ")"));
+      request.resume.reset();
+      if (rewound.checkpoint) request.resume = std::move(rewound.checkpoint->state);
+    }
+    Notify(*job);
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   if (job->resolved.device != engine::Device::kCpu) {
@@ -1123,7 +1240,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       Transition(*job, v1::FAILED, result.reason);
       break;
     case jobs::RunResult::Outcome::kCancelled:
-      if (shutting_down_ && options_.store != nullptr && job->job.state() == v1::RUNNING) {
+      if (shutting_down_ && options_.store != nullptr &&
+          (job->job.state() == v1::RUNNING || job->job.state() == v1::RESTARTING)) {
         // Not the user's cancel: the job stays in the store and resumes when
         // ampd starts again.
         Transition(*job, v1::QUEUED,
@@ -1157,7 +1275,8 @@ void JobManager::Shutdown() {
     }
     queue_.Clear();
     for (auto& [id, job] : jobs_) {
-      if (job->job.state() == v1::RUNNING || job->job.state() == v1::CANCELLING) {
+      if (job->job.state() == v1::RUNNING || job->job.state() == v1::RESTARTING ||
+          job->job.state() == v1::CANCELLING) {
         job->cancel.Cancel();
       }
     }

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "ampd/v1/training_service.pb.h"
 #include "engine/data/dataset.h"
+#include "engine/io/checkpoint.h"
 #include "engine/runner/job_spec.h"
 #include "engine/train/trainer.h"
 #include "grpcpp/support/slice.h"
@@ -50,7 +51,18 @@ struct JobManagerOptions {
   // as the explain estimate computes them, checked before a job is queued.
   int64_t max_job_memory_bytes = 16LL << 30;
   int64_t max_model_parameters = 500'000'000;
+  // Worker slots: jobs trained at once on the CPU, and the ranks a
+  // data-parallel job (resources.workers) takes, all together (gang).
   int cpu_workers = 1;
+  // The ampd binary whose `worker` mode runs ranks 1..N-1 of a data-parallel
+  // job (main.cc: this process's own); empty: such jobs are refused.
+  std::string worker_binary;
+  // A data-parallel rank silent this long (connecting, or in a collective)
+  // is lost: the job restarts (resources.max_restarts).
+  int worker_timeout_ms = 30000;
+  // Called with a data-parallel job's worker process ids once they run
+  // (tests kill one).
+  std::function<void(const std::string& job_id, const std::vector<int>& pids)> on_workers;
   // Persistent store (not owned); null keeps everything in memory only.
   JobStore* store = nullptr;
   int persist_interval_ms = 50;
@@ -136,6 +148,9 @@ class JobManager {
   const jobs::EndedJobCache& ended_job_cache() const { return ended_cache_; }
   // Position in the queue (0 = next), or -1 when not queued.
   int QueuePosition(const std::string& id) const;
+  // What a queued job waits for besides the jobs ahead of it ("2 worker
+  // slots (1 free)"); empty when nothing else.
+  std::string WaitingFor(const std::string& id) const;
   void Listen(const std::string& id, std::weak_ptr<EventListener> listener);
   // Heartbeats to listeners of queued jobs.
   void SendHeartbeats();
@@ -189,6 +204,19 @@ class JobManager {
   // A job's directories under the data root (checkpoints, TensorBoard, weights).
   std::vector<std::string> JobDirs(const std::string& job_id) const;
   void RemoveJobFiles(const std::string& job_id) const;
+  // The job's newest usable checkpoint, with the history after its step
+  // dropped (all of it past step 0 without one) when anything follows it or
+  // `always`: a stream from step 0 then sees every step once. Under mu_.
+  struct Rewound {
+    std::optional<engine::io::LoadedCheckpoint> checkpoint;
+    std::vector<std::string> warnings;
+    bool truncated = false;
+  };
+  Rewound RewindToCheckpoint(JobRecord& record, bool always);
+  // FAILED_PRECONDITION when the job's workers could never all be placed.
+  absl::Status CheckSlots(const engine::runner::ResolvedJob& job) const;
+  // The worker slots a job takes (its resources.workers). Under mu_.
+  int SlotsOf(const std::string& id) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.
   absl::Status CheckConfined(const ampd::v1::JobSpec& spec, const std::string& owner) const;
 
@@ -202,6 +230,7 @@ class JobManager {
   // Also read with no lock (streams, shutting_down()).
   std::atomic<bool> shutting_down_{false};
   std::vector<std::thread> workers_;
+  int free_slots_ = 1;                          // worker slots not taken by running jobs
   std::unique_ptr<jobs::Persister> persister_;  // with a store only
   // The streams of each job (see Notify).
   jobs::EventFanout fanout_;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "server/worker_main.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "HOST:PORT to listen on (port 0 picks a free port). Loopback by default.");
@@ -28,7 +29,9 @@ ABSL_FLAG(std::string, fashion_mnist_dir, "/usr/share/datasets/fashion-mnist",
           "Where the built-in fashion-mnist data set lives.");
 ABSL_FLAG(int, max_queued_jobs, 1000, "Queued jobs beyond this are refused (RESOURCE_EXHAUSTED).");
 ABSL_FLAG(int64_t, max_model_parameters, 500000000, "Largest model a job may train.");
-ABSL_FLAG(int, cpu_workers, 1, "Jobs trained at once on the CPU.");
+ABSL_FLAG(int, cpu_workers, 1,
+          "Worker slots: jobs trained at once on the CPU; a data-parallel job "
+          "(resources.workers: N) takes N of them at once, as N processes.");
 ABSL_FLAG(int, heartbeat_interval_ms, 2000, "Heartbeats to streams of queued jobs.");
 ABSL_FLAG(int, shutdown_grace_ms, 5000, "How long shutdown waits for clients to finish reading.");
 ABSL_FLAG(int64_t, checkpoint_every_steps, 500, "Checkpoint running jobs every N steps (0: off).");
@@ -96,6 +99,10 @@ bool ParseCpus(const std::string& text, std::vector<int>* cpus) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A data-parallel job's rank 1..N-1, started by a server (worker_main.h).
+  if (argc > 1 && std::strcmp(argv[1], "worker") == 0) {
+    return ampd::server::WorkerMain(argc - 1, argv + 1);
+  }
   absl::SetProgramUsageMessage(
       "ampd: a training server with automatic mixed precision.\n"
       "  ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data");
@@ -123,6 +130,11 @@ int main(int argc, char** argv) {
   options.jobs.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   options.jobs.max_model_parameters = absl::GetFlag(FLAGS_max_model_parameters);
   options.jobs.cpu_workers = absl::GetFlag(FLAGS_cpu_workers);
+  {
+    // Ranks 1..N-1 of data-parallel jobs run as this binary's `worker` mode.
+    std::error_code ec;
+    options.jobs.worker_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  }
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
   options.jobs.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   options.jobs.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);

@@ -280,6 +280,7 @@ class MetricsStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
               std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count());
       heartbeat.mutable_heartbeat()->set_queue_position(jobs_->QueuePosition(id_));
+      heartbeat.mutable_heartbeat()->set_waiting_for(jobs_->WaitingFor(id_));
       grpc::Slice bytes(heartbeat.SerializeAsString());
       current_ = grpc::ByteBuffer(&bytes, 1);
       writing_ = true;

@@ -1,14 +1,23 @@
 #include "server/jobs/job_runner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
+#include "engine/dist/process_group.h"
+#include "engine/io/atomic_file.h"
 #include "engine/nn/model.h"
+#include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/jobs/local_workers.h"
 #include "server/log.h"
 
 namespace ampd::server::jobs {
@@ -106,6 +115,107 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
 
 RunResult Failed(std::string reason) { return {RunResult::Outcome::kFailed, std::move(reason)}; }
 
+// Rank 0's side of a data-parallel run: the directory the ranks meet in (the
+// spec they read, Gloo's rendezvous keys, each worker's log), the worker
+// processes, and rank 0's own connection to them.
+struct DataParallelRun {
+  std::string dir;
+  std::unique_ptr<LocalWorkers> workers;
+  std::unique_ptr<engine::dist::ProcessGroup> group;
+};
+
+// The spec as the workers must read it: a user's precision profile by name
+// is replaced by its config (a worker has no profile store).
+v1::JobSpec SpecForWorkers(const RunRequest& r) {
+  v1::JobSpec spec = r.spec;
+  if (spec.precision().has_profile() && r.context.profiles) {
+    std::vector<engine::runner::FieldViolation> unknown;
+    (void)engine::runner::ResolveJobPrecision(spec.precision(), {}, &unknown);
+    if (!unknown.empty()) {
+      if (std::optional<v1::PrecisionConfig> user =
+              r.context.profiles(spec.precision().profile())) {
+        *spec.mutable_precision()->mutable_custom() = *user;
+      }
+    }
+  }
+  return spec;
+}
+
+absl::StatusOr<DataParallelRun> StartDataParallel(const RunRequest& r) {
+  DataParallelRun run;
+  run.dir = absl::StrCat(r.outputs.data_root, "/jobs/", r.job_id, "/workers");
+  std::error_code ec;
+  std::filesystem::remove_all(run.dir, ec);  // an earlier attempt's keys would mislead Gloo
+  std::filesystem::create_directories(run.dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", run.dir, ": ", ec.message()));
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = false;
+  if (!google::protobuf::util::MessageToJsonString(SpecForWorkers(r), &json, options).ok() ||
+      !engine::io::WriteFileAtomically(run.dir + "/spec.json", json).ok()) {
+    return absl::InternalError(absl::StrCat("cannot write ", run.dir, "/spec.json"));
+  }
+  const int n = r.resolved.workers;
+  LocalWorkers::Options o;
+  o.binary = r.worker_binary;
+  o.log_dir = run.dir;
+  o.world_size = n;
+  o.args = {"--spec=" + run.dir + "/spec.json",
+            "--job=" + r.job_id,
+            absl::StrCat("--world_size=", n),
+            "--rendezvous=" + run.dir + "/rendezvous",
+            "--data_root=" + r.context.data_root,
+            "--fashion_mnist_dir=" + r.context.fashion_mnist_dir,
+            "--owner=" + r.owner,
+            absl::StrCat("--resume_step=", r.resume ? r.resume->step : 0),
+            absl::StrCat("--parent_pid=", getpid()),
+            absl::StrCat("--timeout_ms=", r.worker_timeout.count())};
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    // The ranks of one machine share its cores.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    o.env.push_back(absl::StrCat("OMP_NUM_THREADS=", std::max(1, cores / n)));
+  }
+  o.on_lost = [id = r.job_id](const std::string& why) {
+    LogWarning("data-parallel worker lost", {{"job", id}, {"reason", why}});
+  };
+  absl::StatusOr<std::unique_ptr<LocalWorkers>> workers = LocalWorkers::Start(std::move(o));
+  if (!workers.ok()) return workers.status();
+  run.workers = *std::move(workers);
+  if (r.workers_started) r.workers_started(run.workers->pids());
+  absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store =
+      engine::dist::FileStore(run.dir + "/rendezvous");
+  if (!store.ok()) return store.status();
+  engine::dist::GlooOptions g;
+  g.rank = 0;
+  g.size = n;
+  g.store = *store;
+  g.timeout = r.worker_timeout;
+  absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group = engine::dist::ConnectGloo(g);
+  if (!group.ok()) {
+    const std::string lost = run.workers->Finish(std::chrono::milliseconds(0));
+    return absl::Status(group.status().code(),
+                        absl::StrCat("the workers did not all connect: ",
+                                     lost.empty() ? std::string(group.status().message()) : lost));
+  }
+  run.group = *std::move(group);
+  return run;
+}
+
+// A data-parallel run that failed: the workers' side of the story first
+// (a killed worker is the cause; rank 0's broken connection the symptom).
+RunResult WorkerLost(DataParallelRun& run, const std::string& rank0) {
+  // The monitor notices a death within milliseconds; give it a moment.
+  for (int i = 0; i < 50 && !run.workers->lost(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::optional<std::string> lost = run.workers->lost();
+  run.workers->Kill();
+  RunResult r = Failed(lost ? absl::StrCat(*lost, " (rank 0: ", rank0, ")")
+                            : absl::StrCat("rank 0: ", rank0));
+  r.worker_lost = true;
+  return r;
+}
+
 }  // namespace
 
 absl::StatusOr<DataCache::Sets> DataCache::Load(const v1::DataSpec& data,
@@ -164,6 +274,17 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
       if (absl::Status s = hooks.check_data(); !s.ok()) return Failed(std::string(s.message()));
     }
     engine::train::TrainerConfig config = request.resolved.config;
+    std::optional<DataParallelRun> parallel;
+    if (request.resolved.workers > 1) {
+      absl::StatusOr<DataParallelRun> started = StartDataParallel(request);
+      if (!started.ok()) {
+        RunResult r = Failed(std::string(started.status().message()));
+        r.worker_lost = true;  // a worker that could not connect may next time
+        return r;
+      }
+      parallel = *std::move(started);
+      config.process_group = parallel->group.get();
+    }
     absl::StatusOr<DataCache::Sets> sets = data->Load(request.spec.data(), request.context, config);
     if (!sets.ok()) return Failed(std::string(sets.status().message()));
     absl::StatusOr<std::unique_ptr<engine::train::Trainer>> created;
@@ -214,6 +335,20 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
                {"in_use_bytes", std::to_string(mem.in_use_bytes)},
                {"cached_bytes", std::to_string(mem.cached_bytes)},
                {"cuda_mallocs", std::to_string(mem.device_allocations)}});
+    }
+    if (parallel) {
+      if (result.ok() && !result->cancelled) {
+        // Leave together: no rank closes its connections while a peer reads.
+        if (absl::Status s = parallel->group->Barrier(); !s.ok()) result = s;
+      }
+      if (!result.ok()) return WorkerLost(*parallel, std::string(result.status().message()));
+      if (result->cancelled) {
+        parallel->workers->Kill();  // they wait in the next step's all-reduce
+      } else if (std::string lost = parallel->workers->Finish(request.worker_timeout);
+                 !lost.empty()) {
+        LogWarning("a worker failed after the job's last step",
+                   {{"job", request.job_id}, {"reason", lost}});
+      }
     }
     if (!result.ok()) return Failed(std::string(result.status().message()));
     const absl::Status io_error = (*outputs)->Finish(result->cancelled);

@@ -7,6 +7,7 @@
 // order. The job manager keeps the record, the state machine and the
 // streams; this is what happens between RUNNING and the end.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ampd/v1/training_service.pb.h"
@@ -60,6 +62,16 @@ struct RunRequest {
   std::optional<engine::train::TrainerState> resume;
   engine::runner::JobSpecContext context;  // data root, built-in data, path resolution
   RunOutputOptions outputs;
+  // A data-parallel job (resolved.workers > 1): this thread trains rank 0,
+  // and ranks 1..N-1 are `worker_binary worker ...` child processes
+  // (local_workers.h) that meet it through DATA_ROOT/jobs/ID/workers/.
+  std::string worker_binary;
+  std::string owner;  // whose uploads/ the workers' data paths resolve in
+  // Connecting, and each collective: a peer silent this long is lost.
+  std::chrono::milliseconds worker_timeout{30000};
+  // Called with the workers' process ids once they have started (tests
+  // kill one; the manager logs them).
+  std::function<void(const std::vector<int>& pids)> workers_started;
 };
 
 struct RunHooks {
@@ -77,6 +89,9 @@ struct RunResult {
   enum class Outcome { kSucceeded, kCancelled, kFailed };
   Outcome outcome = Outcome::kFailed;
   std::string reason;  // why it failed
+  // A data-parallel job failed because a worker died or stopped answering:
+  // it may be restarted from its checkpoint (resources.max_restarts).
+  bool worker_lost = false;
 };
 
 RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* data,

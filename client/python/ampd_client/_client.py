@@ -294,7 +294,7 @@ class Job:
 
     @property
     def state(self) -> str:
-        """"QUEUED", "RUNNING", "CANCELLING", "SUCCEEDED", "FAILED" or "CANCELLED"."""
+        """"QUEUED", "RUNNING", "RESTARTING", "CANCELLING", "SUCCEEDED", "FAILED" or "CANCELLED"."""
         return _JobState.Name(self.proto.state)
 
     @property

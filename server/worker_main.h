@@ -1,0 +1,26 @@
+#ifndef AMPD_SERVER_WORKER_MAIN_H_
+#define AMPD_SERVER_WORKER_MAIN_H_
+
+// `ampd worker ...`: one rank (1..N-1) of a data-parallel job that the server
+// started as its child (jobs/local_workers.h). It reads the job's spec as the
+// server resolved it, loads the same data, resumes from the same checkpoint
+// as rank 0, meets the other ranks through the job's rendezvous directory
+// under the data root, trains its share of every global batch, and leaves
+// through a barrier. It writes nothing of the job's: rank 0 (in the server)
+// keeps the history, checkpoints and weights. It dies with the server
+// (PR_SET_PDEATHSIG), so a killed server leaves no orphans behind.
+//
+//   ampd worker --spec=FILE --job=ID --rank=R --world_size=N --rendezvous=DIR
+//               --data_root=DIR --fashion_mnist_dir=DIR [--owner=NAME]
+//               [--resume_step=S] [--parent_pid=PID] [--timeout_ms=MS]
+//
+// Exit status: 0 trained to the end, 1 failed (the reason on stderr), 2 bad
+// arguments.
+
+namespace ampd::server {
+
+int WorkerMain(int argc, char** argv);
+
+}  // namespace ampd::server
+
+#endif  // AMPD_SERVER_WORKER_MAIN_H_
