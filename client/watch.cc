@@ -135,8 +135,15 @@ class Display {
     } else {
       std::snprintf(rate, sizeof rate, "%.0f samples/s", r.samples_per_s());
     }
-    char mfu[32] = "";
-    if (r.mfu() > 0) std::snprintf(mfu, sizeof mfu, "  MFU %.1f%%", 100 * r.mfu());
+    char mfu[96] = "";
+    int used = 0;
+    if (r.mfu() > 0) used = std::snprintf(mfu, sizeof mfu, "  MFU %.1f%%", 100 * r.mfu());
+    if (r.workers() > 1) {
+      // The workers' line: the all-reduce and how much the backward hid.
+      std::snprintf(mfu + used, sizeof mfu - used,
+                    "  %d workers, all-reduce %.1f ms (%.0f%% hidden)", r.workers(),
+                    1e3 * r.allreduce_seconds(), 100 * r.allreduce_hidden());
+    }
     if (!tty_) {
       Line("step  %lld/%lld  loss %.4f  lr %.3g  scale %g  skipped %lld  %s%s%s",
            (long long)r.step(), (long long)r.total_steps(), r.loss(), r.lr(), r.loss_scale(),

@@ -835,6 +835,11 @@ int JobManager::SlotsOf(const std::string& id) const {
   return it == jobs_.end() ? 1 : std::max(1, it->second->resolved.workers);
 }
 
+std::pair<int, int> JobManager::WorkerSlots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {std::max(1, options_.cpu_workers), free_slots_};
+}
+
 std::string JobManager::WaitingFor(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   const int position = queue_.Position(IdFromName(id));

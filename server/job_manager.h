@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -151,6 +152,8 @@ class JobManager {
   // What a queued job waits for besides the jobs ahead of it ("2 worker
   // slots (1 free)"); empty when nothing else.
   std::string WaitingFor(const std::string& id) const;
+  // The worker slots (--cpu_workers) and how many are free now.
+  std::pair<int, int> WorkerSlots() const;
   void Listen(const std::string& id, std::weak_ptr<EventListener> listener);
   // Heartbeats to listeners of queued jobs.
   void SendHeartbeats();

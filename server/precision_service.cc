@@ -165,6 +165,9 @@ grpc::ServerUnaryReactor* PrecisionServiceImpl::GetCapabilities(grpc::CallbackSe
       *response->add_devices() = CudaDeviceInfo(gpu);
     }
   }
+  if (worker_slots_) {
+    for (v1::WorkerSlots& w : worker_slots_()) *response->add_workers() = std::move(w);
+  }
   response->set_server_version("ampd 0.1.0");
   return Done(ctx, grpc::Status::OK);
 }

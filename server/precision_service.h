@@ -1,6 +1,10 @@
 #ifndef AMPD_SERVER_PRECISION_SERVICE_H_
 #define AMPD_SERVER_PRECISION_SERVICE_H_
 
+#include <functional>
+#include <utility>
+#include <vector>
+
 #include "ampd/v1/precision_service.grpc.pb.h"
 #include "server/auth.h"
 #include "server/profile_store.h"
@@ -9,8 +13,10 @@ namespace ampd::server {
 
 class PrecisionServiceImpl final : public ampd::v1::PrecisionService::CallbackService {
  public:
-  PrecisionServiceImpl(ProfileStore* profiles, const Authenticator* auth)
-      : profiles_(profiles), auth_(auth) {}
+  // `worker_slots`: the server's worker slots for GetCapabilities (null: none listed).
+  PrecisionServiceImpl(ProfileStore* profiles, const Authenticator* auth,
+                       std::function<std::vector<ampd::v1::WorkerSlots>()> worker_slots = nullptr)
+      : profiles_(profiles), auth_(auth), worker_slots_(std::move(worker_slots)) {}
 
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* ctx,
                                             const ampd::v1::GetCapabilitiesRequest* request,
@@ -34,6 +40,7 @@ class PrecisionServiceImpl final : public ampd::v1::PrecisionService::CallbackSe
  private:
   ProfileStore* profiles_;
   const Authenticator* auth_;
+  std::function<std::vector<ampd::v1::WorkerSlots>()> worker_slots_;
 };
 
 // The CPU's entry in GetCapabilities (also used by tests).

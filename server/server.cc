@@ -120,7 +120,16 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get(), &s->auth_,
                                                        s->options_.max_streams_per_principal,
                                                        s->options_.max_generations);
-  s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_);
+  JobManager* manager = s->jobs_.get();
+  s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_, [manager] {
+    ampd::v1::WorkerSlots local;
+    local.set_host("local");
+    local.set_device_kind("cpu");
+    const auto [slots, free] = manager->WorkerSlots();
+    local.set_slots(slots);
+    local.set_free(free);
+    return std::vector<ampd::v1::WorkerSlots>{local};
+  });
   s->artifacts_ = std::make_unique<ArtifactServiceImpl>(
       s->jobs_.get(), s->options_.jobs.data_root, s->options_.max_upload_bytes, &s->auth_,
       s->options_.upload_quota_bytes_per_principal);
@@ -152,7 +161,6 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
                                                " (address in use or invalid)"));
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
-  JobManager* manager = s->jobs_.get();
   s->metrics_->jobs = [manager] { return manager->MetricsSnapshot(); };
   s->metrics_->open_streams = [] { return TrainingServiceImpl::open_streams(); };
   s->metrics_->event_serializations = [] { return JobManager::EventSerializations(); };

@@ -29,8 +29,8 @@ namespace v1 = ::ampd::v1;
 // the event is out (the outputs: scalars, checkpoints).
 class TrainerEvents : public engine::train::TrainerCallbacks {
  public:
-  explicit TrainerEvents(std::function<void(v1::MetricsEvent)> append)
-      : append_(std::move(append)) {}
+  TrainerEvents(std::function<void(v1::MetricsEvent)> append, int workers)
+      : append_(std::move(append)), workers_(workers) {}
   // Called after each step's and eval's event is recorded.
   std::function<void(const engine::train::StepMetrics&)> after_step;
   std::function<void(const engine::train::EvalMetrics&)> after_eval;
@@ -77,6 +77,11 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
     r->set_skipped_total(m.skipped_total);
     r->set_tokens_per_s(m.tokens_per_s);
     r->set_mfu(m.mfu);
+    if (workers_ > 1) {
+      r->set_workers(workers_);
+      r->set_allreduce_seconds(m.allreduce_s);
+      r->set_allreduce_hidden(m.allreduce_hidden);
+    }
     // Not TimeUtil::GetCurrentTime(): protobuf 3.21's has whole seconds.
     const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
     *r->mutable_time() = google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
@@ -111,6 +116,7 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
 
  private:
   std::function<void(v1::MetricsEvent)> append_;
+  int workers_ = 1;
 };
 
 RunResult Failed(std::string reason) { return {RunResult::Outcome::kFailed, std::move(reason)}; }
@@ -316,9 +322,11 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
     absl::StatusOr<std::unique_ptr<RunOutputs>> outputs =
         RunOutputs::Open(request.job_id, &trainer, cancel, request.outputs);
     if (!outputs.ok()) return Failed(std::string(outputs.status().message()));
-    TrainerEvents events([&](v1::MetricsEvent e) {
-      if (hooks.event) hooks.event(std::move(e));
-    });
+    TrainerEvents events(
+        [&](v1::MetricsEvent e) {
+          if (hooks.event) hooks.event(std::move(e));
+        },
+        request.resolved.workers);
     events.after_step = [&](const engine::train::StepMetrics& m) { (*outputs)->AfterStep(m); };
     events.after_eval = [&](const engine::train::EvalMetrics& e) { (*outputs)->AfterEval(e); };
     events.after_fp8 = [&](const engine::train::Fp8ScalingRecord& r) {

@@ -58,6 +58,12 @@ void RunOutputs::AfterStep(const engine::train::StepMetrics& m) {
   if (s.ok() && m.tokens_per_s > 0)
     s = tb.AddScalar("train/tokens_per_s", m.step, m.tokens_per_s, now);
   if (s.ok() && m.mfu > 0) s = tb.AddScalar("train/mfu", m.step, m.mfu, now);
+  if (s.ok() && m.allreduce_s > 0) {
+    // Data-parallel: what the gradients' all-reduce cost and how much of it
+    // the backward hid.
+    s = tb.AddScalar("ddp/allreduce_ms", m.step, 1e3 * m.allreduce_s, now);
+    if (s.ok()) s = tb.AddScalar("ddp/allreduce_hidden", m.step, m.allreduce_hidden, now);
+  }
   Fail(s);
   const bool by_steps =
       options_.checkpoint_every_steps > 0 && m.step % options_.checkpoint_every_steps == 0;

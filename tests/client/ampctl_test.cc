@@ -114,6 +114,19 @@ TEST_F(AmpctlTest, SubmitAndWatchToCompletion) {
   EXPECT_NE(list.out.find("SUCCEEDED"), std::string::npos) << list.out;
 }
 
+TEST(AmpctlDataParallelTest, WatchShowsTheWorkersAllReduce) {
+  AmpdProcess server({"--cpu_workers=2"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  std::string json = TinyJobJson(20);
+  json.insert(json.rfind('}'), R"(, "resources": {"workers": 2})");
+  Result r =
+      Ampctl({"--server=" + server.address(), "submit", TmpFile("ddp.json", json), "--watch"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(StepLines(r.out).size(), 20u) << r.out;
+  std::regex worker_line(R"(2 workers, all-reduce \d+\.\d ms \(\d+% hidden\))");
+  EXPECT_TRUE(std::regex_search(r.out, worker_line)) << r.out;
+}
+
 // Every flag as --flag=value and --flag value, -o for --output; a value flag
 // at the end without its value is a usage error that names it.
 TEST_F(AmpctlTest, FlagsTakeTheirValueWithOrWithoutAnEqualsSign) {

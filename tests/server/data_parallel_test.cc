@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "ampd/v1/precision_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/server/ampd_process.h"
@@ -58,7 +59,7 @@ struct History {
   std::map<int64_t, double> losses;  // step -> loss
   int duplicates = 0;
   std::vector<v1::StateChange> states;
-  std::vector<std::string> waiting_for;  // heartbeats' reasons
+  std::vector<v1::StepRecord> records;
 };
 
 History ReadHistory(v1::TrainingService::Stub* stub, const std::string& name) {
@@ -71,6 +72,7 @@ History ReadHistory(v1::TrainingService::Stub* stub, const std::string& name) {
   v1::MetricsEvent e;
   while (reader->Read(&e)) {
     if (e.has_step_record()) {
+      h.records.push_back(e.step_record());
       h.duplicates += h.losses.count(e.step_record().step());
       h.losses[e.step_record().step()] = e.step_record().loss();
     }
@@ -152,6 +154,23 @@ TEST_F(DataParallelTest, TwoWorkersTrainAsOneWithTheSameGlobalBatch) {
   }
   // The ranks sum their halves' gradients in another order: rounding only.
   EXPECT_LT(worst, 1e-5) << "worst relative loss difference over 60 steps";
+  // The stream's worker figures: the all-reduce of every step of two workers,
+  // none for one.
+  for (const v1::StepRecord& r : h2.records) {
+    EXPECT_EQ(r.workers(), 2) << r.step();
+    EXPECT_GT(r.allreduce_seconds(), 0) << r.step();
+    EXPECT_GE(r.allreduce_hidden(), 0) << r.step();
+    EXPECT_LE(r.allreduce_hidden(), 1) << r.step();
+  }
+  std::string events;  // and TensorBoard's
+  for (const auto& f : std::filesystem::recursive_directory_iterator(server_->data_dir() +
+                                                                     "/tensorboard/" + two.id())) {
+    if (f.is_regular_file()) events += Slurp(f.path().string());
+  }
+  EXPECT_NE(events.find("ddp/allreduce_ms"), std::string::npos);
+  EXPECT_NE(events.find("ddp/allreduce_hidden"), std::string::npos);
+  EXPECT_EQ(h1.records.back().workers(), 0);
+  EXPECT_EQ(h1.records.back().allreduce_seconds(), 0);
   // The ranks' processes are gone with the job, and a second run of the
   // same 2-worker job is bitwise the first.
   EXPECT_TRUE(WorkerPids(server_->pid()).empty());
@@ -202,6 +221,17 @@ TEST_F(DataParallelTest, AJobThatCanNeverFitIsRefusedAndOneThatMustWaitSaysWhy) 
     EXPECT_EQ(said, "2 worker slots (1 free of 2)");
   }
   EXPECT_EQ(GetJob(stub_.get(), waiting.name()).state(), v1::QUEUED);
+  {
+    // GetCapabilities lists the server's slots, one taken.
+    auto precision = v1::PrecisionService::NewStub(server_->channel());
+    grpc::ClientContext ctx;
+    v1::Capabilities caps;
+    ASSERT_TRUE(precision->GetCapabilities(&ctx, v1::GetCapabilitiesRequest(), &caps).ok());
+    ASSERT_EQ(caps.workers_size(), 1);
+    EXPECT_EQ(caps.workers(0).host(), "local");
+    EXPECT_EQ(caps.workers(0).slots(), 2);
+    EXPECT_EQ(caps.workers(0).free(), 1);
+  }
   CancelJob(stub_.get(), blocker.name());
   const v1::Job done = WaitForState(stub_.get(), waiting.name(), kEnded, milliseconds(240000));
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
