@@ -70,6 +70,7 @@ int WorkerMain(int argc, char** argv) {
   runner::JobSpecContext context;
   context.data_root = flags["data_root"];
   context.fashion_mnist_dir = flags["fashion_mnist_dir"];
+  if (flags.count("fortunes_dir")) context.fortunes_dir = flags["fortunes_dir"];
   const std::string owner = flags["owner"];
   context.resolve_data_path = [&](const std::string& p) {
     return ResolveDataPath(context.data_root, owner, p);
@@ -106,15 +107,18 @@ int WorkerMain(int argc, char** argv) {
 
   absl::StatusOr<runner::JobData> data = runner::LoadJobData(spec->data(), context, &config);
   if (!data.ok()) return Fail(std::string(data.status().message()));
-  engine::nn::FillDataDims(&config.model, data->train.feature_dim, data->train.num_classes,
-                           data->train.example_shape);
+  if (!data->tokens) {
+    engine::nn::FillDataDims(&config.model, data->train.feature_dim, data->train.num_classes,
+                             data->train.example_shape);
+  }
   if (!resume) {
     if (absl::Status s = runner::LoadInitFrom(*spec, context, &config); !s.ok()) {
       return Fail(std::string(s.message()));
     }
   }
-  auto trainer =
-      engine::train::Trainer::Create(config, &data->train, data->test ? &*data->test : nullptr);
+  auto trainer = data->tokens ? engine::train::Trainer::Create(config, data->tokens->View())
+                              : engine::train::Trainer::Create(config, &data->train,
+                                                               data->test ? &*data->test : nullptr);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
   if (resume) {
     if (absl::Status s = (*trainer)->LoadState(*resume); !s.ok()) {

@@ -11,7 +11,8 @@
 // (PR_SET_PDEATHSIG), so a killed server leaves no orphans behind.
 //
 //   ampd worker --spec=FILE --job=ID --rank=R --world_size=N --rendezvous=DIR
-//               --data_root=DIR --fashion_mnist_dir=DIR [--owner=NAME]
+//               --data_root=DIR --fashion_mnist_dir=DIR [--fortunes_dir=DIR]
+//               [--owner=NAME]
 //               [--resume_step=S] [--parent_pid=PID] [--timeout_ms=MS]
 //
 // Exit status: 0 trained to the end, 1 failed (the reason on stderr), 2 bad

@@ -787,10 +787,6 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
               "data-parallel training runs on the CPU so far (NCCL for DEVICE_CUDA is not "
               "built yet)");
     }
-    if (spec.model().has_gpt() || IsTokenData(spec.data())) {
-      Violate(&v, "resources.workers",
-              "data-parallel training of language models (model.gpt) is not built yet");
-    }
     if (spec.model().has_sequential() && HasBatchNorm(spec.model().sequential().layers())) {
       Violate(&v, "resources.workers",
               "data-parallel training of models with batch norm is not built yet (DDP "

@@ -129,9 +129,6 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
     if (c.device != Device::kCpu) {
       return Bad("device", "data-parallel training runs on the CPU so far");
     }
-    if (IsLanguageModel(c.model)) {
-      return Bad("model", "data-parallel training of language models is not built yet");
-    }
     if (!DescribeModel(c.model).buffers.empty()) {
       // DDP broadcasts rank 0's buffers each step; that is not built yet,
       // and unsynchronised running statistics would make the ranks diverge.
@@ -701,13 +698,25 @@ void TakeShard(int rank, int size, int64_t feature_dim, data::Batch* b) {
   b->size = per;
 }
 
+// The same for a language model's windows: every rank draws the global
+// batch of windows and trains on its contiguous rows.
+void TakeTokenShard(int rank, int size, data::TokenBatch* b) {
+  const int64_t per = b->batch / size, begin = rank * per * b->block, n = per * b->block;
+  b->inputs = std::vector<int32_t>(b->inputs.begin() + begin, b->inputs.begin() + begin + n);
+  b->targets = std::vector<int32_t>(b->targets.begin() + begin, b->targets.begin() + begin + n);
+  b->batch = per;
+}
+
 }  // namespace
 
 Tensor Trainer::MicroBatchLoss(int64_t micro) {
   const TrainingSpec& t = config_.training;
   const uint64_t dropout_seed = t.seed + step_ * 7919 + micro;
   if (lm_ != nullptr) {
-    const data::TokenBatch b = windows_->Next(t.batch_size);
+    data::TokenBatch b = windows_->Next(t.batch_size);
+    if (const dist::ProcessGroup* g = config_.process_group; g != nullptr && g->size() > 1) {
+      TakeTokenShard(g->rank(), g->size(), &b);
+    }
     AutocastScope region(amp::AutocastRegion(config_.precision));
     return lm_->Loss(b.inputs, b.targets, b.batch, b.block, /*training=*/true, dropout_seed);
   }

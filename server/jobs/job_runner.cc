@@ -172,6 +172,7 @@ absl::StatusOr<DataParallelRun> StartDataParallel(const RunRequest& r) {
             "--rendezvous=" + run.dir + "/rendezvous",
             "--data_root=" + r.context.data_root,
             "--fashion_mnist_dir=" + r.context.fashion_mnist_dir,
+            "--fortunes_dir=" + r.context.fortunes_dir,
             "--owner=" + r.owner,
             absl::StrCat("--resume_step=", r.resume ? r.resume->step : 0),
             absl::StrCat("--parent_pid=", getpid()),

@@ -194,6 +194,32 @@ TEST_F(DataParallelTest, TheExampleTrainsOnFashionMnistWithTwoWorkers) {
   EXPECT_LT(h.losses.rbegin()->second, h.losses.begin()->second);
 }
 
+TEST_F(DataParallelTest, AGptTrainsDataParallelOnTheBuiltInCorpus) {
+  Start({"--cpu_workers=2"});
+  const auto gpt = [](int workers) {
+    return R"({"model": {"gpt": {"blockSize": "16", "nLayer": "1", "nHead": "2", "nEmbd": "32"}},
+      "data": {"tokens": {"builtin": "fortunes", "evalWindows": "8"}},
+      "optimizer": {"lr": 0.003},
+      "training": {"steps": "20", "batchSize": "8", "evalInterval": "10", "seed": "4"},
+      "resources": {"workers": )" +
+           std::to_string(workers) + "}}";
+  };
+  const v1::Job two = RunToEnd(gpt(2));
+  ASSERT_EQ(two.state(), v1::SUCCEEDED) << two.failure_reason() << server_->LogTail();
+  const v1::Job one = RunToEnd(gpt(1));
+  ASSERT_EQ(one.state(), v1::SUCCEEDED) << one.failure_reason();
+  const History h2 = ReadHistory(stub_.get(), two.name());
+  const History h1 = ReadHistory(stub_.get(), one.name());
+  ASSERT_EQ(h2.losses.size(), 20u);
+  double worst = 0;
+  for (const auto& [step, loss] : h1.losses) {
+    worst = std::max(worst, std::abs(h2.losses.at(step) - loss) / std::abs(loss));
+  }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_EQ(h2.records.back().workers(), 2);
+  EXPECT_GT(h2.records.back().tokens_per_s(), 0);
+}
+
 TEST_F(DataParallelTest, AJobThatCanNeverFitIsRefusedAndOneThatMustWaitSaysWhy) {
   Start({"--cpu_workers=2", "--heartbeat_interval_ms=50"});
   v1::Job refused;

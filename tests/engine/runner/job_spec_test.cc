@@ -367,19 +367,22 @@ TEST(JobSpecTest, ResourcesAskForDataParallelWorkersAndAreCheckedByName) {
   EXPECT_EQ(Fields(ValidateJobSpec(Parse(R"({"resources": {"workers": 100000}})"), {})),
             std::vector<std::string>{"resources.workers"});
   // What data-parallel training does not do yet is refused, not trained wrongly.
-  for (
-      const char* refused : {
-          R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})",
-          R"({"resources": {"workers": 2}, "model": {"gpt": {}}, "data": {"builtin": "fortunes"}})",
-          R"({"resources": {"workers": 2}, "model": {"sequential": {"layers": [
+  for (const char* refused : {
+           R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})",
+           R"({"resources": {"workers": 2}, "model": {"sequential": {"layers": [
                {"residual": {"layers": [{"linear": {"outFeatures": "784"}}],
                              "shortcut": "SHORTCUT_CONV1X1_BN"}},
                {"flatten": {}}, {"linear": {"outFeatures": "10"}}]}}})",
-      }) {
+       }) {
     fields = Fields(ValidateJobSpec(Parse(refused), {}));
     EXPECT_NE(std::find(fields.begin(), fields.end(), "resources.workers"), fields.end())
         << refused;
   }
+  // A language model trains data-parallel (each rank takes its windows).
+  EXPECT_TRUE(ValidateJobSpec(Parse(R"({"resources": {"workers": 2}, "model": {"gpt": {}},
+                                        "data": {"builtin": "fortunes"}})"),
+                              {})
+                  .empty());
   auto status = ResolveJobSpec(
       Parse(R"({"resources": {"workers": 3}, "training": {"batchSize": "100"}})"), {});
   EXPECT_EQ(status.status().code(), absl::StatusCode::kInvalidArgument);
