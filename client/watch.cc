@@ -7,6 +7,8 @@
 #include <deque>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace ampd::client {
@@ -135,14 +137,18 @@ class Display {
     } else {
       std::snprintf(rate, sizeof rate, "%.0f samples/s", r.samples_per_s());
     }
-    char mfu[96] = "";
+    char mfu[160] = "";
     int used = 0;
     if (r.mfu() > 0) used = std::snprintf(mfu, sizeof mfu, "  MFU %.1f%%", 100 * r.mfu());
     if (r.workers() > 1) {
       // The workers' line: the all-reduce and how much the backward hid.
+      std::string each;  // each worker's own rate, by rank
+      for (double w : r.worker_samples_per_s()) {
+        absl::StrAppend(&each, each.empty() ? "" : " ", absl::StrFormat("%.0f", w));
+      }
       std::snprintf(mfu + used, sizeof mfu - used,
-                    "  %d workers, all-reduce %.1f ms (%.0f%% hidden)", r.workers(),
-                    1e3 * r.allreduce_seconds(), 100 * r.allreduce_hidden());
+                    "  %d workers [%s samples/s], all-reduce %.1f ms (%.0f%% hidden)", r.workers(),
+                    each.c_str(), 1e3 * r.allreduce_seconds(), 100 * r.allreduce_hidden());
     }
     if (!tty_) {
       Line("step  %lld/%lld  loss %.4f  lr %.3g  scale %g  skipped %lld  %s%s%s",

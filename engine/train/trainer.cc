@@ -580,10 +580,13 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   }
 
   std::vector<Tensor> grads = optimizer_->CollectGradients();
+  std::vector<double> worker_rates;
   if (data_parallel) {
     // Before the unscale, as DDP reduces during the backward: every rank
     // then checks, clips and applies the same averaged gradients.
-    dist_status_ = FinishAverage(grads, &loss_sum);
+    const double compute_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    dist_status_ = FinishAverage(grads, compute_s, &loss_sum, &worker_rates);
   }
   const bool finite = scaler_.Unscale(grads, optimizer_->ParameterNames());
   Backend& be = BackendOf(grads.front());
@@ -619,6 +622,7 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   }
   FinishMetrics(start, Epoch(), loss_sum, skip, grad_norm, &m);
   if (data_parallel && reducer_ != nullptr) {
+    m.worker_samples_per_s = std::move(worker_rates);
     m.allreduce_s = reducer_->allreduce_seconds();
     if (m.allreduce_s > 0) {
       m.allreduce_hidden = std::max(0.0, 1.0 - reducer_->exposed_seconds() / m.allreduce_s);
@@ -661,7 +665,8 @@ void Trainer::BackwardWithAllReduce(const Tensor& scaled) {
   });
 }
 
-absl::Status Trainer::FinishAverage(const std::vector<Tensor>& grads, double* loss_sum) {
+absl::Status Trainer::FinishAverage(const std::vector<Tensor>& grads, double compute_seconds,
+                                    double* loss_sum, std::vector<double>* rates) {
   dist::ProcessGroup* group = config_.process_group;
   if (absl::Status s = reducer_->Finish(); !s.ok()) return s;
   const float inv = 1.0f / static_cast<float>(group->size());
@@ -678,9 +683,23 @@ absl::Status Trainer::FinishAverage(const std::vector<Tensor>& grads, double* lo
       g.CopyFrom(Tensor::FromVector(v, g.shape(), DType::kF32));
     }
   }
-  float loss = static_cast<float>(*loss_sum);
-  if (absl::Status s = group->AllReduceSum(&loss, 1); !s.ok()) return s;
-  *loss_sum = static_cast<double>(loss) / group->size();
+  // [loss, seconds of rank 0, ..., seconds of rank N-1]: each rank fills its
+  // own slot, so the sum gathers them all.
+  std::vector<float> shared(1 + group->size(), 0.0f);
+  shared[0] = static_cast<float>(*loss_sum);
+  shared[1 + group->rank()] = static_cast<float>(compute_seconds);
+  if (absl::Status s = group->AllReduceSum(shared.data(), static_cast<int64_t>(shared.size()));
+      !s.ok()) {
+    return s;
+  }
+  *loss_sum = static_cast<double>(shared[0]) / group->size();
+  const TrainingSpec& t = config_.training;
+  const double share = static_cast<double>(t.batch_size / group->size() * t.grad_accumulation);
+  rates->clear();
+  for (int r = 0; r < group->size(); ++r) {
+    const double seconds = shared[1 + r];
+    rates->push_back(seconds > 0 ? share / seconds : 0);
+  }
   return absl::OkStatus();
 }
 

@@ -116,6 +116,10 @@ struct StepMetrics {
   // and the share of it that ran while the backward did (0 with one worker).
   double allreduce_s = 0;
   double allreduce_hidden = 0;
+  // Data-parallel: each rank's own rate, its share of the batch over the
+  // time its forward and backward took (waiting for the slowest excluded),
+  // by rank; empty with one worker. A slow worker shows here.
+  std::vector<double> worker_samples_per_s;
 };
 
 struct EvalMetrics {
@@ -246,7 +250,10 @@ class Trainer {
   // into the copy back into `grads`, and the loss averaged too.
   void EnsureBuckets();
   void BackwardWithAllReduce(const Tensor& scaled);
-  absl::Status FinishAverage(const std::vector<Tensor>& grads, double* loss_sum);
+  // Also gathers every rank's `compute_seconds` (in the loss's all-reduce,
+  // so no extra collective) as per-rank samples/s into `rates`.
+  absl::Status FinishAverage(const std::vector<Tensor>& grads, double compute_seconds,
+                             double* loss_sum, std::vector<double>* rates);
   // The scaling record when one is due after step_ (one host read of the
   // scales on a device).
   void ReportFp8Scaling(TrainerCallbacks* callbacks);

@@ -81,6 +81,7 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
       r->set_workers(workers_);
       r->set_allreduce_seconds(m.allreduce_s);
       r->set_allreduce_hidden(m.allreduce_hidden);
+      for (double rate : m.worker_samples_per_s) r->add_worker_samples_per_s(rate);
     }
     // Not TimeUtil::GetCurrentTime(): protobuf 3.21's has whole seconds.
     const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();

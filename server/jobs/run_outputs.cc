@@ -63,6 +63,10 @@ void RunOutputs::AfterStep(const engine::train::StepMetrics& m) {
     // the backward hid.
     s = tb.AddScalar("ddp/allreduce_ms", m.step, 1e3 * m.allreduce_s, now);
     if (s.ok()) s = tb.AddScalar("ddp/allreduce_hidden", m.step, m.allreduce_hidden, now);
+    for (size_t r = 0; s.ok() && r < m.worker_samples_per_s.size(); ++r) {
+      s = tb.AddScalar(absl::StrCat("ddp/worker", r, "_samples_per_s"), m.step,
+                       m.worker_samples_per_s[r], now);
+    }
   }
   Fail(s);
   const bool by_steps =

@@ -123,7 +123,8 @@ TEST(AmpctlDataParallelTest, WatchShowsTheWorkersAllReduce) {
       Ampctl({"--server=" + server.address(), "submit", TmpFile("ddp.json", json), "--watch"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(StepLines(r.out).size(), 20u) << r.out;
-  std::regex worker_line(R"(2 workers, all-reduce \d+\.\d ms \(\d+% hidden\))");
+  std::regex worker_line(
+      R"(2 workers \[\d+ \d+ samples/s\], all-reduce \d+\.\d ms \(\d+% hidden\))");
   EXPECT_TRUE(std::regex_search(r.out, worker_line)) << r.out;
 }
 

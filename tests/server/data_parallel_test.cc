@@ -161,6 +161,9 @@ TEST_F(DataParallelTest, TwoWorkersTrainAsOneWithTheSameGlobalBatch) {
     EXPECT_GT(r.allreduce_seconds(), 0) << r.step();
     EXPECT_GE(r.allreduce_hidden(), 0) << r.step();
     EXPECT_LE(r.allreduce_hidden(), 1) << r.step();
+    ASSERT_EQ(r.worker_samples_per_s_size(), 2) << r.step();
+    EXPECT_GT(r.worker_samples_per_s(0), 0) << r.step();
+    EXPECT_GT(r.worker_samples_per_s(1), 0) << r.step();
   }
   std::string events;  // and TensorBoard's
   for (const auto& f : std::filesystem::recursive_directory_iterator(server_->data_dir() +
@@ -169,6 +172,7 @@ TEST_F(DataParallelTest, TwoWorkersTrainAsOneWithTheSameGlobalBatch) {
   }
   EXPECT_NE(events.find("ddp/allreduce_ms"), std::string::npos);
   EXPECT_NE(events.find("ddp/allreduce_hidden"), std::string::npos);
+  EXPECT_NE(events.find("ddp/worker1_samples_per_s"), std::string::npos);
   EXPECT_EQ(h1.records.back().workers(), 0);
   EXPECT_EQ(h1.records.back().allreduce_seconds(), 0);
   // The ranks' processes are gone with the job, and a second run of the

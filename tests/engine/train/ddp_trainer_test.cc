@@ -184,11 +184,16 @@ TEST(DdpTrainerTest, TwoWorkersTrainAsOneWithTheSameGlobalBatch32True) {
   // The all-reduces ran (on the communication thread) and report how much
   // of their time the backward hid; one worker has none.
   for (const StepMetrics& m : two.steps) {
+    // Each rank's own rate, gathered with the loss.
+    ASSERT_EQ(m.worker_samples_per_s.size(), 2u);
+    EXPECT_GT(m.worker_samples_per_s[0], 0);
+    EXPECT_GT(m.worker_samples_per_s[1], 0);
     EXPECT_GT(m.allreduce_s, 0);
     EXPECT_GE(m.allreduce_hidden, 0);
     EXPECT_LE(m.allreduce_hidden, 1);
   }
   EXPECT_EQ(one.steps.back().allreduce_s, 0);
+  EXPECT_TRUE(one.steps.back().worker_samples_per_s.empty());
   std::printf("32-true: worst relative loss gap %.3g (first 20 steps), %.3g (all %lld)\n", worst20,
               worst, static_cast<long long>(steps));
 }
