@@ -12,6 +12,7 @@
 #include "engine/dist/process_group.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
+#include "gloo/broadcast.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
@@ -65,6 +66,25 @@ class GlooProcessGroup : public ProcessGroup {
   }
   absl::Status AllReduceMax(float* data, int64_t n) override {
     return AllReduce(data, n, &Max<float>);
+  }
+
+  absl::Status Broadcast(float* data, int64_t n, int root) override {
+    if (n < 0 || root < 0 || root >= size()) {
+      return absl::InvalidArgumentError(absl::StrCat("broadcast of ", n, " elements from rank ",
+                                                     root, " in a world of ", size()));
+    }
+    if (n == 0 || size() == 1) return absl::OkStatus();
+    try {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(data, static_cast<size_t>(n));
+      opts.setRoot(root);
+      opts.setTag(NextTag());
+      opts.setTimeout(timeout_);
+      gloo::broadcast(opts);
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return FromException(e, rank(), "broadcast");
+    }
   }
 
   absl::Status Barrier() override {

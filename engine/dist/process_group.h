@@ -26,6 +26,8 @@ class ProcessGroup {
   // data[0..n) = the element-wise sum (max) over the ranks, on every rank.
   virtual absl::Status AllReduceSum(float* data, int64_t n) = 0;
   virtual absl::Status AllReduceMax(float* data, int64_t n) = 0;
+  // data[0..n) = rank `root`'s, on every rank (DDP's buffer broadcast).
+  virtual absl::Status Broadcast(float* data, int64_t n, int root) = 0;
   virtual absl::Status Barrier() = 0;
 };
 

@@ -91,17 +91,6 @@ constexpr int64_t kDefaultEvalWindows = 256;
 
 // Whether the data is a language model's, and its token spec ("builtin":
 // "fortunes" at the top level is the token corpus).
-bool HasBatchNorm(const google::protobuf::RepeatedPtrField<v1::LayerSpec>& layers) {
-  for (const v1::LayerSpec& l : layers) {
-    if (l.has_batch_norm2d()) return true;
-    if (l.has_residual() && (l.residual().shortcut() == v1::ResidualBlock::SHORTCUT_CONV1X1_BN ||
-                             HasBatchNorm(l.residual().layers()))) {
-      return true;
-    }
-  }
-  return false;
-}
-
 bool IsTokenData(const v1::DataSpec& d) {
   return d.has_tokens() || (d.has_builtin() && d.builtin() == "fortunes");
 }
@@ -786,11 +775,6 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
       Violate(&v, "resources.workers",
               "data-parallel training runs on the CPU so far (NCCL for DEVICE_CUDA is not "
               "built yet)");
-    }
-    if (spec.model().has_sequential() && HasBatchNorm(spec.model().sequential().layers())) {
-      Violate(&v, "resources.workers",
-              "data-parallel training of models with batch norm is not built yet (DDP "
-              "broadcasts the running statistics; ampd does not yet)");
     }
   }
   if (r.devices_per_worker() < 0 || r.devices_per_worker() > 1) {

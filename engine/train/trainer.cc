@@ -129,11 +129,6 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
     if (c.device != Device::kCpu) {
       return Bad("device", "data-parallel training runs on the CPU so far");
     }
-    if (!DescribeModel(c.model).buffers.empty()) {
-      // DDP broadcasts rank 0's buffers each step; that is not built yet,
-      // and unsynchronised running statistics would make the ranks diverge.
-      return Bad("model", "data-parallel training of models with batch norm is not built yet");
-    }
   }
   return absl::OkStatus();
 }
@@ -620,6 +615,9 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
     last_skip_ = *event;
     if (callbacks) callbacks->OnSkip(*event);
   }
+  if (data_parallel && dist_status_.ok() && !model_->buffers().empty()) {
+    dist_status_ = BroadcastBuffers();
+  }
   FinishMetrics(start, Epoch(), loss_sum, skip, grad_norm, &m);
   if (data_parallel && reducer_ != nullptr) {
     m.worker_samples_per_s = std::move(worker_rates);
@@ -663,6 +661,28 @@ void Trainer::BackwardWithAllReduce(const Tensor& scaled) {
     }
     reducer_->TensorReady(i);
   });
+}
+
+absl::Status Trainer::BroadcastBuffers() {
+  // One message for all of them (batch norm's running statistics, f32 on the
+  // CPU): rank 0's replace every other rank's.
+  std::vector<float> flat;
+  for (const nn::Parameter& b : model_->buffers()) {
+    const std::vector<float> v = b.value.ToFloats();
+    flat.insert(flat.end(), v.begin(), v.end());
+  }
+  if (absl::Status s = config_.process_group->Broadcast(
+          flat.data(), static_cast<int64_t>(flat.size()), /*root=*/0);
+      !s.ok()) {
+    return s;
+  }
+  size_t offset = 0;
+  for (nn::Parameter& b : model_->buffers()) {
+    const int64_t n = b.value.numel();
+    std::memcpy(b.value.data<float>(), flat.data() + offset, n * sizeof(float));
+    offset += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::FinishAverage(const std::vector<Tensor>& grads, double compute_seconds,

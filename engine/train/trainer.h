@@ -250,6 +250,12 @@ class Trainer {
   // into the copy back into `grads`, and the loss averaged too.
   void EnsureBuckets();
   void BackwardWithAllReduce(const Tensor& scaled);
+  // DDP's broadcast_buffers: rank 0's buffers (batch norm's running
+  // statistics) to every rank. DDP sends them before each forward; ampd at
+  // the end of each step, which gives every forward the same start and every
+  // rank the same state between steps (an evaluation or checkpoint anywhere
+  // sees rank 0's statistics).
+  absl::Status BroadcastBuffers();
   // Also gathers every rank's `compute_seconds` (in the loss's all-reduce,
   // so no extra collective) as per-rank samples/s into `rates`.
   absl::Status FinishAverage(const std::vector<Tensor>& grads, double compute_seconds,

@@ -57,6 +57,18 @@ TEST(ProcessGroupTest, AllReduceSumsAndMaxesOverEveryRank) {
   }
 }
 
+TEST(ProcessGroupTest, BroadcastGivesEveryRankTheRootsValues) {
+  for (int root : {0, 2}) {
+    OnRanks(3, [&](int rank, ProcessGroup& g) {
+      std::vector<float> x = {1.0f * rank, -0.0f, 3.5f + rank};
+      ASSERT_TRUE(g.Broadcast(x.data(), 3, root).ok());
+      EXPECT_EQ(x, (std::vector<float>{1.0f * root, -0.0f, 3.5f + root})) << "rank " << rank;
+      EXPECT_EQ(g.Broadcast(x.data(), 3, 3).code(), absl::StatusCode::kInvalidArgument);
+      ASSERT_TRUE(g.Barrier().ok());
+    });
+  }
+}
+
 TEST(ProcessGroupTest, RanksMeetThroughAFileStoreToo) {
   const std::string dir = absl::StrCat(testing::TempDir(), "/rendezvous");
   absl::StatusOr<std::shared_ptr<RendezvousStore>> file_store = FileStore(dir);

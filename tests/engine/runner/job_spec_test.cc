@@ -367,18 +367,15 @@ TEST(JobSpecTest, ResourcesAskForDataParallelWorkersAndAreCheckedByName) {
   EXPECT_EQ(Fields(ValidateJobSpec(Parse(R"({"resources": {"workers": 100000}})"), {})),
             std::vector<std::string>{"resources.workers"});
   // What data-parallel training does not do yet is refused, not trained wrongly.
-  for (const char* refused : {
-           R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})",
-           R"({"resources": {"workers": 2}, "model": {"sequential": {"layers": [
-               {"residual": {"layers": [{"linear": {"outFeatures": "784"}}],
-                             "shortcut": "SHORTCUT_CONV1X1_BN"}},
-               {"flatten": {}}, {"linear": {"outFeatures": "10"}}]}}})",
-       }) {
-    fields = Fields(ValidateJobSpec(Parse(refused), {}));
-    EXPECT_NE(std::find(fields.begin(), fields.end(), "resources.workers"), fields.end())
-        << refused;
-  }
-  // A language model trains data-parallel (each rank takes its windows).
+  EXPECT_EQ(Fields(ValidateJobSpec(
+                Parse(R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})"), {})),
+            std::vector<std::string>{"resources.workers"});
+  // A CNN with batch norm (rank 0's running statistics are broadcast) and a
+  // language model (each rank takes its windows) train data-parallel.
+  auto resnet = ReadJobSpecFile("examples/fashion_resnet_bf16.json");
+  ASSERT_TRUE(resnet.ok()) << resnet.status();
+  resnet->mutable_resources()->set_workers(2);
+  EXPECT_TRUE(ValidateJobSpec(*resnet, {}).empty());
   EXPECT_TRUE(ValidateJobSpec(Parse(R"({"resources": {"workers": 2}, "model": {"gpt": {}},
                                         "data": {"builtin": "fortunes"}})"),
                               {})

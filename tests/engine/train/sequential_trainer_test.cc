@@ -4,6 +4,7 @@
 // bitwise from a saved state that carries them.
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "engine/data/dataset.h"
@@ -263,30 +264,53 @@ TEST(SequentialTrainerTest, ExportedWeightsStartAnotherRunWithTheirRunningStatis
       << weights.status();
 }
 
-// A group of two that never communicates: the refusal is on the config.
-class TwoRanks : public dist::ProcessGroup {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 2; }
-  absl::Status AllReduceSum(float*, int64_t) override { return absl::OkStatus(); }
-  absl::Status AllReduceMax(float*, int64_t) override { return absl::OkStatus(); }
-  absl::Status Barrier() override { return absl::OkStatus(); }
-};
-
-TEST(SequentialTrainerTest, DataParallelRefusesBatchNormForNow) {
-  TwoRanks group;
-  TrainerConfig c = CnnConfig("32-true");
-  c.process_group = &group;
-  const absl::Status s = train::ValidateTrainerConfig(c);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(std::string(s.message()).find("batch norm"), std::string::npos) << s;
-  // Without batch norm the same stack is accepted.
-  SequentialSpec plain = std::get<SequentialSpec>(c.model);
-  plain.layers.erase(plain.layers.begin() + 1);  // the first BN
-  plain.layers[3].body.erase(plain.layers[3].body.begin() + 1);
-  plain.layers[3].shortcut = LayerSpec::Shortcut::kConv1x1;
-  c.model = plain;
-  EXPECT_TRUE(train::ValidateTrainerConfig(c).ok()) << train::ValidateTrainerConfig(c);
+// DDP's broadcast_buffers: two ranks train a CNN with batch norm, each on
+// its half of the batch (its own batch statistics, as DDP without SyncBN);
+// after every step both hold rank 0's running statistics and the same
+// weights.
+TEST(SequentialTrainerTest, DataParallelRanksShareRankZerosRunningStatistics) {
+  const data::Dataset train = Images(512, 2);
+  std::shared_ptr<dist::RendezvousStore> store = dist::InProcessStore();
+  constexpr int kSteps = 8;
+  std::vector<std::vector<float>> buffers[2], params[2];  // per rank, per step
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      dist::GlooOptions o;
+      o.rank = r;
+      o.size = 2;
+      o.store = store;
+      absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> g = dist::ConnectGloo(o);
+      ASSERT_TRUE(g.ok()) << g.status();
+      TrainerConfig c = CnnConfig("32-true");
+      c.training.batch_size = 64;
+      c.process_group = g->get();
+      auto t = Trainer::Create(c, &train, nullptr);
+      ASSERT_TRUE(t.ok()) << t.status();
+      for (int s = 0; s < kSteps; ++s) {
+        (*t)->RunStep();
+        std::vector<float> b, p;
+        for (const nn::Parameter& x : (*t)->model().buffers()) {
+          const std::vector<float> v = x.value.ToFloats();
+          b.insert(b.end(), v.begin(), v.end());
+        }
+        for (const nn::Parameter& x : (*t)->model().parameters()) {
+          const std::vector<float> v = x.value.ToFloats();
+          p.insert(p.end(), v.begin(), v.end());
+        }
+        buffers[r].push_back(b);
+        params[r].push_back(p);
+      }
+      EXPECT_TRUE((*g)->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(buffers[0].size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(buffers[1].size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_EQ(buffers[1][s], buffers[0][s]) << "running statistics after step " << s + 1;
+    EXPECT_EQ(params[1][s], params[0][s]) << "weights after step " << s + 1;
+  }
 }
 
 }  // namespace
