@@ -302,6 +302,51 @@ TEST_F(DataParallelTest, AKilledWorkerRestartsEveryRankFromTheCheckpointAndNothi
   EXPECT_EQ(h.losses, ref.losses);
 }
 
+// ampd itself killed mid-job: its workers die with it (no orphans), and the
+// restarted server resumes the job on all its ranks from the checkpoint.
+TEST_F(DataParallelTest, AKilledServerTakesItsWorkersAlongAndResumesTheJob) {
+  const std::vector<std::string> flags = {"--cpu_workers=2", "--checkpoint_every_steps=50",
+                                          "--checkpoint_every_seconds=0"};
+  Start(flags);
+  constexpr int kSteps = 1500;
+  const v1::Job reference = RunToEnd(DdpJobJson(kSteps, 2));
+  ASSERT_EQ(reference.state(), v1::SUCCEEDED) << reference.failure_reason();
+  const std::string reference_weights = Weights(reference);
+  const std::map<int64_t, double> reference_losses =
+      ReadHistory(stub_.get(), reference.name()).losses;
+
+  const v1::Job job = CreateJob(stub_.get(), DdpJobJson(kSteps, 2));
+  std::vector<pid_t> pids;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const v1::Job now = GetJob(stub_.get(), job.name());
+    pids = WorkerPids(server_->pid());
+    if (now.progress().step() >= 120 && !pids.empty()) break;
+    ASSERT_NE(now.state(), v1::SUCCEEDED) << "the job ended before ampd could be killed";
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_EQ(pids.size(), 1u);
+  const std::string data_dir = server_->data_dir();
+  server_->Kill();
+  // The worker follows within moments (PR_SET_PDEATHSIG).
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = kill(pids[0], 0) != 0;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "worker " << pids[0] << " outlived its server";
+
+  server_ = std::make_unique<AmpdProcess>(flags, data_dir);
+  ASSERT_TRUE(server_->ok()) << server_->log();
+  stub_ = v1::TrainingService::NewStub(server_->channel());
+  const v1::Job done = WaitForState(stub_.get(), job.name(), kEnded, milliseconds(240000));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << server_->LogTail();
+  const History h = ReadHistory(stub_.get(), job.name());
+  EXPECT_EQ(h.duplicates, 0);
+  EXPECT_EQ(h.losses, reference_losses);
+  EXPECT_EQ(Weights(done), reference_weights);
+}
+
 TEST_F(DataParallelTest, WithoutRestartsLeftTheJobFailsNamingTheWorker) {
   Start({"--cpu_workers=2"});
   const v1::Job job =
