@@ -105,7 +105,9 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(
       "ampd: a training server with automatic mixed precision.\n"
-      "  ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data");
+      "  ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data\n"
+      "(`ampd worker ...` is a data-parallel job's rank that ampd starts itself;\n"
+      "see server/worker_main.h.)");
   // --help lists this file's flags (absl matches the program name otherwise).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
