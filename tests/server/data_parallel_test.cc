@@ -129,6 +129,20 @@ class DataParallelTest : public ::testing::Test {
     EXPECT_FALSE(job.name().empty());
     return WaitForState(stub_.get(), job.name(), kEnded, milliseconds(240000));
   }
+  // The job's one worker process once the job is past `step` (-1, and a
+  // failure, if the job ends or never gets there).
+  pid_t WorkerPastStep(const std::string& name, int64_t step) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const v1::Job now = GetJob(stub_.get(), name);
+      const std::vector<pid_t> pids = WorkerPids(server_->pid());
+      if (now.progress().step() >= step && pids.size() == 1) return pids[0];
+      if (kEnded.count(now.state())) break;
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    ADD_FAILURE() << name << " ended or never passed step " << step << " with one worker";
+    return -1;
+  }
   std::string Weights(const v1::Job& job) {
     return Slurp(server_->data_dir() + "/jobs/" + job.id() + "/model.safetensors");
   }
@@ -275,17 +289,9 @@ TEST_F(DataParallelTest, AKilledWorkerRestartsEveryRankFromTheCheckpointAndNothi
 
   const v1::Job job = CreateJob(stub_.get(), DdpJobJson(kSteps, 2));
   // Past a checkpoint, then kill rank 1.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  std::vector<pid_t> pids;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const v1::Job now = GetJob(stub_.get(), job.name());
-    pids = WorkerPids(server_->pid());
-    if (now.progress().step() >= 120 && !pids.empty()) break;
-    ASSERT_NE(now.state(), v1::SUCCEEDED) << "the job ended before a worker could be killed";
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  ASSERT_EQ(pids.size(), 1u);
-  ASSERT_EQ(kill(pids[0], SIGKILL), 0);
+  const pid_t worker = WorkerPastStep(job.name(), 120);
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
   const v1::Job done = WaitForState(stub_.get(), job.name(), kEnded, milliseconds(240000));
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << server_->LogTail();
 
@@ -316,25 +322,17 @@ TEST_F(DataParallelTest, AKilledServerTakesItsWorkersAlongAndResumesTheJob) {
       ReadHistory(stub_.get(), reference.name()).losses;
 
   const v1::Job job = CreateJob(stub_.get(), DdpJobJson(kSteps, 2));
-  std::vector<pid_t> pids;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline) {
-    const v1::Job now = GetJob(stub_.get(), job.name());
-    pids = WorkerPids(server_->pid());
-    if (now.progress().step() >= 120 && !pids.empty()) break;
-    ASSERT_NE(now.state(), v1::SUCCEEDED) << "the job ended before ampd could be killed";
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  ASSERT_EQ(pids.size(), 1u);
+  const pid_t worker = WorkerPastStep(job.name(), 120);
+  ASSERT_GT(worker, 0);
   const std::string data_dir = server_->data_dir();
   server_->Kill();
   // The worker follows within moments (PR_SET_PDEATHSIG).
   bool gone = false;
   for (int i = 0; i < 500 && !gone; ++i) {
-    gone = kill(pids[0], 0) != 0;
+    gone = kill(worker, 0) != 0;
     std::this_thread::sleep_for(milliseconds(10));
   }
-  EXPECT_TRUE(gone) << "worker " << pids[0] << " outlived its server";
+  EXPECT_TRUE(gone) << "worker " << worker << " outlived its server";
 
   server_ = std::make_unique<AmpdProcess>(flags, data_dir);
   ASSERT_TRUE(server_->ok()) << server_->log();
@@ -351,14 +349,9 @@ TEST_F(DataParallelTest, WithoutRestartsLeftTheJobFailsNamingTheWorker) {
   Start({"--cpu_workers=2"});
   const v1::Job job =
       CreateJob(stub_.get(), DdpJobJson(100000000, 2, "32-true", R"(, "maxRestarts": 0)"));
-  std::vector<pid_t> pids;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (pids.empty() && std::chrono::steady_clock::now() < deadline) {
-    if (GetJob(stub_.get(), job.name()).progress().step() > 5) pids = WorkerPids(server_->pid());
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  ASSERT_EQ(pids.size(), 1u);
-  ASSERT_EQ(kill(pids[0], SIGKILL), 0);
+  const pid_t worker = WorkerPastStep(job.name(), 5);
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
   const v1::Job done = WaitForState(stub_.get(), job.name(), kEnded, milliseconds(60000));
   EXPECT_EQ(done.state(), v1::FAILED);
   EXPECT_NE(done.failure_reason().find("worker 1"), std::string::npos) << done.failure_reason();
