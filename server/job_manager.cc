@@ -1214,7 +1214,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     if (persister_) persister_->Flush();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (job->job.state() != v1::RUNNING) break;  // cancelled meanwhile
+      // Cancelled meanwhile? (RESTARTING: the last restart failed before
+      // its workers were all up, e.g. one could not connect.)
+      if (job->job.state() != v1::RUNNING && job->job.state() != v1::RESTARTING) break;
       Rewound rewound = RewindToCheckpoint(*job, /*always=*/true);
       const int64_t step = rewound.checkpoint ? rewound.checkpoint->state.step : 0;
       Transition(
