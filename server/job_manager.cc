@@ -1071,13 +1071,13 @@ void JobManager::WorkerLoop() {
       // the worker slots it needs are free, and jobs behind it wait (a
       // stream of one-slot jobs must not starve a data-parallel one).
       work_cv_.wait(lock, [this] {
-        return shutting_down_ || (!queue_.empty() && SlotsOf(queue_.Ids().front()) <= free_slots_);
+        return shutting_down_ || (!queue_.empty() && SlotsOf(queue_.Front()) <= free_slots_);
       });
       if (shutting_down_) return;
+      slots = SlotsOf(queue_.Front());
+      free_slots_ -= slots;
       const std::string id = *queue_.Pop();
       job = jobs_.at(id);
-      slots = SlotsOf(id);
-      free_slots_ -= slots;
       Transition(*job, v1::RUNNING, "");
       *job->job.mutable_start_time() = Now();
       job->started = std::chrono::steady_clock::now();
@@ -1141,13 +1141,10 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
     };
   }
   request.workers_started = [this, &job](const std::vector<int>& pids) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      LogLocked(*job, v1::LogRecord::SEVERITY_INFO,
-                absl::StrCat("data-parallel: rank 0 trains in ampd, ranks 1..", pids.size(),
-                             " in worker processes (pids ", absl::StrJoin(pids, ", "), ")"));
-    }
-    if (options_.on_workers) options_.on_workers(job->job.id(), pids);
+    std::lock_guard<std::mutex> lock(mu_);
+    LogLocked(*job, v1::LogRecord::SEVERITY_INFO,
+              absl::StrCat("data-parallel: rank 0 trains in ampd, ranks 1..", pids.size(),
+                           " in worker processes (pids ", absl::StrJoin(pids, ", "), ")"));
   };
   hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec, owner); };
   hooks.started = [this, &job, &request](int64_t total_steps, int64_t optimizer_state_bytes) {

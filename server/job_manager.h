@@ -61,9 +61,6 @@ struct JobManagerOptions {
   // A data-parallel rank silent this long (connecting, or in a collective)
   // is lost: the job restarts (resources.max_restarts).
   int worker_timeout_ms = 30000;
-  // Called with a data-parallel job's worker process ids once they run
-  // (tests kill one).
-  std::function<void(const std::string& job_id, const std::vector<int>& pids)> on_workers;
   // Persistent store (not owned); null keeps everything in memory only.
   JobStore* store = nullptr;
   int persist_interval_ms = 50;

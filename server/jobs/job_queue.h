@@ -32,6 +32,8 @@ class JobQueue {
   void Push(const std::string& id, const std::string& owner, int64_t priority, int64_t sequence);
   // The next job to run, removed from the queue; nullopt when empty.
   std::optional<std::string> Pop();
+  // The next job to run, left in the queue. Not on an empty queue.
+  const std::string& Front() const { return entries_.begin()->second.id; }
   // Removes a queued job (cancelled); false when it was not queued.
   bool Remove(const std::string& id);
   // 0 = next to run; -1 when not queued.
