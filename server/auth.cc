@@ -34,10 +34,11 @@ absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& p
       return absl::InvalidArgumentError(
           absl::StrCat(where, "the first field must be the token's SHA-256 (64 hex characters)"));
     }
-    if (parts[2] != "user" && parts[2] != "admin") {
-      return absl::InvalidArgumentError(absl::StrCat(where, "role must be \"user\" or \"admin\""));
+    if (parts[2] != "user" && parts[2] != "admin" && parts[2] != "agent") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
     }
-    auth.tokens_[digest] = Principal{parts[1], parts[2] == "admin"};
+    auth.tokens_[digest] = Principal{parts[1], parts[2] == "admin", parts[2] == "agent"};
   }
   return auth;
 }
@@ -90,6 +91,24 @@ grpc::Status Authenticator::Check(const grpc::ServerContextBase* ctx, Principal*
   absl::StatusOr<Principal> p = Authenticate(ctx);
   if (!p.ok())
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(p.status().message()));
+  if (p->agent) {
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat("\"", p->name, "\" is an agent: it may only lend worker slots"));
+  }
+  *principal = *std::move(p);
+  return grpc::Status::OK;
+}
+
+grpc::Status Authenticator::CheckAgent(const grpc::ServerContextBase* ctx,
+                                       Principal* principal) const {
+  absl::StatusOr<Principal> p = Authenticate(ctx);
+  if (!p.ok())
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(p.status().message()));
+  if (!p->agent && !p->admin) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("\"", p->name, "\" is not an agent (tokens file role agent)"));
+  }
   *principal = *std::move(p);
   return grpc::Status::OK;
 }

@@ -3,7 +3,7 @@
 
 // Who is calling. Three modes, chosen at startup:
 //   tokens file: "authorization: Bearer TOKEN" is hashed (SHA-256) and looked
-//     up; the line names the principal and its role (user|admin);
+//     up; the line names the principal and its role (user|admin|agent);
 //   mTLS (a client CA, no tokens file): the verified client certificate's
 //     identity (its CN, else its first SAN) is the principal, a user;
 //   neither: every caller is "local", an admin (single-user, as before).
@@ -20,6 +20,8 @@ namespace ampd::server {
 struct Principal {
   std::string name;
   bool admin = false;
+  // An `ampd agent` (lends worker slots: AgentService only).
+  bool agent = false;
   // Whether `owner` (a job's or profile's) is visible to this principal.
   bool CanSee(const std::string& owner) const { return admin || owner == name; }
 };
@@ -34,8 +36,11 @@ class Authenticator {
 
   // The caller, or UNAUTHENTICATED.
   absl::StatusOr<Principal> Authenticate(const grpc::ServerContextBase* ctx) const;
-  // Authenticate() as a grpc::Status; fills *principal on success.
+  // Authenticate() as a grpc::Status; fills *principal on success. Agents
+  // are PERMISSION_DENIED here: the client services are not theirs.
   grpc::Status Check(const grpc::ServerContextBase* ctx, Principal* principal) const;
+  // For AgentService: an agent or an admin; users are PERMISSION_DENIED.
+  grpc::Status CheckAgent(const grpc::ServerContextBase* ctx, Principal* principal) const;
 
  private:
   enum class Mode { kNone, kTokens, kClientCert };

@@ -141,6 +141,14 @@ JobManager::JobManager(JobManagerOptions options)
   // system: an idle server's footprint should not depend on its history.
   malloc_trim(0);
   free_slots_ = std::max(1, options_.cpu_workers);
+  if (options_.agents) {
+    // An agent that connects (or slots given back) may let the head of the
+    // queue start. Under mu_, so that a placement check cannot miss it.
+    options_.agents->SetOnChange([this] {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      work_cv_.notify_all();
+    });
+  }
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -247,7 +255,7 @@ void JobManager::Recover() {
       continue;
     }
     record->resolved = *std::move(resolved);
-    if (absl::Status fits = CheckSlots(record->resolved); !fits.ok()) {
+    if (absl::Status fits = CheckSlots(record->resolved, /*recovering=*/true); !fits.ok()) {
       Transition(*record, v1::FAILED,
                  absl::StrCat("cannot resume after restart: ", fits.message()));
       *record->job.mutable_end_time() = Now();
@@ -330,7 +338,10 @@ void JobManager::WriteFailed(const jobs::PendingWrite& w) {
   }
 }
 
-JobManager::~JobManager() { Shutdown(); }
+JobManager::~JobManager() {
+  if (options_.agents) options_.agents->SetOnChange(nullptr);
+  Shutdown();
+}
 
 bool JobManager::shutting_down() const { return shutting_down_.load(); }
 
@@ -353,14 +364,25 @@ engine::runner::JobSpecContext JobManager::SpecContext(const std::string& owner,
   return context;
 }
 
-absl::Status JobManager::CheckSlots(const engine::runner::ResolvedJob& job) const {
+int JobManager::AgentSlots(bool free_only) const {
+  if (options_.agents == nullptr) return 0;
+  return free_only ? options_.agents->FreeSlots() : options_.agents->TotalSlots();
+}
+
+absl::Status JobManager::CheckSlots(const engine::runner::ResolvedJob& job, bool recovering) const {
   const int slots = std::max(1, options_.cpu_workers);
-  if (job.workers > slots) {
-    return Precondition("resources.workers",
-                        absl::StrCat("the job asks for ", job.workers,
-                                     " data-parallel workers; this server has ", slots,
-                                     " worker slots (--cpu_workers) and no agents, so it could "
-                                     "never start"));
+  const int agent_slots = AgentSlots(false);
+  // After a restart of ampd its agents have yet to connect again: a job that
+  // needs them waits for them (its heartbeat says so) rather than failing.
+  const bool wait_for_agents = recovering && options_.agents != nullptr;
+  if (job.workers > slots + agent_slots && !wait_for_agents) {
+    return Precondition(
+        "resources.workers",
+        absl::StrCat("the job asks for ", job.workers, " data-parallel workers; this server has ",
+                     slots, " worker slots (--cpu_workers) and ",
+                     agent_slots == 0 ? std::string("no agents")
+                                      : absl::StrCat(agent_slots, " on its agents"),
+                     ", so it could never start"));
   }
   if (job.workers > 1 && options_.worker_binary.empty()) {
     return Precondition("resources.workers",
@@ -846,9 +868,14 @@ std::string JobManager::WaitingFor(const std::string& id) const {
   if (position < 0) return "";
   const int need = SlotsOf(IdFromName(id));
   if (need <= 1 && position > 0) return "";
-  if (need <= free_slots_ && position == 0) return "";
-  return absl::StrCat(need, need == 1 ? " worker slot (" : " worker slots (", free_slots_,
-                      " free of ", std::max(1, options_.cpu_workers), ")");
+  const int agent_free = AgentSlots(true), agent_total = AgentSlots(false);
+  if (need <= free_slots_ + agent_free && free_slots_ > 0 && position == 0) return "";
+  const int total = std::max(1, options_.cpu_workers) + agent_total;
+  std::string out = absl::StrCat(need, need == 1 ? " worker slot (" : " worker slots (",
+                                 free_slots_ + agent_free, " free of ", total);
+  if (agent_total > 0) absl::StrAppend(&out, ", ", agent_total, " of them on agents");
+  if (need > total) absl::StrAppend(&out, "; waiting for agents to connect");
+  return out + ")";
 }
 
 void JobManager::Listen(const std::string& id, std::weak_ptr<EventListener> listener) {
@@ -1065,16 +1092,32 @@ void JobManager::WorkerLoop() {
   while (true) {
     std::shared_ptr<JobRecord> job;
     int slots = 1;
+    agents::Placement placement;
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Gang placement: the job at the head of the queue starts when all
       // the worker slots it needs are free, and jobs behind it wait (a
       // stream of one-slot jobs must not starve a data-parallel one).
-      work_cv_.wait(lock, [this] {
-        return shutting_down_ || (!queue_.empty() && SlotsOf(queue_.Front()) <= free_slots_);
-      });
-      if (shutting_down_) return;
-      slots = SlotsOf(queue_.Front());
+      // Rank 0 takes a local slot; the other ranks take local slots first,
+      // then agents'.
+      auto fits = [this] {
+        if (queue_.empty() || free_slots_ < 1) return false;
+        const int need = SlotsOf(queue_.Front());
+        return need <= free_slots_ || need <= free_slots_ + AgentSlots(true);
+      };
+      while (true) {
+        work_cv_.wait(lock, [&] { return shutting_down_ || fits(); });
+        if (shutting_down_) return;
+        const int need = SlotsOf(queue_.Front());
+        slots = std::min(need, free_slots_);
+        if (need == slots) break;
+        // Taken all or none; an agent may have left since fits() (then wait).
+        if (std::optional<agents::Placement> p = options_.agents->Take(need - slots)) {
+          placement = *std::move(p);
+          break;
+        }
+        work_cv_.wait_for(lock, std::chrono::milliseconds(200));
+      }
       free_slots_ -= slots;
       const std::string id = *queue_.Pop();
       job = jobs_.at(id);
@@ -1083,18 +1126,21 @@ void JobManager::WorkerLoop() {
       job->started = std::chrono::steady_clock::now();
     }
     Notify(*job);
-    RunJob(job);
+    RunJob(job, slots, &placement);
     {
       std::lock_guard<std::mutex> lock(mu_);
       free_slots_ += slots;
     }
+    if (options_.agents) options_.agents->Release(placement);
     work_cv_.notify_all();  // a data-parallel job may fit now
     Notify(*job);
     if (RetentionEnabled()) ApplyRetention();
   }
 }
 
-void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
+void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, int local,
+                        agents::Placement* placement_ptr) {
+  agents::Placement& placement = *placement_ptr;
   jobs::RunRequest request;
   jobs::RunHooks hooks;
   {
@@ -1140,11 +1186,42 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job) {
       return options_.profiles(name, owner);
     };
   }
-  request.workers_started = [this, &job](const std::vector<int>& pids) {
+  request.worker_host = options_.worker_host;
+  request.local_ranks = local;
+  if (!placement.empty()) {
+    // On a restart an agent of the placement may be gone: the ranks go to
+    // whichever agents have the slots then (or this attempt fails too).
+    request.start_remote = [this, &job, &placement, local, owner](const std::string& spec_json,
+                                                                  int64_t resume_step) {
+      if (!options_.agents->Connected(placement)) {
+        int count = 0;
+        for (const auto& [agent, n] : placement) count += n;
+        options_.agents->Release(placement);
+        placement.clear();
+        std::optional<agents::Placement> again = options_.agents->Take(count);
+        if (!again) {
+          return absl::StatusOr<std::vector<std::unique_ptr<jobs::WorkerGroup>>>(
+              absl::UnavailableError(absl::StrCat("an agent left, and no agents have ", count,
+                                                  " free worker slots for the restart")));
+        }
+        placement = *std::move(again);
+      }
+      agents::AgentRegistry::StartRequest r;
+      r.job = job->job.id();
+      r.owner = owner;
+      r.first_rank = local;
+      r.world_size = job->resolved.workers;
+      r.spec_json = spec_json;
+      r.resume_step = resume_step;
+      r.timeout_ms = options_.worker_timeout_ms;
+      return options_.agents->Start(placement, r);
+    };
+  }
+  request.workers_started = [this, &job](const std::string& where) {
     std::lock_guard<std::mutex> lock(mu_);
     LogLocked(*job, v1::LogRecord::SEVERITY_INFO,
-              absl::StrCat("data-parallel: rank 0 trains in ampd, ranks 1..", pids.size(),
-                           " in worker processes (pids ", absl::StrJoin(pids, ", "), ")"));
+              absl::StrCat("data-parallel: rank 0 trains in ampd, ranks 1..",
+                           job->resolved.workers - 1, " in ", where));
   };
   hooks.check_data = [this, &request, owner] { return CheckConfined(request.spec, owner); };
   hooks.started = [this, &job, &request](int64_t total_steps, int64_t optimizer_state_bytes) {

@@ -32,6 +32,7 @@
 #include "engine/runner/job_spec.h"
 #include "engine/train/trainer.h"
 #include "grpcpp/support/slice.h"
+#include "server/agents/agent_registry.h"
 #include "server/job_store.h"
 #include "server/jobs/ended_job_cache.h"
 #include "server/jobs/event_fanout.h"
@@ -61,6 +62,12 @@ struct JobManagerOptions {
   // A data-parallel rank silent this long (connecting, or in a collective)
   // is lost: the job restarts (resources.max_restarts).
   int worker_timeout_ms = 30000;
+  // Agents lending worker slots (not owned; null: none). A data-parallel
+  // job's rank 0 and as many ranks as local slots are free run here, the
+  // rest on agents.
+  agents::AgentRegistry* agents = nullptr;
+  // The address this server's ranks listen on for their peers.
+  std::string worker_host = "127.0.0.1";
   // Persistent store (not owned); null keeps everything in memory only.
   JobStore* store = nullptr;
   int persist_interval_ms = 50;
@@ -173,7 +180,9 @@ class JobManager {
  private:
   struct JobRecord;
   void WorkerLoop();
-  void RunJob(const std::shared_ptr<JobRecord>& job);
+  // `local`: the local worker slots the job took (rank 0's included);
+  // `placement`: those it took on agents (updated when a restart moves ranks).
+  void RunJob(const std::shared_ptr<JobRecord>& job, int local, agents::Placement* placement);
   void Transition(JobRecord& job, ampd::v1::JobState state, const std::string& reason);
   void Append(JobRecord& job, ampd::v1::MetricsEvent event);
   // The wire log anew from job.events (at recovery, which may truncate),
@@ -214,7 +223,9 @@ class JobManager {
   };
   Rewound RewindToCheckpoint(JobRecord& record, bool always);
   // FAILED_PRECONDITION when the job's workers could never all be placed.
-  absl::Status CheckSlots(const engine::runner::ResolvedJob& job) const;
+  // At recovery, a job larger than the local slots waits for agents instead.
+  absl::Status CheckSlots(const engine::runner::ResolvedJob& job, bool recovering = false) const;
+  int AgentSlots(bool free_only) const;
   // The worker slots a job takes (its resources.workers). Under mu_.
   int SlotsOf(const std::string& id) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.

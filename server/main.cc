@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "server/agent_main.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/worker_main.h"
@@ -32,6 +33,9 @@ ABSL_FLAG(int64_t, max_model_parameters, 500000000, "Largest model a job may tra
 ABSL_FLAG(int, cpu_workers, 1,
           "Worker slots: jobs trained at once on the CPU; a data-parallel job "
           "(resources.workers: N) takes N of them at once, as N processes.");
+ABSL_FLAG(std::string, worker_host, "127.0.0.1",
+          "The address this server's data-parallel ranks listen on for their peers: the "
+          "loopback serves its own workers; give one that agents' machines reach.");
 ABSL_FLAG(int, heartbeat_interval_ms, 2000, "Heartbeats to streams of queued jobs.");
 ABSL_FLAG(int, shutdown_grace_ms, 5000, "How long shutdown waits for clients to finish reading.");
 ABSL_FLAG(int64_t, checkpoint_every_steps, 500, "Checkpoint running jobs every N steps (0: off).");
@@ -64,9 +68,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "--tokens_file the certificate's CN (else SAN) is the caller's identity.");
 ABSL_FLAG(bool, insecure, false,
           "Allow plaintext (no TLS) on a non-loopback --listen address (otherwise refused).");
-ABSL_FLAG(std::string, tokens_file, "",
-          "Bearer-token file, lines \"SHA256HEX_OF_TOKEN PRINCIPAL user|admin\" ('#' comments). "
-          "Every RPC except health and reflection then needs \"authorization: Bearer TOKEN\".");
+ABSL_FLAG(
+    std::string, tokens_file, "",
+    "Bearer-token file, lines \"SHA256HEX_OF_TOKEN PRINCIPAL user|admin|agent\" ('#' comments). "
+    "Every RPC except health and reflection then needs \"authorization: Bearer TOKEN\".");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus metrics at http://HOST:PORT/metrics (\"\": off; port 0 picks one). "
           "Loopback unless --insecure.");
@@ -103,9 +108,15 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "worker") == 0) {
     return ampd::server::WorkerMain(argc - 1, argv + 1);
   }
+  // Worker slots of another machine, lent to a server (agent_main.h).
+  if (argc > 1 && std::strcmp(argv[1], "agent") == 0) {
+    return ampd::server::AgentMain(argc - 1, argv + 1);
+  }
   absl::SetProgramUsageMessage(
       "ampd: a training server with automatic mixed precision.\n"
       "  ampd --listen=127.0.0.1:50051 --data_dir=./ampd-data\n"
+      "  ampd agent --server=HOST:PORT --slots=N   (lends this machine's worker slots;\n"
+      "  see server/agent_main.h)\n"
       "(`ampd worker ...` is a data-parallel job's rank that ampd starts itself;\n"
       "see server/worker_main.h.)");
   // --help lists this file's flags (absl matches the program name otherwise).
@@ -132,6 +143,7 @@ int main(int argc, char** argv) {
   options.jobs.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   options.jobs.max_model_parameters = absl::GetFlag(FLAGS_max_model_parameters);
   options.jobs.cpu_workers = absl::GetFlag(FLAGS_cpu_workers);
+  options.jobs.worker_host = absl::GetFlag(FLAGS_worker_host);
   {
     // Ranks 1..N-1 of data-parallel jobs run as this binary's `worker` mode.
     std::error_code ec;

@@ -116,20 +116,26 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
     if (!p || (owner && p->owner() != *owner)) return std::nullopt;
     return p->config();
   };
+  s->agents_ = std::make_unique<agents::AgentRegistry>();
+  jobs.agents = s->agents_.get();
   s->jobs_ = std::make_unique<JobManager>(jobs);
   s->training_ = std::make_unique<TrainingServiceImpl>(s->jobs_.get(), &s->auth_,
                                                        s->options_.max_streams_per_principal,
                                                        s->options_.max_generations);
   JobManager* manager = s->jobs_.get();
-  s->precision_ = std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_, [manager] {
-    ampd::v1::WorkerSlots local;
-    local.set_host("local");
-    local.set_device_kind("cpu");
-    const auto [slots, free] = manager->WorkerSlots();
-    local.set_slots(slots);
-    local.set_free(free);
-    return std::vector<ampd::v1::WorkerSlots>{local};
-  });
+  agents::AgentRegistry* registry = s->agents_.get();
+  s->precision_ =
+      std::make_unique<PrecisionServiceImpl>(s->profiles_.get(), &s->auth_, [manager, registry] {
+        ampd::v1::WorkerSlots local;
+        local.set_host("local");
+        local.set_device_kind("cpu");
+        const auto [slots, free] = manager->WorkerSlots();
+        local.set_slots(slots);
+        local.set_free(free);
+        std::vector<ampd::v1::WorkerSlots> all = {local};
+        for (ampd::v1::WorkerSlots& a : registry->Slots()) all.push_back(std::move(a));
+        return all;
+      });
   s->artifacts_ = std::make_unique<ArtifactServiceImpl>(
       s->jobs_.get(), s->options_.jobs.data_root, s->options_.max_upload_bytes, &s->auth_,
       s->options_.upload_quota_bytes_per_principal);
@@ -143,6 +149,9 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   builder.RegisterService(s->training_.get());
   builder.RegisterService(s->precision_.get());
   builder.RegisterService(s->artifacts_.get());
+  s->agent_service_ = std::make_unique<agents::AgentServiceImpl>(
+      s->agents_.get(), s->options_.jobs.data_root, &s->auth_);
+  builder.RegisterService(s->agent_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(s->metrics_->RpcInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -215,6 +224,9 @@ void AmpdServer::Shutdown() {
   if (metrics_) metrics_->StopServing();  // its scrapes read the job manager
   if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
   if (jobs_) jobs_->Shutdown();
+  // After the jobs (their agents' ranks were told to stop): agents' sessions
+  // end, and the agents connect again to whichever server comes up.
+  if (agents_) agents_->Close();
   if (heartbeat_.joinable()) heartbeat_.join();
   LogInfo("jobs stopped; closing connections");
   if (server_) {

@@ -7,6 +7,8 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "server/agents/agent_registry.h"
+#include "server/agents/agent_service.h"
 #include "server/artifact_service.h"
 #include "server/auth.h"
 #include "server/job_manager.h"
@@ -73,10 +75,13 @@ class AmpdServer {
   Authenticator auth_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<ProfileStore> profiles_;
+  // Before the job manager, which places ranks on its agents.
+  std::unique_ptr<agents::AgentRegistry> agents_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TrainingServiceImpl> training_;
   std::unique_ptr<PrecisionServiceImpl> precision_;
   std::unique_ptr<ArtifactServiceImpl> artifacts_;
+  std::unique_ptr<agents::AgentServiceImpl> agent_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread heartbeat_;

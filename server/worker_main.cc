@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,11 +13,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/dist/process_group.h"
 #include "engine/io/checkpoint.h"
 #include "engine/nn/model.h"
 #include "engine/runner/job_spec.h"
 #include "engine/train/trainer.h"
+#include "server/agents/grpc_store.h"
 #include "server/jobs/run_outputs.h"
 #include "server/uploads.h"
 
@@ -42,22 +45,27 @@ int WorkerMain(int argc, char** argv) {
     }
     flags[a.substr(2, eq - 2)] = a.substr(eq + 1);
   }
+  // Ranks of the server's own machine meet in a directory; an agent's reach
+  // the job's store through the server.
+  const char* meet = flags.count("store_server") ? "store_server" : "rendezvous";
   for (const char* required :
-       {"spec", "job", "rank", "world_size", "rendezvous", "data_root", "fashion_mnist_dir"}) {
+       {"spec", "job", "rank", "world_size", meet, "data_root", "fashion_mnist_dir"}) {
     if (!flags.count(required)) {
       std::fprintf(stderr, "ampd worker: --%s is required\n", required);
       return 2;
     }
   }
   int rank = 0, world_size = 0, parent = 0;
-  int64_t resume_step = 0, timeout_ms = 30000;
+  int64_t resume_step = 0, timeout_ms = 30000, attempt = 0;
   if (!absl::SimpleAtoi(flags["rank"], &rank) ||
       !absl::SimpleAtoi(flags["world_size"], &world_size) || rank < 1 || rank >= world_size ||
       (flags.count("resume_step") && !absl::SimpleAtoi(flags["resume_step"], &resume_step)) ||
       (flags.count("timeout_ms") && !absl::SimpleAtoi(flags["timeout_ms"], &timeout_ms)) ||
-      (flags.count("parent_pid") && !absl::SimpleAtoi(flags["parent_pid"], &parent))) {
+      (flags.count("parent_pid") && !absl::SimpleAtoi(flags["parent_pid"], &parent)) ||
+      (flags.count("attempt") && !absl::SimpleAtoi(flags["attempt"], &attempt))) {
     std::fprintf(stderr,
-                 "ampd worker: bad --rank/--world_size/--resume_step/--timeout_ms/--parent_pid\n");
+                 "ampd worker: bad "
+                 "--rank/--world_size/--resume_step/--timeout_ms/--parent_pid/--attempt\n");
     return 2;
   }
   // Die with the server; if it is already gone, do not start.
@@ -88,18 +96,29 @@ int WorkerMain(int argc, char** argv) {
     if (!c || c->state.step != resume_step) {
       return Fail(absl::StrCat(
           "the job's checkpoint of step ", resume_step, " is not readable",
-          c ? absl::StrCat(" (the newest is of step ", c->state.step, ")") : std::string()));
+          c ? absl::StrCat(" (the newest is of step ", c->state.step, ")") : std::string(),
+          warnings.empty() ? std::string() : absl::StrCat(": ", absl::StrJoin(warnings, "; "))));
     }
     resume = std::move(c->state);
   }
 
-  absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store =
-      engine::dist::FileStore(flags["rendezvous"]);
+  absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store;
+  if (flags.count("store_server")) {
+    std::string error;
+    std::shared_ptr<grpc::Channel> channel =
+        agents::AgentChannel(flags["store_server"], flags["tls_ca"], &error);
+    if (!channel) return Fail(error);
+    const char* token = std::getenv("AMPD_TOKEN");
+    store = agents::GrpcStore(channel, token ? token : "", flags["job"], attempt);
+  } else {
+    store = engine::dist::FileStore(flags["rendezvous"]);
+  }
   if (!store.ok()) return Fail(std::string(store.status().message()));
   engine::dist::GlooOptions o;
   o.rank = rank;
   o.size = world_size;
   o.store = *store;
+  if (flags.count("hostname")) o.hostname = flags["hostname"];
   o.timeout = std::chrono::milliseconds(timeout_ms);
   absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group = engine::dist::ConnectGloo(o);
   if (!group.ok()) return Fail(std::string(group.status().message()));

@@ -2,7 +2,7 @@
 #define AMPD_SERVER_WORKER_MAIN_H_
 
 // `ampd worker ...`: one rank (1..N-1) of a data-parallel job that the server
-// started as its child (jobs/local_workers.h). It reads the job's spec as the
+// or an agent started as its child (jobs/local_workers.h, agent_main.h). It reads the job's spec as the
 // server resolved it, loads the same data, resumes from the same checkpoint
 // as rank 0, meets the other ranks through the job's rendezvous directory
 // under the data root, trains its share of every global batch, and leaves
@@ -12,8 +12,13 @@
 //
 //   ampd worker --spec=FILE --job=ID --rank=R --world_size=N --rendezvous=DIR
 //               --data_root=DIR --fashion_mnist_dir=DIR [--fortunes_dir=DIR]
-//               [--owner=NAME]
+//               [--owner=NAME] [--hostname=ADDR]
 //               [--resume_step=S] [--parent_pid=PID] [--timeout_ms=MS]
+//
+// On an agent's machine the rendezvous is the server's store instead of a
+// directory: --store_server=HOST:PORT --attempt=A [--tls_ca=PEM] replace
+// --rendezvous, with the agent's token in $AMPD_TOKEN. --hostname is the
+// address this rank listens on for its peers (default 127.0.0.1).
 //
 // Exit status: 0 trained to the end, 1 failed (the reason on stderr), 2 bad
 // arguments.

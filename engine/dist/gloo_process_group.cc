@@ -6,7 +6,9 @@
 #include <exception>
 #include <filesystem>
 #include <limits>
+#include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/dist/process_group.h"
@@ -23,13 +25,67 @@
 namespace ampd::engine::dist {
 namespace {
 
+// One of Gloo's own stores (in-process, files).
 class GlooStore : public RendezvousStore {
  public:
   explicit GlooStore(std::unique_ptr<gloo::rendezvous::Store> store) : store_(std::move(store)) {}
   gloo::rendezvous::Store& get() { return *store_; }
 
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    try {
+      store_->set(key, std::vector<char>(value.begin(), value.end()));
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("rendezvous store: setting ", key, ": ", e.what()));
+    }
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  std::chrono::milliseconds timeout) override {
+    try {
+      store_->wait({key}, timeout);
+      const std::vector<char> value = store_->get(key);
+      return std::string(value.begin(), value.end());
+    } catch (const std::exception& e) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rendezvous store: waiting for ", key, ": ", e.what()));
+    }
+  }
+
  private:
   std::unique_ptr<gloo::rendezvous::Store> store_;
+};
+
+// Any other RendezvousStore (the server's, over gRPC) as Gloo sees a store:
+// Gloo's errors are exceptions, so a failed call throws one with its message.
+class ForwardingStore : public gloo::rendezvous::Store {
+ public:
+  explicit ForwardingStore(RendezvousStore* store) : store_(store) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    if (absl::Status s = store_->Set(key, std::string(data.begin(), data.end())); !s.ok()) {
+      throw std::runtime_error(std::string(s.message()));
+    }
+  }
+  std::vector<char> get(const std::string& key) override {
+    absl::StatusOr<std::string> v = store_->Get(key, kDefaultTimeout);
+    if (!v.ok()) throw std::runtime_error(std::string(v.status().message()));
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (const std::string& key : keys) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      absl::StatusOr<std::string> v =
+          store_->Get(key, std::max(left, std::chrono::milliseconds(1)));
+      if (!v.ok()) throw std::runtime_error(std::string(v.status().message()));
+    }
+  }
+
+ private:
+  RendezvousStore* store_;
 };
 
 // Gloo's messages say what failed (a timeout, a closed connection, a peer);
@@ -154,15 +210,18 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectGloo(const GlooOptions& o) 
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", o.rank, " is outside [0, ", o.size, ")"));
   }
-  auto* store = dynamic_cast<GlooStore*>(o.store.get());
-  if (store == nullptr) return absl::InvalidArgumentError("no rendezvous store");
+  if (o.store == nullptr) return absl::InvalidArgumentError("no rendezvous store");
+  auto* gloo_store = dynamic_cast<GlooStore*>(o.store.get());
+  ForwardingStore forwarding(o.store.get());
+  gloo::rendezvous::Store& store =
+      gloo_store != nullptr ? gloo_store->get() : static_cast<gloo::rendezvous::Store&>(forwarding);
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = o.hostname;
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.size);
     context->setTimeout(o.timeout);
-    gloo::rendezvous::PrefixStore prefixed(o.prefix, store->get());
+    gloo::rendezvous::PrefixStore prefixed(o.prefix, store);
     context->connectFullMesh(prefixed, device);
     return std::unique_ptr<ProcessGroup>(new GlooProcessGroup(std::move(context), o.timeout));
   } catch (const std::exception& e) {

@@ -32,12 +32,16 @@ class ProcessGroup {
 };
 
 // The rendezvous of a Gloo group: each rank publishes its address under
-// `prefix` and reads the others'. Kept abstract so that the server's key-value
-// store can stand behind it (the "rendezvous through ampd"); tests use
-// the in-process one.
+// `prefix` and reads the others'. Abstract so that the server's key-value
+// store can stand behind it (ranks on other machines reach it over gRPC:
+// server/agents/), without gRPC in the engine; tests use the in-process one.
 class RendezvousStore {
  public:
   virtual ~RendezvousStore() = default;
+  virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
+  // The value, once some rank has set it; DEADLINE_EXCEEDED after `timeout`.
+  virtual absl::StatusOr<std::string> Get(const std::string& key,
+                                          std::chrono::milliseconds timeout) = 0;
 };
 // A store shared by ranks that are threads of one process (tests, benches).
 std::shared_ptr<RendezvousStore> InProcessStore();

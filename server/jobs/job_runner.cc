@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/backend/backend.h"
 #include "engine/dist/process_group.h"
 #include "engine/io/atomic_file.h"
@@ -21,6 +22,11 @@
 #include "server/log.h"
 
 namespace ampd::server::jobs {
+
+std::string WorkersDir(const std::string& data_root, const std::string& job_id) {
+  return absl::StrCat(data_root, "/jobs/", job_id, "/workers");
+}
+
 namespace {
 
 namespace v1 = ::ampd::v1;
@@ -123,12 +129,32 @@ class TrainerEvents : public engine::train::TrainerCallbacks {
 RunResult Failed(std::string reason) { return {RunResult::Outcome::kFailed, std::move(reason)}; }
 
 // Rank 0's side of a data-parallel run: the directory the ranks meet in (the
-// spec they read, Gloo's rendezvous keys, each worker's log), the worker
-// processes, and rank 0's own connection to them.
+// spec they read, Gloo's rendezvous keys, each local worker's log), the
+// other ranks (local processes, and agents' shares), and rank 0's own
+// connection to them.
 struct DataParallelRun {
   std::string dir;
-  std::unique_ptr<LocalWorkers> workers;
+  std::vector<std::unique_ptr<WorkerGroup>> workers;
   std::unique_ptr<engine::dist::ProcessGroup> group;
+
+  std::optional<std::string> lost() const {
+    for (const auto& w : workers) {
+      if (std::optional<std::string> l = w->lost()) return l;
+    }
+    return std::nullopt;
+  }
+  void Kill() {
+    for (auto& w : workers) w->Kill();
+  }
+  // Every group's Finish, each within `grace`; the first lost reason.
+  std::string Finish(std::chrono::milliseconds grace) {
+    std::string first;
+    for (auto& w : workers) {
+      std::string lost = w->Finish(grace);
+      if (first.empty()) first = std::move(lost);
+    }
+    return first;
+  }
 };
 
 // The spec as the workers must read it: a user's precision profile by name
@@ -150,7 +176,7 @@ v1::JobSpec SpecForWorkers(const RunRequest& r) {
 
 absl::StatusOr<DataParallelRun> StartDataParallel(const RunRequest& r) {
   DataParallelRun run;
-  run.dir = absl::StrCat(r.outputs.data_root, "/jobs/", r.job_id, "/workers");
+  run.dir = WorkersDir(r.outputs.data_root, r.job_id);
   std::error_code ec;
   std::filesystem::remove_all(run.dir, ec);  // an earlier attempt's keys would mislead Gloo
   std::filesystem::create_directories(run.dir, ec);
@@ -163,44 +189,67 @@ absl::StatusOr<DataParallelRun> StartDataParallel(const RunRequest& r) {
     return absl::InternalError(absl::StrCat("cannot write ", run.dir, "/spec.json"));
   }
   const int n = r.resolved.workers;
-  LocalWorkers::Options o;
-  o.binary = r.worker_binary;
-  o.log_dir = run.dir;
-  o.world_size = n;
-  o.args = {"--spec=" + run.dir + "/spec.json",
-            "--job=" + r.job_id,
-            absl::StrCat("--world_size=", n),
-            "--rendezvous=" + run.dir + "/rendezvous",
-            "--data_root=" + r.context.data_root,
-            "--fashion_mnist_dir=" + r.context.fashion_mnist_dir,
-            "--fortunes_dir=" + r.context.fortunes_dir,
-            "--owner=" + r.owner,
-            absl::StrCat("--resume_step=", r.resume ? r.resume->step : 0),
-            absl::StrCat("--parent_pid=", getpid()),
-            absl::StrCat("--timeout_ms=", r.worker_timeout.count())};
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-    // The ranks of one machine share its cores.
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    o.env.push_back(absl::StrCat("OMP_NUM_THREADS=", std::max(1, cores / n)));
+  const int local = std::max(1, std::min(n, r.start_remote ? r.local_ranks : n));
+  const int64_t resume_step = r.resume ? r.resume->step : 0;
+  if (local > 1) {
+    LocalWorkers::Options o;
+    o.binary = r.worker_binary;
+    o.log_dir = run.dir;
+    o.world_size = n;
+    for (int rank = 1; rank < local; ++rank) o.ranks.push_back(rank);
+    o.args = {"--spec=" + run.dir + "/spec.json",
+              "--job=" + r.job_id,
+              absl::StrCat("--world_size=", n),
+              "--rendezvous=" + run.dir + "/rendezvous",
+              "--data_root=" + r.context.data_root,
+              "--fashion_mnist_dir=" + r.context.fashion_mnist_dir,
+              "--fortunes_dir=" + r.context.fortunes_dir,
+              "--owner=" + r.owner,
+              "--hostname=" + r.worker_host,
+              absl::StrCat("--resume_step=", resume_step),
+              absl::StrCat("--parent_pid=", getpid()),
+              absl::StrCat("--timeout_ms=", r.worker_timeout.count())};
+    if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+      // The ranks of one machine share its cores.
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      o.env.push_back(absl::StrCat("OMP_NUM_THREADS=", std::max(1, cores / local)));
+    }
+    o.on_lost = [id = r.job_id](const std::string& why) {
+      LogWarning("data-parallel worker lost", {{"job", id}, {"reason", why}});
+    };
+    absl::StatusOr<std::unique_ptr<LocalWorkers>> workers = LocalWorkers::Start(std::move(o));
+    if (!workers.ok()) return workers.status();
+    run.workers.push_back(*std::move(workers));
   }
-  o.on_lost = [id = r.job_id](const std::string& why) {
-    LogWarning("data-parallel worker lost", {{"job", id}, {"reason", why}});
-  };
-  absl::StatusOr<std::unique_ptr<LocalWorkers>> workers = LocalWorkers::Start(std::move(o));
-  if (!workers.ok()) return workers.status();
-  run.workers = *std::move(workers);
-  if (r.workers_started) r.workers_started(run.workers->pids());
+  if (local < n) {
+    absl::StatusOr<std::vector<std::unique_ptr<WorkerGroup>>> remote =
+        r.start_remote(json, resume_step);
+    if (!remote.ok()) {
+      run.Kill();
+      return remote.status();
+    }
+    for (auto& g : *remote) run.workers.push_back(std::move(g));
+  }
+  if (r.workers_started) {
+    std::vector<std::string> where;
+    for (const auto& w : run.workers) where.push_back(w->Where());
+    r.workers_started(absl::StrJoin(where, "; "));
+  }
   absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store =
       engine::dist::FileStore(run.dir + "/rendezvous");
-  if (!store.ok()) return store.status();
+  if (!store.ok()) {
+    run.Kill();
+    return store.status();
+  }
   engine::dist::GlooOptions g;
   g.rank = 0;
   g.size = n;
   g.store = *store;
+  g.hostname = r.worker_host;
   g.timeout = r.worker_timeout;
   absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group = engine::dist::ConnectGloo(g);
   if (!group.ok()) {
-    const std::string lost = run.workers->Finish(std::chrono::milliseconds(0));
+    const std::string lost = run.Finish(std::chrono::milliseconds(0));
     return absl::Status(group.status().code(),
                         absl::StrCat("the workers did not all connect: ",
                                      lost.empty() ? std::string(group.status().message()) : lost));
@@ -212,12 +261,13 @@ absl::StatusOr<DataParallelRun> StartDataParallel(const RunRequest& r) {
 // A data-parallel run that failed: the workers' side of the story first
 // (a killed worker is the cause; rank 0's broken connection the symptom).
 RunResult WorkerLost(DataParallelRun& run, const std::string& rank0) {
-  // The monitor notices a death within milliseconds; give it a moment.
-  for (int i = 0; i < 50 && !run.workers->lost(); ++i) {
+  // A local death is noticed within milliseconds, an agent's report within
+  // a round trip; give them a moment.
+  for (int i = 0; i < 100 && !run.lost(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const std::optional<std::string> lost = run.workers->lost();
-  run.workers->Kill();
+  const std::optional<std::string> lost = run.lost();
+  run.Kill();
   RunResult r = Failed(lost ? absl::StrCat(*lost, " (rank 0: ", rank0, ")")
                             : absl::StrCat("rank 0: ", rank0));
   r.worker_lost = true;
@@ -353,9 +403,8 @@ RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* da
       }
       if (!result.ok()) return WorkerLost(*parallel, std::string(result.status().message()));
       if (result->cancelled) {
-        parallel->workers->Kill();  // they wait in the next step's all-reduce
-      } else if (std::string lost = parallel->workers->Finish(request.worker_timeout);
-                 !lost.empty()) {
+        parallel->Kill();  // they wait in the next step's all-reduce
+      } else if (std::string lost = parallel->Finish(request.worker_timeout); !lost.empty()) {
         LogWarning("a worker failed after the job's last step",
                    {{"job", request.job_id}, {"reason", lost}});
       }

@@ -23,6 +23,7 @@
 #include "engine/runner/job_spec.h"
 #include "engine/train/trainer.h"
 #include "server/jobs/run_outputs.h"
+#include "server/jobs/worker_group.h"
 
 namespace ampd::server::jobs {
 
@@ -69,9 +70,19 @@ struct RunRequest {
   std::string owner;  // whose uploads/ the workers' data paths resolve in
   // Connecting, and each collective: a peer silent this long is lost.
   std::chrono::milliseconds worker_timeout{30000};
-  // Called with the workers' process ids once they have started (tests
-  // kill one; the manager logs them).
-  std::function<void(const std::vector<int>& pids)> workers_started;
+  // Ranks local_ranks..N-1 run elsewhere (on agents): this starts them, given
+  // the spec as the workers must read it (JSON), and returns one group per
+  // agent. Null, or local_ranks >= N: every rank is local.
+  int local_ranks = 1 << 30;
+  std::function<absl::StatusOr<std::vector<std::unique_ptr<WorkerGroup>>>(
+      const std::string& spec_json, int64_t resume_step)>
+      start_remote;
+  // The address this server's ranks listen on for their peers (Gloo): the
+  // loopback for local workers; one the agents' machines reach otherwise.
+  std::string worker_host = "127.0.0.1";
+  // Called with where the workers run once they have started (tests kill
+  // one; the manager logs it).
+  std::function<void(const std::string& where)> workers_started;
 };
 
 struct RunHooks {
@@ -93,6 +104,11 @@ struct RunResult {
   // it may be restarted from its checkpoint (resources.max_restarts).
   bool worker_lost = false;
 };
+
+// Where a data-parallel job's ranks meet: the spec they read, the rendezvous
+// directory (Gloo's keys; agents' ranks reach it through AgentService) and the
+// local workers' logs.
+std::string WorkersDir(const std::string& data_root, const std::string& job_id);
 
 RunResult RunJob(const RunRequest& request, const RunHooks& hooks, DataCache* data,
                  engine::train::CancellationToken* cancel);

@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 extern char** environ;
 
@@ -40,7 +42,9 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(Options option
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  for (int rank = 1; rank < o.world_size; ++rank) {
+  std::vector<int> ranks = o.ranks;
+  for (int r = 1; ranks.empty() && r < o.world_size; ++r) ranks.push_back(r);
+  for (int rank : ranks) {
     std::vector<std::string> args = {o.binary, "worker"};
     args.insert(args.end(), o.args.begin(), o.args.end());
     args.push_back(absl::StrCat("--rank=", rank));
@@ -108,6 +112,7 @@ void LocalWorkers::Monitor() {
   while (true) {
     std::function<void(const std::string&)> notify;
     std::string reason;
+    std::vector<std::tuple<int, bool, std::string>> exits;
     bool all_ended = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -122,15 +127,21 @@ void LocalWorkers::Monitor() {
         c.ended = true;
         ended_cv_.notify_all();
         const bool clean = r == c.pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        const std::string why =
+            r == c.pid ? Describe(c, status)
+                       : absl::StrCat("worker ", c.rank, " (pid ", c.pid, ") vanished");
+        if (!stopping_) exits.emplace_back(c.rank, !clean, why);
         if (!clean && !stopping_ && !lost_) {
-          lost_ = r == c.pid ? Describe(c, status)
-                             : absl::StrCat("worker ", c.rank, " (pid ", c.pid, ") vanished");
+          lost_ = why;
           notify = options_.on_lost;
           reason = *lost_;
         }
       }
     }
     if (notify) notify(reason);
+    if (options_.on_exit) {
+      for (const auto& [rank, lost, why] : exits) options_.on_exit(rank, lost, why);
+    }
     if ((all_ended && !children_.empty()) || quit_) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -176,6 +187,12 @@ void LocalWorkers::Kill() {
 std::optional<std::string> LocalWorkers::lost() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lost_;
+}
+
+std::string LocalWorkers::Where() const {
+  std::vector<std::string> pids;
+  for (pid_t p : this->pids()) pids.push_back(std::to_string(p));
+  return absl::StrCat("worker processes (pids ", absl::StrJoin(pids, ", "), ")");
 }
 
 std::vector<pid_t> LocalWorkers::pids() const {

@@ -28,32 +28,33 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/jobs/worker_group.h"
 
 namespace ampd::server::jobs {
 
-class LocalWorkers {
+class LocalWorkers : public WorkerGroup {
  public:
   struct Options {
     std::string binary;             // the ampd binary (its `worker` mode)
     std::vector<std::string> args;  // after "worker", the same for every rank
     std::string log_dir;            // worker-R.log for each rank R
-    int world_size = 2;             // ranks 1..world_size-1 are started
+    int world_size = 2;             // ranks 1..world_size-1 are started,
+    std::vector<int> ranks;         // unless these are given (an agent's share)
     // Extra environment, "NAME=VALUE", on top of the server's.
     std::vector<std::string> env;
     std::function<void(const std::string& reason)> on_lost;
+    // Every child that ends while not being stopped: lost, or exit status 0
+    // (`reason` then says so). On the monitor thread.
+    std::function<void(int rank, bool lost, const std::string& reason)> on_exit;
   };
   // Starts every child or none (those started are killed on failure).
   static absl::StatusOr<std::unique_ptr<LocalWorkers>> Start(Options options);
-  ~LocalWorkers();  // kills and reaps the children still running
+  ~LocalWorkers() override;  // kills and reaps the children still running
 
-  // Waits up to `grace` for every child to end by itself, then kills the
-  // rest. Returns the first lost worker's reason, "" when all exited 0.
-  std::string Finish(std::chrono::milliseconds grace);
-  // Kills every child still running (a cancelled or failed rank 0: the
-  // others would wait in a collective until it timed out).
-  void Kill();
-  // The first lost worker's reason, nullopt while none is lost.
-  std::optional<std::string> lost() const;
+  std::string Finish(std::chrono::milliseconds grace) override;
+  void Kill() override;  // SIGKILL
+  std::optional<std::string> lost() const override;
+  std::string Where() const override;
   std::vector<pid_t> pids() const;
 
  private:

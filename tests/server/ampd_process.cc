@@ -7,9 +7,10 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -34,7 +35,8 @@ std::string Runfile(const std::string& path) {
   const char* ws = std::getenv("TEST_WORKSPACE");
   if (srcdir && ws) return std::string(srcdir) + "/" + ws + "/" + path;
   std::vector<std::string> candidates;
-  if (const char* r = std::getenv("RUNFILES_DIR")) candidates.push_back(std::string(r) + "/ampd/" + path);
+  if (const char* r = std::getenv("RUNFILES_DIR"))
+    candidates.push_back(std::string(r) + "/ampd/" + path);
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) candidates.push_back(std::string(self, n) + ".runfiles/ampd/" + path);
@@ -163,6 +165,92 @@ std::string AmpdProcess::log() const {
 std::string AmpdProcess::LogTail(size_t bytes) const {
   const std::string s = log();
   return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+}
+
+AgentProcess::AgentProcess(std::vector<std::string> args, std::map<std::string, std::string> env) {
+  static std::atomic<int> counter{0};
+  log_path_ =
+      TmpDir() + "/agent-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".log";
+  std::vector<std::string> argv_strings = {Runfile(BinaryRunfile()), "agent"};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (env.count(entry.substr(0, entry.find('='))) == 0) env_strings.push_back(entry);
+  }
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+}
+
+AgentProcess::~AgentProcess() { Kill(); }
+
+int AgentProcess::Wait(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void AgentProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+std::string AgentProcess::log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<pid_t> WorkerChildren(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(paren + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent || state == 'Z') continue;
+    std::ifstream cmd(e.path() / "cmdline", std::ios::binary);
+    std::stringstream cmdline;
+    cmdline << cmd.rdbuf();
+    if (cmdline.str().find(std::string("worker\0", 7)) != std::string::npos) {
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+  }
+  return out;
 }
 
 std::string TinyJobJson(int steps, const std::string& precision, int seed,

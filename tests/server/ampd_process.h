@@ -18,9 +18,9 @@
 namespace ampd::testing {
 
 struct AmpdOptions {
-  std::vector<std::string> flags;  // after the defaults, so they win
-  std::string data_dir;            // empty: a fresh one under $TEST_TMPDIR (or /tmp)
-  std::string binary;              // empty: the runfile (server/ampd, see UseAmpdBinary)
+  std::vector<std::string> flags;          // after the defaults, so they win
+  std::string data_dir;                    // empty: a fresh one under $TEST_TMPDIR (or /tmp)
+  std::string binary;                      // empty: the runfile (server/ampd, see UseAmpdBinary)
   std::map<std::string, std::string> env;  // set (or replaced) in the server's environment
   std::chrono::seconds start_timeout{30};  // to write its port file
 };
@@ -61,6 +61,28 @@ class AmpdProcess {
   std::string log_path_;
   std::string error_;
 };
+
+// `ampd agent ARGS...` (server/agent_main.h) with `env` on top of this
+// process's, its output in a log file: an agent "on another machine" for
+// tests, with a data dir of its own.
+class AgentProcess {
+ public:
+  AgentProcess(std::vector<std::string> args, std::map<std::string, std::string> env);
+  ~AgentProcess();  // SIGKILL
+  pid_t pid() const { return pid_; }
+  // The exit status once it has exited within `timeout`; -1 if it is still
+  // running then (or was killed by a signal).
+  int Wait(std::chrono::milliseconds timeout);
+  void Kill();
+  std::string log() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+// The `ampd worker` children of process `parent` (a server or an agent).
+std::vector<pid_t> WorkerChildren(pid_t parent);
 
 // The path of a runfile ("server/ampd") in a test or a `bazel run` binary.
 std::string Runfile(const std::string& path);

@@ -83,28 +83,7 @@ History ReadHistory(v1::TrainingService::Stub* stub, const std::string& name) {
 }
 
 // The `ampd worker` children of the server process.
-std::vector<pid_t> WorkerPids(pid_t server) {
-  std::vector<pid_t> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t paren = line.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream rest(line.substr(paren + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != server) continue;
-    const std::string cmdline = Slurp((e.path() / "cmdline").string());
-    if (cmdline.find(std::string("worker\0", 7)) != std::string::npos) {
-      out.push_back(static_cast<pid_t>(std::stol(name)));
-    }
-  }
-  return out;
-}
+std::vector<pid_t> WorkerPids(pid_t server) { return WorkerChildren(server); }
 
 bool HasState(const History& h, v1::JobState state, const std::string& reason_part,
               std::string* reason = nullptr) {

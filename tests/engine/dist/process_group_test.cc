@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -69,11 +72,8 @@ TEST(ProcessGroupTest, BroadcastGivesEveryRankTheRootsValues) {
   }
 }
 
-TEST(ProcessGroupTest, RanksMeetThroughAFileStoreToo) {
-  const std::string dir = absl::StrCat(testing::TempDir(), "/rendezvous");
-  absl::StatusOr<std::shared_ptr<RendezvousStore>> file_store = FileStore(dir);
-  ASSERT_TRUE(file_store.ok()) << file_store.status();
-  std::shared_ptr<RendezvousStore> store = *file_store;
+// Two ranks meet through `store` and sum one number.
+void MeetThrough(std::shared_ptr<RendezvousStore> store) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -91,6 +91,55 @@ TEST(ProcessGroupTest, RanksMeetThroughAFileStoreToo) {
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+TEST(ProcessGroupTest, RanksMeetThroughAFileStoreToo) {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/rendezvous");
+  absl::StatusOr<std::shared_ptr<RendezvousStore>> file_store = FileStore(dir);
+  ASSERT_TRUE(file_store.ok()) << file_store.status();
+  MeetThrough(*file_store);
+  // What a rank on another machine reads through the server (agents).
+  absl::StatusOr<std::string> missing =
+      (*file_store)->Get("job-1/no-such-key", std::chrono::milliseconds(50));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded) << missing.status();
+  ASSERT_TRUE((*file_store)->Set("k", std::string("a\0b", 3)).ok());
+  EXPECT_EQ(*(*file_store)->Get("k", std::chrono::milliseconds(50)), std::string("a\0b", 3));
+}
+
+// A store that is not one of Gloo's: the kind the server's gRPC store is.
+class MapStore : public RendezvousStore {
+ public:
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key] = value;
+    ++sets_;
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
+      return absl::DeadlineExceededError(key);
+    }
+    return values_[key];
+  }
+  int sets() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sets_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> values_;
+  int sets_ = 0;
+};
+
+TEST(ProcessGroupTest, RanksMeetThroughAnyRendezvousStore) {
+  auto store = std::make_shared<MapStore>();
+  MeetThrough(store);
+  EXPECT_GE(store->sets(), 2);  // each rank published its address there
 }
 
 TEST(ProcessGroupTest, BucketsFollowDdpReverseOrderFirstOneMiBThenTheCap) {
