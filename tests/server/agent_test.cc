@@ -257,6 +257,17 @@ TEST_F(AgentTest, AnAgentRunsOneOfTwoWorkersAndAKilledRankRestartsFromACheckpoin
   EXPECT_EQ(h.losses, h2.losses) << "the restarted job's losses differ from the uninterrupted run";
   EXPECT_FALSE(Weights(two).empty());
   EXPECT_EQ(Weights(done), Weights(two)) << "the restarted job's weights differ";
+
+  // The README's example, rank 1 on the agent (a short look, as there).
+  std::string json = Slurp(Runfile("examples/fashion_mlp_bf16_2workers.json"));
+  const size_t epochs = json.find("\"epochs\": 2");
+  ASSERT_NE(epochs, std::string::npos);
+  json.replace(epochs, 11, "\"steps\": 30");
+  const v1::Job example = root_->Run(json);
+  ASSERT_EQ(example.state(), v1::SUCCEEDED) << example.failure_reason() << agent->log();
+  EXPECT_EQ(root_->Read(example.name()).losses.size(), 30u);
+  EXPECT_TRUE(
+      std::filesystem::exists(agent_dir_ + "/jobs/" + example.id() + "/workers/worker-1.log"));
 }
 
 TEST_F(AgentTest, AnAgentWithoutAValidIdentityIsRefused) {
