@@ -23,6 +23,7 @@ def _cuda_configure_impl(ctx):
             'cc_library(name = "cudart")',
             'cc_library(name = "cublaslt")',
             'cc_library(name = "cudnn")',
+            'cc_library(name = "nccl")',
             "",
         ]))
         return
@@ -57,6 +58,12 @@ cc_library(
 cc_library(
     name = "cudnn",
     linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcudnn"],
+    deps = [":cudart"],
+)
+
+cc_library(
+    name = "nccl",
+    linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lnccl"],
     deps = [":cudart"],
 )
 """.format(lib = lib))

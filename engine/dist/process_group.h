@@ -3,7 +3,7 @@
 
 // The workers of one data-parallel job: a rank in a world of `size`, and the
 // collectives its training step needs, through the field's own libraries
-// (Gloo on CPUs; NCCL on GPUs later) rather than a home-made transport.
+// (Gloo on CPUs, nccl_process_group.h on GPUs) rather than a home-made transport.
 // Every collective must be called by every rank, in the same order. Failures
 // (a peer that never arrives or dies) are Status errors naming the rank, never
 // an exception or an abort: a worker reports them and its job restarts.
@@ -23,6 +23,9 @@ class ProcessGroup {
   virtual ~ProcessGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Whether the collectives take device memory (NCCL) rather than host
+  // memory (Gloo).
+  virtual bool device_memory() const { return false; }
   // data[0..n) = the element-wise sum (max) over the ranks, on every rank.
   virtual absl::Status AllReduceSum(float* data, int64_t n) = 0;
   virtual absl::Status AllReduceMax(float* data, int64_t n) = 0;

@@ -520,6 +520,20 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   return St().sticky;
 }
 
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  auto& streams = St().streams;
+  for (auto it = streams.begin(); it != streams.end(); ++it) {
+    if (it->get() == s) {
+      cudaemu::RunQueue(s, nullptr);  // as CUDA: the work already queued still runs
+      streams.erase(it);
+      return cudaSuccess;
+    }
+  }
+  return Fail(cudaErrorInvalidValue, "cudaStreamDestroy: not a stream");
+}
+
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   Lock lock(Mu());

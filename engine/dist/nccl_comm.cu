@@ -1,0 +1,130 @@
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <string>
+
+#include "engine/dist/nccl_comm.h"
+
+namespace ampd::engine::dist::nccl {
+
+struct Comm {
+  int device = 0;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  float* scratch = nullptr;  // the barrier's one float
+};
+
+namespace {
+
+std::string CudaErr(const std::string& call, cudaError_t err) {
+  if (err == cudaSuccess) return "";
+  cudaGetLastError();
+  return call + ": " + cudaGetErrorString(err);
+}
+
+std::string NcclErr(const std::string& call, ncclResult_t r) {
+  if (r == ncclSuccess) return "";
+  return call + ": " + ncclGetErrorString(r);
+}
+
+// Waits for the communicator's stream: the collective's result is final.
+std::string Wait(Comm* c, const std::string& what, ncclResult_t r) {
+  if (std::string e = NcclErr(what, r); !e.empty()) return e;
+  return CudaErr(what + " (cudaStreamSynchronize)", cudaStreamSynchronize(c->stream));
+}
+
+}  // namespace
+
+bool Available() { return true; }
+
+std::string GetUniqueId(std::string* id) {
+  ncclUniqueId u;
+  if (std::string e = NcclErr("ncclGetUniqueId", ncclGetUniqueId(&u)); !e.empty()) return e;
+  id->assign(u.internal, sizeof(u.internal));
+  return "";
+}
+
+std::string Init(int device, int size, int rank, const std::string& id, Comm** comm) {
+  *comm = nullptr;
+  ncclUniqueId u;
+  if (id.size() != sizeof(u.internal)) {
+    return "ncclCommInitRank: the unique id has " + std::to_string(id.size()) + " bytes, not " +
+           std::to_string(sizeof(u.internal));
+  }
+  std::memcpy(u.internal, id.data(), sizeof(u.internal));
+  auto* c = new Comm;
+  c->device = device;
+  std::string e = CudaErr("cudaSetDevice(" + std::to_string(device) + ")", cudaSetDevice(device));
+  if (e.empty()) {
+    e = CudaErr("cudaStreamCreateWithFlags",
+                cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  }
+  if (e.empty()) {
+    e = CudaErr("cudaMalloc", cudaMalloc(reinterpret_cast<void**>(&c->scratch), sizeof(float)));
+  }
+  if (e.empty()) e = NcclErr("ncclCommInitRank", ncclCommInitRank(&c->comm, size, u, rank));
+  if (!e.empty()) {
+    Destroy(c);
+    return e;
+  }
+  *comm = c;
+  return "";
+}
+
+std::string AllReduce(Comm* c, float* data, int64_t n, bool max) {
+  if (n == 0) return "";
+  cudaSetDevice(c->device);
+  return Wait(c, "ncclAllReduce",
+              ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32,
+                            max ? ncclMax : ncclSum, c->comm, c->stream));
+}
+
+std::string Broadcast(Comm* c, float* data, int64_t n, int root) {
+  if (n == 0) return "";
+  cudaSetDevice(c->device);
+  return Wait(
+      c, "ncclBroadcast",
+      ncclBroadcast(data, data, static_cast<size_t>(n), ncclFloat32, root, c->comm, c->stream));
+}
+
+std::string Barrier(Comm* c) { return AllReduce(c, c->scratch, 1, false); }
+
+std::string ToDevice(Comm* c, float* dst, const float* src, int64_t n) {
+  cudaSetDevice(c->device);
+  std::string e =
+      CudaErr("cudaMemcpyAsync (to the device)",
+              cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+  if (!e.empty()) return e;
+  return CudaErr("cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+}
+
+std::string ToHost(Comm* c, float* dst, const float* src, int64_t n) {
+  cudaSetDevice(c->device);
+  std::string e =
+      CudaErr("cudaMemcpyAsync (to the host)",
+              cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+  if (!e.empty()) return e;
+  return CudaErr("cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+}
+
+std::string DeviceAlloc(Comm* c, float** ptr, int64_t n) {
+  cudaSetDevice(c->device);
+  return CudaErr("cudaMalloc", cudaMalloc(reinterpret_cast<void**>(ptr), n * sizeof(float)));
+}
+
+void DeviceFree(Comm* c, float* ptr) {
+  cudaSetDevice(c->device);
+  cudaFree(ptr);
+}
+
+void Destroy(Comm* c) {
+  if (c == nullptr) return;
+  cudaSetDevice(c->device);
+  if (c->comm != nullptr) ncclCommDestroy(c->comm);
+  if (c->scratch != nullptr) cudaFree(c->scratch);
+  if (c->stream != nullptr) cudaStreamDestroy(c->stream);
+  delete c;
+}
+
+}  // namespace ampd::engine::dist::nccl
