@@ -773,8 +773,8 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
     }
     if (spec.device() == v1::DEVICE_CUDA) {
       Violate(&v, "resources.workers",
-              "data-parallel training runs on the CPU so far (NCCL for DEVICE_CUDA is not "
-              "built yet)");
+              "data-parallel DEVICE_CUDA jobs are not placed yet: the trainer reduces over NCCL, "
+              "but ampd does not start GPU workers; run them on the CPU");
     }
   }
   if (r.devices_per_worker() < 0 || r.devices_per_worker() > 1) {

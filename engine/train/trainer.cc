@@ -18,6 +18,7 @@
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/core/error_subject.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/cast.h"
 #include "engine/ops/ops.h"
 
 namespace ampd::engine::train {
@@ -126,8 +127,13 @@ absl::Status ValidateTrainerConfig(const TrainerConfig& c) {
                               " workers (each takes an equal share of the global batch), got ",
                               t.batch_size));
     }
-    if (c.device != Device::kCpu) {
-      return Bad("device", "data-parallel training runs on the CPU so far");
+    if (c.device != Device::kCpu && !g->device_memory()) {
+      return Bad("device",
+                 "data-parallel training on a GPU needs an NCCL process group (its collectives "
+                 "take device memory), not Gloo's");
+    }
+    if (c.device == Device::kCpu && g->device_memory()) {
+      return Bad("device", "an NCCL process group reduces device memory; this job is on the CPU");
     }
   }
   return absl::OkStatus();
@@ -480,10 +486,43 @@ Tensor Trainer::ToDevice(const std::vector<float>& values, int64_t rows, int64_t
   return x;
 }
 
+// Data-parallel on the device (NCCL): every rank's gradients, summed in place
+// where they are, then averaged with the found-inf check, so every rank
+// unscales, clips and skips alike. After the backward rather than during it:
+// the device path has no buckets overlapping the backward yet.
+absl::Status Trainer::AverageOnDevice(const std::vector<Tensor>& grads, double* allreduce_s) {
+  dist::ProcessGroup* group = config_.process_group;
+  Backend& be = *device_backend_;
+  // The loss (summed in f64) as f32 for NCCL, cast on the backend's stream;
+  // then the host waits for that stream, so the gradients and the loss are
+  // final before NCCL's stream reads them.
+  loss_shared_ = ops::Cast(loss_sum_.Detach(), DType::kF32);
+  (void)be.ReadScalars({loss_shared_});
+  const auto start = std::chrono::steady_clock::now();
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    if (g.dtype() != DType::kF32) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("data-parallel on a GPU reduces f32 gradients; ", config_.precision.name,
+                       " keeps ", std::string(DTypeName(g.dtype())), " gradients"));
+    }
+    if (absl::Status s = group->AllReduceSum(static_cast<float*>(g.raw()), g.numel()); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = group->AllReduceSum(static_cast<float*>(loss_shared_.raw()), 1); !s.ok()) {
+    return s;
+  }
+  *allreduce_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return absl::OkStatus();
+}
+
 StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   const auto start = std::chrono::steady_clock::now();
   const TrainingSpec& t = config_.training;
   Backend& be = *device_backend_;
+  const bool data_parallel =
+      config_.process_group != nullptr && config_.process_group->size() > 1 && dist_status_.ok();
   be.SetMatmulOptions(config_.precision.allow_tf32);
   optimizer_->ZeroGrad();
   be.Fill(loss_sum_, 0.0);
@@ -497,8 +536,14 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   }
 
   std::vector<Tensor> grads = optimizer_->CollectGradients();
+  double allreduce_s = 0;
+  if (data_parallel) dist_status_ = AverageOnDevice(grads, &allreduce_s);
   be.CopyInto(scale_used_, amp_.scale);
   be.Fill(amp_.found_inf, 0.0);
+  if (data_parallel) {
+    be.MultiplyAndCheckOnDevice(grads, 1.0f / static_cast<float>(config_.process_group->size()),
+                                amp_.found_inf);
+  }
   // With loss scaling off the scale is 1: this is then just the inf/NaN check
   // that keeps a bad step from being applied.
   be.UnscaleAndCheckOnDevice(grads, amp_);
@@ -530,7 +575,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   const int64_t epoch = Epoch();
   if (step_ < total_steps_ && classifier_ != nullptr) {
     position_before_next_ = batcher_.position();
-    NextBatch(&next_batch_);
+    NextShard(&next_batch_);
     next_x_ = UploadBatch(next_batch_);
     has_next_ = true;
   }
@@ -549,7 +594,21 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
                     scaler_.enabled() ? v[3] : 1.0};
     if (callbacks) callbacks->OnSkip(event);
   }
-  FinishMetrics(start, epoch, v[0], skip, std::sqrt(v[5]), &m);
+  if (data_parallel && dist_status_.ok() && !model_->buffers().empty()) {
+    // Batch norm's running statistics: rank 0's, as DDP's broadcast_buffers
+    // (the read above waited for the forward that updated them).
+    for (const Parameter& b : model_->buffers()) {
+      dist_status_ = config_.process_group->Broadcast(static_cast<float*>(b.value.raw()),
+                                                      b.value.numel(), /*root=*/0);
+      if (!dist_status_.ok()) break;
+    }
+  }
+  const double loss_sum = data_parallel && dist_status_.ok()
+                              ? be.ReadScalars({loss_shared_}).at(0) /
+                                    static_cast<double>(config_.process_group->size())
+                              : v[0];
+  FinishMetrics(start, epoch, loss_sum, skip, std::sqrt(v[5]), &m);
+  if (data_parallel) m.allreduce_s = allreduce_s;  // none of it hidden
   return m;
 }
 
@@ -728,8 +787,10 @@ namespace {
 // Rank `rank`'s contiguous share of a global batch (size divisible by `size`).
 void TakeShard(int rank, int size, int64_t feature_dim, data::Batch* b) {
   const int64_t per = b->size / size, begin = rank * per;
-  b->features = std::vector<float>(b->features.begin() + begin * feature_dim,
-                                   b->features.begin() + (begin + per) * feature_dim);
+  if (!b->features.empty()) {  // a device's resident set gathers by rows instead
+    b->features = std::vector<float>(b->features.begin() + begin * feature_dim,
+                                     b->features.begin() + (begin + per) * feature_dim);
+  }
   b->labels = std::vector<int32_t>(b->labels.begin() + begin, b->labels.begin() + begin + per);
   if (!b->rows.empty()) {
     b->rows = std::vector<int32_t>(b->rows.begin() + begin, b->rows.begin() + begin + per);
@@ -748,6 +809,13 @@ void TakeTokenShard(int rank, int size, data::TokenBatch* b) {
 
 }  // namespace
 
+void Trainer::NextShard(data::Batch* b) {
+  NextBatch(b);
+  if (const dist::ProcessGroup* g = config_.process_group; g != nullptr && g->size() > 1) {
+    TakeShard(g->rank(), g->size(), train_->feature_dim, b);
+  }
+}
+
 Tensor Trainer::MicroBatchLoss(int64_t micro) {
   const TrainingSpec& t = config_.training;
   const uint64_t dropout_seed = t.seed + step_ * 7919 + micro;
@@ -761,10 +829,7 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
   }
   Tensor x;
   if (device_backend_ == nullptr) {
-    NextBatch(&batch_);
-    if (const dist::ProcessGroup* g = config_.process_group; g != nullptr && g->size() > 1) {
-      TakeShard(g->rank(), g->size(), train_->feature_dim, &batch_);
-    }
+    NextShard(&batch_);
     x = Tensor::FromVector(batch_.features, {batch_.size, train_->feature_dim});
   } else if (micro == 0 && has_next_) {
     std::swap(batch_, next_batch_);
@@ -772,7 +837,7 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
     next_x_ = Tensor();
     has_next_ = false;
   } else {
-    NextBatch(&batch_);
+    NextShard(&batch_);
     x = UploadBatch(batch_);
   }
   AutocastScope region(amp::AutocastRegion(config_.precision));

@@ -256,6 +256,9 @@ class Trainer {
   // rank the same state between steps (an evaluation or checkpoint anywhere
   // sees rank 0's statistics).
   absl::Status BroadcastBuffers();
+  // The next batch, cut to this rank's share when data-parallel.
+  void NextShard(data::Batch* b);
+  absl::Status AverageOnDevice(const std::vector<Tensor>& grads, double* allreduce_s);
   // Also gathers every rank's `compute_seconds` (in the loss's all-reduce,
   // so no extra collective) as per-rank samples/s into `rates`.
   absl::Status FinishAverage(const std::vector<Tensor>& grads, double compute_seconds,
@@ -295,6 +298,7 @@ class Trainer {
   backend::Backend* device_backend_ = nullptr;  // null on the CPU
   backend::DeviceAmpState amp_;                 // device path: scale, growth tracker, found_inf
   Tensor scale_used_, sum_sq_, loss_sum_;
+  Tensor loss_shared_;  // data-parallel on a device: the loss all-reduced in f32
   // Device path: the next step's first batch, uploaded before this step's
   // closing read so the copy overlaps the device's work. Checkpoints record
   // the position from before it was taken.
