@@ -270,6 +270,52 @@ TEST_F(AgentTest, AnAgentRunsOneOfTwoWorkersAndAKilledRankRestartsFromACheckpoin
       std::filesystem::exists(agent_dir_ + "/jobs/" + example.id() + "/workers/worker-1.log"));
 }
 
+TEST_F(AgentTest, ALostAgentsRanksRestartOnAnotherAgent) {
+  StartServer({"--cpu_workers=1", "--checkpoint_every_steps=50", "--checkpoint_every_seconds=0"});
+  std::unique_ptr<AgentProcess> a = StartAgent("rack-a", "agent-token");
+  const std::string dir_a = agent_dir_;
+  ASSERT_TRUE(Listed("rack-a", 1, 1)) << a->log();
+  std::unique_ptr<AgentProcess> b = StartAgent("rack-b", "agent-token");
+  const std::string dir_b = agent_dir_;
+  ASSERT_TRUE(Listed("rack-b", 1, 1)) << b->log();
+
+  constexpr int kSteps = 1500;
+  const v1::Job reference = root_->Run(DdpJobJson(kSteps, 2));
+  ASSERT_EQ(reference.state(), v1::SUCCEEDED) << reference.failure_reason();
+
+  // The whole agent goes (its rank with it, by PR_SET_PDEATHSIG) past a
+  // checkpoint: the job restarts with rank 1 on the agent that is left.
+  const v1::Job job = root_->Create(DdpJobJson(kSteps, 2));
+  AgentProcess* first = nullptr;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (first == nullptr && std::chrono::steady_clock::now() < deadline) {
+    const v1::Job now = root_->Get(job.name());
+    if (now.progress().step() >= 120) {
+      if (!WorkerChildren(a->pid()).empty()) first = a.get();
+      if (!WorkerChildren(b->pid()).empty()) first = b.get();
+    }
+    if (kEnded.count(now.state())) break;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_NE(first, nullptr) << "the job ended or never passed step 120 with its rank on an agent";
+  const std::string lost_name = first == a.get() ? "rack-a" : "rack-b";
+  const std::string other_dir = first == a.get() ? dir_b : dir_a;
+  first->Kill();
+  const v1::Job done = root_->WaitEnded(job.name());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << server_->LogTail();
+  const Caller::History h = root_->Read(job.name());
+  std::string why;
+  EXPECT_TRUE(HasState(h, v1::RESTARTING, "from the checkpoint of step", &why));
+  EXPECT_EQ(h.duplicates, 0);
+  EXPECT_EQ(h.losses, root_->Read(reference.name()).losses);
+  EXPECT_EQ(Weights(done), Weights(reference)) << "the restarted job's weights differ";
+  EXPECT_NE(
+      Slurp(other_dir + "/jobs/" + job.id() + "/workers/worker-1.log").find("resuming at step"),
+      std::string::npos)
+      << "rank 1 did not move to the agent that was left";
+  for (const v1::WorkerSlots& w : root_->Slots()) EXPECT_NE(w.host(), "agent:" + lost_name);
+}
+
 TEST_F(AgentTest, AnAgentWithoutAValidIdentityIsRefused) {
   StartServer({"--cpu_workers=1"});
   // No such token: UNAUTHENTICATED, and the agent exits saying so.
