@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,6 +20,7 @@
 #include "ampd/v1/agent_service.grpc.pb.h"
 #include "engine/data/dataset.h"
 #include "engine/data/text_tokens.h"
+#include "engine/dist/launcher_env.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/sha256.h"
 #include "server/agents/grpc_store.h"
@@ -38,6 +40,10 @@ struct AgentFlags {
   std::string fortunes_dir = engine::data::kFortunesDir;
   int slots = 1;
   int64_t reconnect_ms = 2000;
+  // --join: the job this agent's one rank belongs to, its place from the
+  // launcher's environment.
+  std::string join;
+  int join_rank = 0, join_world = 0;
 };
 
 void Say(const std::string& line) {
@@ -61,6 +67,11 @@ class Agent {
     hello.set_name(f_.name);
     hello.set_slots(f_.slots);
     hello.set_device_kind("cpu");
+    if (!f_.join.empty()) {
+      hello.set_job(f_.join);
+      hello.set_rank(f_.join_rank);
+      hello.set_world_size(f_.join_world);
+    }
     std::unique_ptr<grpc::ClientReader<v1::AgentWork>> reader = stub_->Connect(&ctx, hello);
     v1::AgentWork work;
     while (reader->Read(&work)) {
@@ -229,6 +240,7 @@ class Agent {
 bool Permanent(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAUTHENTICATED || code == grpc::StatusCode::PERMISSION_DENIED ||
          code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::ALREADY_EXISTS ||
+         code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::FAILED_PRECONDITION ||
          code == grpc::StatusCode::UNIMPLEMENTED;
 }
 
@@ -246,6 +258,10 @@ const char* CodeName(grpc::StatusCode code) {
       return "UNAVAILABLE";
     case grpc::StatusCode::UNIMPLEMENTED:
       return "UNIMPLEMENTED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
     default:
       return "error";
   }
@@ -274,7 +290,8 @@ int AgentMain(int argc, char** argv) {
                                                    {"tls_ca", &f.tls_ca},
                                                    {"worker_host", &f.worker_host},
                                                    {"fashion_mnist_dir", &f.fashion_mnist_dir},
-                                                   {"fortunes_dir", &f.fortunes_dir}};
+                                                   {"fortunes_dir", &f.fortunes_dir},
+                                                   {"join", &f.join}};
     if (auto it = strings.find(key); it != strings.end()) {
       *it->second = value;
     } else if (key == "slots") {
@@ -293,9 +310,36 @@ int AgentMain(int argc, char** argv) {
       return 2;
     }
   }
+  bool named = false, reconnect_set = false;
+  for (int i = 1; i < argc; ++i) {
+    named |= std::strncmp(argv[i], "--name=", 7) == 0;
+    reconnect_set |= std::strncmp(argv[i], "--reconnect_ms=", 15) == 0;
+  }
   if (f.server.empty()) {
     std::fprintf(stderr, "ampd agent: --server=HOST:PORT is required\n");
     return 2;
+  }
+  if (!f.join.empty()) {
+    // Started by srun, mpirun or a Kubernetes indexed Job for one job: task
+    // t of T is the job's rank t + 1 of T + 1 (rank 0 trains in ampd).
+    absl::StatusOr<engine::dist::WorldPlace> place =
+        engine::dist::PlaceFromEnvironment([](const char* name) { return std::getenv(name); });
+    if (!place.ok()) {
+      std::fprintf(stderr,
+                   "ampd agent: --join needs its place from the launcher's environment "
+                   "(SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE, "
+                   "JOB_COMPLETION_INDEX with AMPD_WORLD_SIZE, or AMPD_RANK/AMPD_WORLD_SIZE): "
+                   "%s\n",
+                   std::string(place.status().message()).c_str());
+      return 2;
+    }
+    f.join_rank = place->rank + 1;
+    f.join_world = place->size + 1;
+    f.slots = 1;
+    if (!named) f.name = absl::StrCat(f.join, "/rank-", f.join_rank);
+    if (!reconnect_set) f.reconnect_ms = 0;  // the launcher restarts it if it should
+    Say(absl::StrCat("joining ", f.join, " as rank ", f.join_rank, " of ", f.join_world, " (",
+                     place->source, ")"));
   }
   std::error_code ec;
   std::filesystem::create_directories(f.data_dir, ec);
@@ -315,6 +359,10 @@ int AgentMain(int argc, char** argv) {
   Agent agent(f, channel);
   while (true) {
     const grpc::Status s = agent.Session();
+    if (!f.join.empty() && s.ok()) {
+      Say(absl::StrCat(f.join, " has ended"));
+      return 0;
+    }
     if (Permanent(s.error_code())) {
       std::fprintf(stderr, "ampd agent: the server refused this agent: %s: %s\n",
                    CodeName(s.error_code()), s.error_message().c_str());

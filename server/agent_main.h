@@ -13,7 +13,14 @@
 //              [--data_dir=./ampd-agent-data] [--token=TOKEN | $AMPD_TOKEN]
 //              [--tls_ca=PEM] [--worker_host=127.0.0.1]
 //              [--fashion_mnist_dir=DIR] [--fortunes_dir=DIR]
-//              [--reconnect_ms=2000]
+//              [--reconnect_ms=2000] [--join=JOB]
+//
+// --join=JOB: started by a cluster's launcher for one job whose
+// resources.externalWorkers is set: `srun -n 3 ampd agent --join=JOB ...`
+// for a job of 4 workers. Each task reads its place from the launcher's
+// environment (engine/dist/launcher_env.h): task t of T is the job's rank
+// t + 1 of T + 1, with one slot for that job only; it exits 0 when the job
+// has ended (and does not reconnect unless --reconnect_ms is given).
 //
 // --worker_host is the address this machine's ranks listen on for their
 // peers (Gloo): one the other machines reach. When the connection ends the

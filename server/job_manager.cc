@@ -148,6 +148,7 @@ JobManager::JobManager(JobManagerOptions options)
       { std::lock_guard<std::mutex> lock(mu_); }
       work_cv_.notify_all();
     });
+    options_.agents->SetCheckJoin([this](const v1::AgentHello& hello) { return CheckJoin(hello); });
   }
   for (int i = 0; i < std::max(1, options_.cpu_workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
@@ -339,7 +340,10 @@ void JobManager::WriteFailed(const jobs::PendingWrite& w) {
 }
 
 JobManager::~JobManager() {
-  if (options_.agents) options_.agents->SetOnChange(nullptr);
+  if (options_.agents) {
+    options_.agents->SetOnChange(nullptr);
+    options_.agents->SetCheckJoin(nullptr);
+  }
   Shutdown();
 }
 
@@ -371,6 +375,13 @@ int JobManager::AgentSlots(bool free_only) const {
 
 absl::Status JobManager::CheckSlots(const engine::runner::ResolvedJob& job, bool recovering) const {
   const int slots = std::max(1, options_.cpu_workers);
+  if (job.external_workers) {
+    // Rank 0 takes a local slot; the others bring their own (they join).
+    if (options_.agents == nullptr) {
+      return Precondition("resources.external_workers", "this server takes no joining ranks");
+    }
+    return absl::OkStatus();
+  }
   const int agent_slots = AgentSlots(false);
   // After a restart of ampd its agents have yet to connect again: a job that
   // needs them waits for them (its heartbeat says so) rather than failing.
@@ -857,6 +868,42 @@ int JobManager::SlotsOf(const std::string& id) const {
   return it == jobs_.end() ? 1 : std::max(1, it->second->resolved.workers);
 }
 
+absl::StatusOr<std::string> JobManager::CheckJoin(const v1::AgentHello& hello) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(IdFromName(hello.job()));
+    if (it != jobs_.end()) return CheckJoinLocked(*it->second, hello);
+  }
+  // Ended jobs live in the store.
+  if (absl::StatusOr<v1::Job> ended = Get(hello.job()); ended.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("job: ", ended->name(), " has ended (",
+                                                      v1::JobState_Name(ended->state()), ")"));
+  }
+  return absl::NotFoundError(absl::StrCat("job: no job \"", hello.job(), "\" to join"));
+}
+
+absl::StatusOr<std::string> JobManager::CheckJoinLocked(const JobRecord& j,
+                                                        const v1::AgentHello& hello) const {
+  if (!j.resolved.external_workers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job: ", j.job.name(), " does not take ranks from a launcher (resources.externalWorkers)"));
+  }
+  const v1::JobState state = j.job.state();
+  if (state != v1::QUEUED && state != v1::RUNNING && state != v1::RESTARTING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job: ", j.job.name(), " has ended (", v1::JobState_Name(state), ")"));
+  }
+  if (hello.world_size() != j.resolved.workers || hello.rank() < 1 ||
+      hello.rank() >= j.resolved.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world_size: ", j.job.name(), " has ", j.resolved.workers,
+        " workers: rank 0 in ampd and ranks 1..", j.resolved.workers - 1,
+        " from the launcher, so the launcher must start ", j.resolved.workers - 1,
+        " tasks; this one is task ", hello.rank() - 1, " of ", hello.world_size() - 1));
+  }
+  return j.job.id();
+}
+
 std::pair<int, int> JobManager::WorkerSlots() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {std::max(1, options_.cpu_workers), free_slots_};
@@ -867,6 +914,15 @@ std::string JobManager::WaitingFor(const std::string& id) const {
   const int position = queue_.Position(IdFromName(id));
   if (position < 0) return "";
   const int need = SlotsOf(IdFromName(id));
+  if (auto it = jobs_.find(IdFromName(id));
+      it != jobs_.end() && it->second->resolved.external_workers && options_.agents) {
+    const int joined = options_.agents->Joined(it->second->job.id());
+    if (joined >= need - 1)
+      return free_slots_ > 0 || position > 0 ? "" : "a worker slot for rank 0";
+    return absl::StrCat(need - 1, " ranks to join from the cluster's launcher (", joined,
+                        " joined): ampd agent --join=", it->second->job.name(),
+                        " --server=... under srun, mpirun or an indexed Job");
+  }
   if (need <= 1 && position > 0) return "";
   const int agent_free = AgentSlots(true), agent_total = AgentSlots(false);
   if (need <= free_slots_ + agent_free && free_slots_ > 0 && position == 0) return "";
@@ -1100,26 +1156,57 @@ void JobManager::WorkerLoop() {
       // stream of one-slot jobs must not starve a data-parallel one).
       // Rank 0 takes a local slot; the other ranks take local slots first,
       // then agents'.
-      auto fits = [this] {
+      // A job whose ranks join from a launcher (external_workers) takes
+      // one local slot and the slots of the ranks that joined it.
+      auto external = [this](const std::string& id) {
+        return options_.agents != nullptr && jobs_.at(id)->resolved.external_workers;
+      };
+      auto waiting_for_joins = [&](const std::string& id) {
+        return external(id) && options_.agents->Joined(id) < SlotsOf(id) - 1;
+      };
+      // The job to start: the head of the queue, unless it waits for its
+      // launcher's ranks to join: such a job holds up no one (its ranks may
+      // never come), so the first one behind it that is not waiting so.
+      std::string next;
+      auto fits = [&] {
         if (queue_.empty() || free_slots_ < 1) return false;
-        const int need = SlotsOf(queue_.Front());
-        return need <= free_slots_ || need <= free_slots_ + AgentSlots(true);
+        next = queue_.Front();
+        if (waiting_for_joins(next)) {
+          next.clear();
+          for (const std::string& id : queue_.Ids()) {
+            if (!waiting_for_joins(id)) {
+              next = id;
+              break;
+            }
+          }
+          if (next.empty()) return false;
+        }
+        const int need = SlotsOf(next);
+        return external(next) || need <= free_slots_ || need <= free_slots_ + AgentSlots(true);
       };
       while (true) {
         work_cv_.wait(lock, [&] { return shutting_down_ || fits(); });
         if (shutting_down_) return;
-        const int need = SlotsOf(queue_.Front());
-        slots = std::min(need, free_slots_);
-        if (need == slots) break;
+        const int need = SlotsOf(next);
+        std::optional<agents::Placement> p;
+        if (external(next)) {
+          slots = 1;
+          p = options_.agents->TakeJoined(next, need - 1);
+        } else {
+          slots = std::min(need, free_slots_);
+          if (need == slots) break;
+          p = options_.agents->Take(need - slots);
+        }
         // Taken all or none; an agent may have left since fits() (then wait).
-        if (std::optional<agents::Placement> p = options_.agents->Take(need - slots)) {
+        if (p) {
           placement = *std::move(p);
           break;
         }
         work_cv_.wait_for(lock, std::chrono::milliseconds(200));
       }
       free_slots_ -= slots;
-      const std::string id = *queue_.Pop();
+      const std::string id = next;
+      queue_.Remove(id);
       job = jobs_.at(id);
       Transition(*job, v1::RUNNING, "");
       *job->job.mutable_start_time() = Now();
@@ -1131,7 +1218,11 @@ void JobManager::WorkerLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       free_slots_ += slots;
     }
-    if (options_.agents) options_.agents->Release(placement);
+    if (options_.agents) {
+      options_.agents->Release(placement);
+      // Ranks that joined for this job leave with it.
+      if (job->resolved.external_workers) options_.agents->EndJob(job->job.id());
+    }
     work_cv_.notify_all();  // a data-parallel job may fit now
     Notify(*job);
     if (RetentionEnabled()) ApplyRetention();
@@ -1198,11 +1289,17 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, int local,
         for (const auto& [agent, n] : placement) count += n;
         options_.agents->Release(placement);
         placement.clear();
-        std::optional<agents::Placement> again = options_.agents->Take(count);
+        const bool joined = job->resolved.external_workers;
+        std::optional<agents::Placement> again =
+            joined ? options_.agents->TakeJoined(job->job.id(), count)
+                   : options_.agents->Take(count);
         if (!again) {
           return absl::StatusOr<std::vector<std::unique_ptr<jobs::WorkerGroup>>>(
-              absl::UnavailableError(absl::StrCat("an agent left, and no agents have ", count,
-                                                  " free worker slots for the restart")));
+              absl::UnavailableError(
+                  joined ? absl::StrCat("a rank that joined from the launcher left, and ranks 1..",
+                                        count, " have not all joined again for the restart")
+                         : absl::StrCat("an agent left, and no agents have ", count,
+                                        " free worker slots for the restart")));
         }
         placement = *std::move(again);
       }

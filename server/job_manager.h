@@ -156,6 +156,10 @@ class JobManager {
   // What a queued job waits for besides the jobs ahead of it ("2 worker
   // slots (1 free)"); empty when nothing else.
   std::string WaitingFor(const std::string& id) const;
+  // Whether an agent a launcher started may join its job (the job's id), or
+  // why not: the job takes no such ranks, has ended, or the launcher's world
+  // does not match resources.workers.
+  absl::StatusOr<std::string> CheckJoin(const ampd::v1::AgentHello& hello) const;
   // The worker slots (--cpu_workers) and how many are free now.
   std::pair<int, int> WorkerSlots() const;
   void Listen(const std::string& id, std::weak_ptr<EventListener> listener);
@@ -228,6 +232,9 @@ class JobManager {
   int AgentSlots(bool free_only) const;
   // The worker slots a job takes (its resources.workers). Under mu_.
   int SlotsOf(const std::string& id) const;
+  // CheckJoin for an active job. Under mu_.
+  absl::StatusOr<std::string> CheckJoinLocked(const JobRecord& job,
+                                              const ampd::v1::AgentHello& hello) const;
   // INVALID_ARGUMENT (and a log line) when a file path leaves the data root.
   absl::Status CheckConfined(const ampd::v1::JobSpec& spec, const std::string& owner) const;
 

@@ -784,6 +784,10 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
   } else if (r.devices_per_worker() > 0 && spec.device() != v1::DEVICE_CUDA) {
     Violate(&v, "resources.devices_per_worker", "is for device DEVICE_CUDA");
   }
+  if (r.external_workers() && workers < 2) {
+    Violate(&v, "resources.external_workers",
+            "needs resources.workers >= 2: ranks 1..workers-1 join from the launcher");
+  }
   if (r.has_max_restarts() && (r.max_restarts() < 0 || r.max_restarts() > kMaxRestarts)) {
     Violate(&v, "resources.max_restarts",
             absl::StrCat("must be in [0, ", kMaxRestarts, "], got ", r.max_restarts()));
@@ -926,6 +930,7 @@ absl::StatusOr<ResolvedJob> ResolveJobSpec(const v1::JobSpec& spec, const JobSpe
   c.training.clip_norm = t.clip_norm();
   job.device = spec.device() == v1::DEVICE_CUDA ? Device::kCuda : Device::kCpu;
   job.workers = std::max(1, spec.resources().workers());
+  job.external_workers = spec.resources().external_workers();
   job.max_restarts =
       spec.resources().has_max_restarts() ? spec.resources().max_restarts() : kDefaultMaxRestarts;
   job.config.device = job.device;

@@ -67,8 +67,9 @@ inline constexpr int kDefaultMaxRestarts = 3;
 struct ResolvedJob {
   train::TrainerConfig config;
   Device device = Device::kCpu;
-  int workers = 1;       // resources.workers (data-parallel ranks)
+  int workers = 1;  // resources.workers (data-parallel ranks)
   int max_restarts = kDefaultMaxRestarts;
+  bool external_workers = false;  // resources.external_workers
 };
 // INVALID_ARGUMENT (all violations) when the spec is not valid. Model sizes
 // left 0 are filled from the data by LoadJobData.

@@ -18,6 +18,9 @@ struct AgentRegistry::Session {
   int free = 0;
   std::deque<v1::AgentWork> work;
   bool closed = false;
+  bool finished = false;                           // its job ended (joined agents)
+  std::string job;                                 // a joined agent's job; empty: any job's
+  int rank = 0;                                    // a joined agent's rank in that job
   std::map<int64_t, std::shared_ptr<Ranks>> runs;  // by attempt
 };
 
@@ -76,8 +79,25 @@ absl::StatusOr<std::shared_ptr<AgentRegistry::Session>> AgentRegistry::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("slots: an agent lends 1 to 1024 worker slots, not ", hello.slots()));
   }
+  std::string job_id;
+  if (!hello.job().empty()) {
+    std::function<absl::StatusOr<std::string>(const v1::AgentHello&)> check;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      check = check_join_;
+    }
+    if (!check) return absl::FailedPreconditionError("job: this server takes no joining ranks");
+    absl::StatusOr<std::string> id = check(hello);
+    if (!id.ok()) return id.status();
+    job_id = *std::move(id);
+    if (hello.slots() != 1) {
+      return absl::InvalidArgumentError("slots: a rank joining a job lends exactly 1 slot");
+    }
+  }
   auto s = std::make_shared<Session>();
   s->name = hello.name();
+  s->job = job_id;
+  s->rank = hello.rank();
   s->principal = principal;
   s->device_kind = hello.device_kind().empty() ? "cpu" : hello.device_kind();
   s->slots = s->free = hello.slots();
@@ -91,6 +111,12 @@ absl::StatusOr<std::shared_ptr<AgentRegistry::Session>> AgentRegistry::Connect(
       return absl::AlreadyExistsError(
           absl::StrCat("name: an agent named \"", s->name, "\" is already connected"));
     }
+    for (const auto& [name, other] : sessions_) {
+      if (!s->job.empty() && other->job == s->job && other->rank == s->rank) {
+        return absl::AlreadyExistsError(absl::StrCat("rank: rank ", s->rank, " of job ", s->job,
+                                                     " has already joined (as \"", name, "\")"));
+      }
+    }
     sessions_[s->name] = s;
   }
   Changed();
@@ -98,10 +124,18 @@ absl::StatusOr<std::shared_ptr<AgentRegistry::Session>> AgentRegistry::Connect(
 }
 
 std::optional<v1::AgentWork> AgentRegistry::NextWork(Session& session,
-                                                     std::chrono::milliseconds wait, bool* closed) {
+                                                     std::chrono::milliseconds wait, bool* closed,
+                                                     bool* finished) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, wait, [&] { return session.closed || !session.work.empty(); });
+  // The queued work first (a job's last StopRanks before its end).
+  if (session.closed && !session.work.empty() && session.finished) {
+    v1::AgentWork w = std::move(session.work.front());
+    session.work.pop_front();
+    return w;
+  }
   *closed = session.closed;
+  if (finished != nullptr) *finished = session.finished;
   if (session.closed || session.work.empty()) return std::nullopt;
   v1::AgentWork w = std::move(session.work.front());
   session.work.pop_front();
@@ -141,7 +175,7 @@ std::vector<v1::WorkerSlots> AgentRegistry::Slots() const {
   std::vector<v1::WorkerSlots> out;
   for (const auto& [name, s] : sessions_) {
     v1::WorkerSlots w;
-    w.set_host(absl::StrCat("agent:", name));
+    w.set_host(absl::StrCat(s->job.empty() ? "agent:" : "joined:", name));
     w.set_device_kind(s->device_kind);
     w.set_slots(s->slots);
     w.set_free(s->free);
@@ -153,14 +187,18 @@ std::vector<v1::WorkerSlots> AgentRegistry::Slots() const {
 int AgentRegistry::FreeSlots() const {
   std::lock_guard<std::mutex> lock(mu_);
   int free = 0;
-  for (const auto& [name, s] : sessions_) free += s->free;
+  for (const auto& [name, s] : sessions_) {
+    if (s->job.empty()) free += s->free;
+  }
   return free;
 }
 
 int AgentRegistry::TotalSlots() const {
   std::lock_guard<std::mutex> lock(mu_);
   int total = 0;
-  for (const auto& [name, s] : sessions_) total += s->slots;
+  for (const auto& [name, s] : sessions_) {
+    if (s->job.empty()) total += s->slots;
+  }
   return total;
 }
 
@@ -170,7 +208,7 @@ std::optional<Placement> AgentRegistry::Take(int n) {
   // Most free slots first: a job's ranks on as few machines as can hold them.
   std::vector<Session*> order;
   for (auto& [name, s] : sessions_) {
-    if (s->free > 0) order.push_back(s.get());
+    if (s->free > 0 && s->job.empty()) order.push_back(s.get());
   }
   std::stable_sort(order.begin(), order.end(),
                    [](const Session* a, const Session* b) { return a->free > b->free; });
@@ -197,6 +235,50 @@ void AgentRegistry::Release(const Placement& placement) {
     }
   }
   if (!placement.empty()) Changed();
+}
+
+int AgentRegistry::Joined(const std::string& job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [name, s] : sessions_) {
+    if (s->job == job && s->free > 0) ++n;
+  }
+  return n;
+}
+
+std::optional<Placement> AgentRegistry::TakeJoined(const std::string& job, int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<int, Session*> by_rank;
+  for (auto& [name, s] : sessions_) {
+    if (s->job == job && s->free > 0) by_rank[s->rank] = s.get();
+  }
+  Placement p;
+  for (int rank = 1; rank <= n; ++rank) {
+    auto it = by_rank.find(rank);
+    if (it == by_rank.end()) return std::nullopt;
+    p.emplace_back(it->second->name, 1);
+  }
+  for (const auto& [name, count] : p) sessions_.at(name)->free -= count;
+  return p;
+}
+
+void AgentRegistry::EndJob(const std::string& job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, s] : sessions_) {
+      if (s->job == job) {
+        s->closed = true;
+        s->finished = true;
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
+void AgentRegistry::SetCheckJoin(
+    std::function<absl::StatusOr<std::string>(const v1::AgentHello&)> check) {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_join_ = std::move(check);
 }
 
 bool AgentRegistry::Connected(const Placement& placement) const {

@@ -44,21 +44,35 @@ class AgentRegistry {
 
   // Registers an agent for `principal` (who authenticated): INVALID_ARGUMENT
   // naming the field for no name or slots < 1, ALREADY_EXISTS when an agent
-  // of that name is connected.
+  // of that name (or a joined one of that job's rank) is connected. An agent
+  // with `job` set joins that job (a launcher started it): CheckJoin (the
+  // job manager's) must accept it, and its one slot is that job's only.
   absl::StatusOr<std::shared_ptr<Session>> Connect(const ampd::v1::AgentHello& hello,
                                                    const std::string& principal);
   // The session's next work, waiting up to `wait`; nullopt on timeout, or
   // once the session is closed (then `*closed`).
+  // `*finished`: closed because its job ended (EndJob), not by a shutdown.
   std::optional<ampd::v1::AgentWork> NextWork(Session& session, std::chrono::milliseconds wait,
-                                              bool* closed);
+                                              bool* closed, bool* finished = nullptr);
   // The agent is gone: its slots go, and the ranks it ran are lost.
   void Disconnect(const std::shared_ptr<Session>& session);
   // Ends every session (server shutdown).
   void Close();
 
   std::vector<ampd::v1::WorkerSlots> Slots() const;
+  // Agents' slots for any job (joined agents' are their job's only).
   int FreeSlots() const;
   int TotalSlots() const;
+  // Agents that joined `job` (resources.external_workers) and are free.
+  int Joined(const std::string& job) const;
+  // Their slots, in their ranks' order (1, 2, ...): all of ranks
+  // 1..n, or none.
+  std::optional<Placement> TakeJoined(const std::string& job, int n);
+  // The job has ended: its joined agents' sessions end (OK), and they exit.
+  void EndJob(const std::string& job);
+  // Accepts a joining agent and returns its job's id (the agent may name the
+  // job by its name), or refuses it.
+  void SetCheckJoin(std::function<absl::StatusOr<std::string>(const ampd::v1::AgentHello&)> check);
   // `n` slots on connected agents, all or none (fewest agents first).
   std::optional<Placement> Take(int n);
   // Gives taken slots back (those of agents still connected).
@@ -104,6 +118,7 @@ class AgentRegistry {
   int64_t next_attempt_ = 1;
   bool closed_ = false;
   std::function<void()> on_change_;
+  std::function<absl::StatusOr<std::string>(const ampd::v1::AgentHello&)> check_join_;
 };
 
 }  // namespace ampd::server::agents

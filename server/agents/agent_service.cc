@@ -50,15 +50,16 @@ grpc::Status AgentServiceImpl::Connect(grpc::ServerContext* ctx, const v1::Agent
   LogInfo("agent connected", {{"agent", hello->name()},
                               {"principal", who.name},
                               {"slots", std::to_string(hello->slots())}});
-  bool closed = false;
+  bool closed = false, finished = false;
   while (!ctx->IsCancelled()) {
     std::optional<v1::AgentWork> work =
-        registry_->NextWork(**session, std::chrono::milliseconds(200), &closed);
+        registry_->NextWork(**session, std::chrono::milliseconds(200), &closed, &finished);
     if (closed) break;
     if (work && !writer->Write(*work)) break;
   }
   registry_->Disconnect(*session);
   LogInfo("agent disconnected", {{"agent", hello->name()}});
+  if (finished) return grpc::Status::OK;  // its job has ended
   return closed ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down")
                 : grpc::Status::OK;
 }

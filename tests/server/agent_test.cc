@@ -166,11 +166,11 @@ class AgentTest : public ::testing::Test {
         std::map<std::string, std::string>{{"AMPD_TOKEN", token}});
   }
   // Waits until GetCapabilities lists the agent with `free` free slots.
-  bool Listed(const std::string& name, int slots, int free) {
+  bool Listed(const std::string& name, int slots, int free, const std::string& kind = "agent:") {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (std::chrono::steady_clock::now() < deadline) {
       for (const v1::WorkerSlots& w : root_->Slots()) {
-        if (w.host() == "agent:" + name && w.slots() == slots && w.free() == free) return true;
+        if (w.host() == kind + name && w.slots() == slots && w.free() == free) return true;
       }
       std::this_thread::sleep_for(milliseconds(20));
     }
@@ -314,6 +314,58 @@ TEST_F(AgentTest, ALostAgentsRanksRestartOnAnotherAgent) {
       std::string::npos)
       << "rank 1 did not move to the agent that was left";
   for (const v1::WorkerSlots& w : root_->Slots()) EXPECT_NE(w.host(), "agent:" + lost_name);
+}
+
+// `ampd agent --join=JOB` as a cluster's launcher starts it (srun here, by
+// its environment): the job's ranks 1..N-1 come from the launcher's tasks.
+TEST_F(AgentTest, RanksStartedByALauncherJoinTheirJob) {
+  StartServer({"--cpu_workers=1"});
+  std::string json = DdpJobJson(300, 3, 48);
+  json.replace(json.rfind('}') - 1, 1, ", \"externalWorkers\": true}");
+  const v1::Job job = root_->Create(json);
+  ASSERT_FALSE(job.name().empty()) << json;
+  auto task = [&](int procid, int ntasks, const std::string& join) {
+    return std::make_unique<AgentProcess>(
+        std::vector<std::string>{"--server=" + server_->address(), "--join=" + join,
+                                 "--data_dir=" + TmpDir() + "/task-" + std::to_string(procid)},
+        std::map<std::string, std::string>{{"AMPD_TOKEN", "agent-token"},
+                                           {"SLURM_PROCID", std::to_string(procid)},
+                                           {"SLURM_NTASKS", std::to_string(ntasks)}});
+  };
+  // A launcher world that does not match resources.workers (3: two tasks).
+  std::unique_ptr<AgentProcess> wrong = task(0, 3, job.name());
+  EXPECT_EQ(wrong->Wait(std::chrono::seconds(30)), 1);
+  EXPECT_NE(wrong->log().find("INVALID_ARGUMENT"), std::string::npos) << wrong->log();
+  EXPECT_NE(wrong->log().find("must start 2 tasks"), std::string::npos) << wrong->log();
+  // A job behind it is not held up by the ranks it waits for; once ended,
+  // it takes no more ranks.
+  const v1::Job plain = root_->Create(DdpJobJson(10, 1));
+  ASSERT_EQ(root_->WaitEnded(plain.name()).state(), v1::SUCCEEDED);
+  std::unique_ptr<AgentProcess> late = task(0, 1, plain.name());
+  EXPECT_EQ(late->Wait(std::chrono::seconds(30)), 1);
+  EXPECT_NE(late->log().find("FAILED_PRECONDITION"), std::string::npos) << late->log();
+  EXPECT_NE(late->log().find("has ended"), std::string::npos) << late->log();
+
+  // One task joined: the job waits, saying for what.
+  std::unique_ptr<AgentProcess> t0 = task(0, 2, job.name());
+  ASSERT_TRUE(Listed(job.name() + "/rank-1", 1, 1, "joined:")) << t0->log();
+  EXPECT_EQ(root_->Get(job.name()).state(), v1::QUEUED);
+  // The second: the job runs, ends, and both tasks exit 0.
+  std::unique_ptr<AgentProcess> t1 = task(1, 2, job.name());
+  const v1::Job done = root_->WaitEnded(job.name());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << t0->log() << t1->log();
+  EXPECT_EQ(t0->Wait(std::chrono::seconds(30)), 0) << t0->log();
+  EXPECT_EQ(t1->Wait(std::chrono::seconds(30)), 0) << t1->log();
+  EXPECT_NE(t1->log().find("as rank 2 of 3"), std::string::npos) << t1->log();
+  // It trained as one worker with the same global batch.
+  const v1::Job one = root_->Run(DdpJobJson(300, 1, 48));
+  const Caller::History h1 = root_->Read(one.name()), h3 = root_->Read(done.name());
+  ASSERT_EQ(h3.losses.size(), 300u);
+  double worst = 0;
+  for (const auto& [step, loss] : h1.losses) {
+    worst = std::max(worst, std::abs(h3.losses.at(step) - loss) / std::abs(loss));
+  }
+  EXPECT_LT(worst, 1e-3);
 }
 
 TEST_F(AgentTest, AnAgentWithoutAValidIdentityIsRefused) {

@@ -366,6 +366,12 @@ TEST(JobSpecTest, ResourcesAskForDataParallelWorkersAndAreCheckedByName) {
             std::vector<std::string>{"resources.workers"});
   EXPECT_EQ(Fields(ValidateJobSpec(Parse(R"({"resources": {"workers": 100000}})"), {})),
             std::vector<std::string>{"resources.workers"});
+  // Ranks that join from a launcher: only for a job of more than one worker.
+  EXPECT_EQ(Fields(ValidateJobSpec(Parse(R"({"resources": {"externalWorkers": true}})"), {})),
+            std::vector<std::string>{"resources.external_workers"});
+  job = ResolveJobSpec(Parse(R"({"resources": {"workers": 2, "externalWorkers": true}})"), {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->external_workers);
   // What data-parallel training does not do yet is refused, not trained wrongly.
   EXPECT_EQ(Fields(ValidateJobSpec(
                 Parse(R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})"), {})),
