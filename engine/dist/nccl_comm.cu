@@ -38,6 +38,23 @@ std::string Wait(Comm* c, const std::string& what, ncclResult_t r) {
 
 bool Available() { return true; }
 
+std::string Devices(int* count, std::string* first_name) {
+  *count = 0;
+  if (std::string e = CudaErr("cudaGetDeviceCount", cudaGetDeviceCount(count)); !e.empty()) {
+    *count = 0;
+    return e;
+  }
+  if (*count > 0) {
+    cudaDeviceProp prop;
+    if (std::string e = CudaErr("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, 0));
+        !e.empty()) {
+      return e;
+    }
+    *first_name = prop.name;
+  }
+  return "";
+}
+
 std::string GetUniqueId(std::string* id) {
   ncclUniqueId u;
   if (std::string e = NcclErr("ncclGetUniqueId", ncclGetUniqueId(&u)); !e.empty()) return e;

@@ -16,6 +16,8 @@ namespace ampd::engine::dist::nccl {
 
 // Whether this build has NCCL (false: every call below says so).
 bool Available();
+// The CUDA devices NCCL can use: their number, and the first one's name.
+std::string Devices(int* count, std::string* first_name);
 
 // A new communicator's id (NCCL's unique id bytes), made by one rank and
 // given to the others.

@@ -10,6 +10,10 @@ const char kNone[] = "this ampd was built without CUDA, so without NCCL";
 struct Comm {};
 
 bool Available() { return false; }
+std::string Devices(int* count, std::string*) {
+  *count = 0;
+  return kNone;
+}
 std::string GetUniqueId(std::string*) { return kNone; }
 std::string Init(int, int, int, const std::string&, Comm** comm) {
   *comm = nullptr;

@@ -59,6 +59,11 @@ class Group : public NcclProcessGroup {
 
 bool NcclAvailable() { return nccl::Available(); }
 
+absl::Status NcclDevices(int* count, std::string* first_name) {
+  const std::string e = nccl::Devices(count, first_name);
+  return e.empty() ? absl::OkStatus() : absl::UnavailableError(e);
+}
+
 absl::StatusOr<std::unique_ptr<NcclProcessGroup>> ConnectNccl(const NcclOptions& o) {
   if (!nccl::Available()) {
     return absl::UnimplementedError("this ampd was built without CUDA, so without NCCL");

@@ -40,6 +40,9 @@ class NcclProcessGroup : public ProcessGroup {
 };
 
 bool NcclAvailable();
+// The CUDA devices here: their number and the first one's name (UNAVAILABLE
+// with the reason when there are none usable).
+absl::Status NcclDevices(int* count, std::string* first_name);
 absl::StatusOr<std::unique_ptr<NcclProcessGroup>> ConnectNccl(const NcclOptions& options);
 
 }  // namespace ampd::engine::dist

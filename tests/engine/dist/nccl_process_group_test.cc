@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cuda/runtime.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine::dist {
@@ -28,15 +27,14 @@ bool Devices(int size, std::vector<int>* devices, std::string* why) {
     return false;
   }
   int count = 0;
-  if (std::string e = cuda::DeviceCount(&count); !e.empty() || count == 0) {
-    *why = "no usable GPU: " + e;
+  std::string name;
+  if (absl::Status s = NcclDevices(&count, &name); !s.ok() || count == 0) {
+    *why = absl::StrCat("no usable GPU: ", s.message());
     return false;
   }
-  cuda::DeviceProperties props;
-  (void)cuda::GetDeviceProperties(0, &props);
   // The emulator's ranks are threads sharing its one device; NCCL on a GPU
   // takes one device per rank.
-  const bool emulated = props.name.find("emulator") != std::string::npos;
+  const bool emulated = name.find("emulator") != std::string::npos;
   if (!emulated && count < size) {
     *why = absl::StrCat(size, " ranks need ", size, " GPUs; this machine has ", count);
     return false;
