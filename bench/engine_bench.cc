@@ -42,6 +42,7 @@
 #include "engine/core/tensor.h"
 #include "engine/cpu/capabilities.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/host_memory.h"
 #include "engine/data/dataset.h"
 #include "engine/train/trainer.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -510,6 +511,7 @@ int RunGemm(const Options& o) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("The engine benchmark (bench/README.md)");
   absl::ParseCommandLine(argc, argv);
+  ampd::engine::cpu::KeepHostMemoryMapped();
   ampd::bench::Options options;
   if (!ampd::bench::ReadFlags(&options)) return 2;
   ampd::bench::PrintMeta(options);

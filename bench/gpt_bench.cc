@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/matmul.h"
+#include "engine/cpu/host_memory.h"
 #include "engine/data/text_tokens.h"
 #include "engine/data/token_windows.h"
 #include "engine/nn/gpt.h"
@@ -110,7 +111,10 @@ double TorchStepMs(const std::string& precision) {
   const std::string script =
       absl::StrCat(workspace != nullptr ? workspace : ".", "/bench/torch_gpt_bench.py");
   const std::string cmd =
-      absl::StrCat(absl::GetFlag(FLAGS_torch_python), " ", script, " --precision=", precision,
+      // PyTorch's process keeps its freed memory mapped too, as ampd's does
+      // (engine/cpu/host_memory.h), so the comparison is of the steps alone.
+      absl::StrCat("MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 ",
+                   absl::GetFlag(FLAGS_torch_python), " ", script, " --precision=", precision,
                    " --batch=", absl::GetFlag(FLAGS_batch), " --block=", absl::GetFlag(FLAGS_block),
                    " --layers=", absl::GetFlag(FLAGS_layers), " --embd=", absl::GetFlag(FLAGS_embd),
                    " --heads=", absl::GetFlag(FLAGS_heads), " --steps=", absl::GetFlag(FLAGS_steps),
@@ -209,5 +213,6 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  ampd::engine::cpu::KeepHostMemoryMapped();
   return ampd::bench::Main();
 }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
 #include "engine/core/error_subject.h"
+#include "engine/cpu/host_memory.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/tensorboard.h"
 #include "engine/nn/model.h"
@@ -1218,6 +1219,8 @@ void JobManager::WorkerLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       free_slots_ += slots;
     }
+    // The job's working set, kept mapped while it trained, goes back.
+    engine::cpu::ReturnFreeHostMemory();
     if (options_.agents) {
       options_.agents->Release(placement);
       // Ranks that joined for this job leave with it.

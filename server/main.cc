@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "engine/cpu/host_memory.h"
 #include "server/agent_main.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -104,6 +105,10 @@ bool ParseCpus(const std::string& text, std::vector<int>* cpus) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // ampd, its workers and its agents' workers train: freed activations stay
+  // mapped for the next step (engine/cpu/host_memory.h); each job's end
+  // gives them back.
+  ampd::engine::cpu::KeepHostMemoryMapped();
   // A data-parallel job's rank 1..N-1, started by a server (worker_main.h).
   if (argc > 1 && std::strcmp(argv[1], "worker") == 0) {
     return ampd::server::WorkerMain(argc - 1, argv + 1);

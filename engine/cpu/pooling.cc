@@ -65,6 +65,31 @@ int64_t UnpaddedArgMax(const C* plane, int64_t top, int64_t left, int64_t k0, in
   return best;
 }
 
+// Which of a 2x2 window's values (a b / c d) is its first maximum, in the
+// order UnpaddedArgMax scans them (NaN wins), without branches: the common
+// max pool of convnets, where the general scan's data-dependent branches
+// cost more than the comparisons.
+template <typename C>
+inline int First2x2Max(C a, C b, C c, C d, C* best) {
+  C m = a;
+  int k = 0;
+  auto take = [&](C v, int i) {
+    const bool t = v > m || (v != v && m == m);
+    m = t ? v : m;
+    k = t ? i : k;
+  };
+  take(b, 1);
+  take(c, 2);
+  take(d, 3);
+  *best = m;
+  return k;
+}
+
+bool Is2x2Stride2Max(const Pool2dGeometry& g) {
+  return g.op == OpId::kMaxPool2d && Unpadded(g) && g.kernel[0] == 2 && g.kernel[1] == 2 &&
+         g.stride[0] == 2 && g.stride[1] == 2;
+}
+
 }  // namespace
 
 Tensor CpuBackendImpl::Pool2d(const Tensor& x, const Pool2dGeometry& g, DType out) {
@@ -81,6 +106,20 @@ Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DTyp
   ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
     const C* plane = xv.data() + p * H * W;
     C* yp = y.data() + p * OH * OW;
+    if (Is2x2Stride2Max(g)) {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const C* r0 = plane + 2 * oh * W;
+        const C* r1 = r0 + W;
+        C* out = yp + oh * OW;
+        AMPD_SIMD
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          C m;
+          First2x2Max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &m);
+          out[ow] = m;
+        }
+      }
+      return;
+    }
     if (Unpadded(g)) {
       const int64_t k0 = g.kernel[0], k1 = g.kernel[1];
       for (int64_t oh = 0; oh < OH; ++oh) {
@@ -134,6 +173,19 @@ Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
     const C* dp = dv.data() + p * OH * OW;
     C* dxp = dx.data() + p * H * W;
     std::fill(dxp, dxp + H * W, C(0));
+    if (Is2x2Stride2Max(g)) {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const C* r0 = plane + 2 * oh * W;
+        const C* r1 = r0 + W;
+        C* d0 = dxp + 2 * oh * W;
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          C m;
+          const int k = First2x2Max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &m);
+          d0[(k >> 1) * W + 2 * ow + (k & 1)] += dp[oh * OW + ow];
+        }
+      }
+      return;
+    }
     if (Unpadded(g)) {
       const int64_t k0 = g.kernel[0], k1 = g.kernel[1];
       for (int64_t oh = 0; oh < OH; ++oh) {

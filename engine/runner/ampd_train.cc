@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
+#include "engine/cpu/host_memory.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/dist/launcher_env.h"
 #include "engine/dist/process_group.h"
@@ -94,6 +95,7 @@ class Printer : public TrainerCallbacks {
 };
 
 int Main(int argc, char** argv) {
+  cpu::KeepHostMemoryMapped();  // a training process (engine/cpu/host_memory.h)
   bool json = false, explain = false;
   int64_t every = 50;
   int64_t steps = 0;               // 0: the spec's
