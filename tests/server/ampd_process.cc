@@ -28,6 +28,39 @@ std::string& BinaryRunfile() {
   return *path;
 }
 
+// Starts `args` with `env` on top of this process's environment, its stderr
+// (and stdout when `both`) into `log_path`; returns the pid (-1: fork failed).
+pid_t Spawn(std::vector<std::string> args, const std::map<std::string, std::string>& env,
+            const std::string& log_path, bool both) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The environment is built before fork: the child only calls execve.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (env.count(entry.substr(0, entry.find('='))) == 0) env_strings.push_back(entry);
+  }
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      if (both) dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  return pid;
+}
+
 }  // namespace
 
 std::string Runfile(const std::string& path) {
@@ -75,32 +108,7 @@ void AmpdProcess::Launch(const AmpdOptions& o) {
   std::vector<std::string> args = {binary, "--listen=127.0.0.1:0", "--data_dir=" + data_dir_,
                                    "--port_file=" + port_file, "--heartbeat_interval_ms=100"};
   args.insert(args.end(), o.flags.begin(), o.flags.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // The environment is built before fork: the child only calls execve.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const std::string name = entry.substr(0, entry.find('='));
-    if (o.env.count(name) == 0) env_strings.push_back(entry);
-  }
-  for (const auto& [name, value] : o.env) env_strings.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_ = fork();
-  if (pid_ == 0) {
-    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 2);
-      close(fd);
-    }
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
+  pid_ = Spawn(std::move(args), o.env, log_path_, /*both=*/false);
   if (pid_ < 0) {
     error_ = std::string("fork: ") + std::strerror(errno);
     return;
@@ -173,31 +181,7 @@ AgentProcess::AgentProcess(std::vector<std::string> args, std::map<std::string, 
       TmpDir() + "/agent-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".log";
   std::vector<std::string> argv_strings = {Runfile(BinaryRunfile()), "agent"};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    if (env.count(entry.substr(0, entry.find('='))) == 0) env_strings.push_back(entry);
-  }
-  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_ = fork();
-  if (pid_ == 0) {
-    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
+  pid_ = Spawn(std::move(argv_strings), env, log_path_, /*both=*/true);
 }
 
 AgentProcess::~AgentProcess() { Kill(); }

@@ -27,19 +27,7 @@ using train::StepMetrics;
 using train::Trainer;
 using train::TrainerConfig;
 
-// The synthetic set with every third label replaced: the loss stays near
-// 0.7 for 200 steps, as on a real data set, instead of falling to 1e-4
-// where relative gaps between two runs mean nothing.
-const data::Dataset& Data() {
-  static const data::Dataset* d = [] {
-    auto* noisy = new data::Dataset(testing::SyntheticData(2048, 32, 4, 7));
-    for (int64_t i = 0; i < noisy->num_examples; i += 3) {
-      noisy->labels[i] = static_cast<int32_t>((i * 7919) % noisy->num_classes);
-    }
-    return noisy;
-  }();
-  return *d;
-}
+const data::Dataset& Data() { return testing::NoisyLabelData(); }
 
 TrainerConfig Config(const std::string& precision, int64_t steps) {
   TrainerConfig c;

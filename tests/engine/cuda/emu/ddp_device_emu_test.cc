@@ -26,17 +26,7 @@ using train::StepMetrics;
 using train::Trainer;
 using train::TrainerConfig;
 
-// Noisy labels keep the loss near 0.7 (relative gaps stay meaningful).
-const data::Dataset& Data() {
-  static const data::Dataset* d = [] {
-    auto* noisy = new data::Dataset(testing::SyntheticData(2048, 32, 4, 7));
-    for (int64_t i = 0; i < noisy->num_examples; i += 3) {
-      noisy->labels[i] = static_cast<int32_t>((i * 7919) % noisy->num_classes);
-    }
-    return noisy;
-  }();
-  return *d;
-}
+const data::Dataset& Data() { return testing::NoisyLabelData(); }
 
 TrainerConfig Config(const std::string& precision, int64_t steps) {
   TrainerConfig c = testing::MlpTrainerConfig(32, {64, 64}, 4, precision, Device::kCuda);
