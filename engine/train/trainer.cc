@@ -579,9 +579,12 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
     next_x_ = UploadBatch(next_batch_);
     has_next_ = true;
   }
-  // The one host wait of the step.
-  const std::vector<double> v = be.ReadScalars(
-      {loss_sum_, amp_.found_inf, scale_used_, amp_.scale, amp_.growth_tracker, sum_sq_});
+  // The one host wait of the step (with the ranks' summed loss when
+  // data-parallel).
+  std::vector<Tensor> read = {loss_sum_,  amp_.found_inf,      scale_used_,
+                              amp_.scale, amp_.growth_tracker, sum_sq_};
+  if (data_parallel) read.push_back(loss_shared_);
+  const std::vector<double> v = be.ReadScalars(read);
   const bool skip = v[1] != 0;
   if (scaler_.enabled()) scaler_.LoadState({v[3], static_cast<int64_t>(v[4])});
   m.loss_scale = scaler_.enabled() ? v[2] : 1.0;
@@ -604,8 +607,7 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
     }
   }
   const double loss_sum = data_parallel && dist_status_.ok()
-                              ? be.ReadScalars({loss_shared_}).at(0) /
-                                    static_cast<double>(config_.process_group->size())
+                              ? v[6] / static_cast<double>(config_.process_group->size())
                               : v[0];
   FinishMetrics(start, epoch, loss_sum, skip, std::sqrt(v[5]), &m);
   if (data_parallel) m.allreduce_s = allreduce_s;  // none of it hidden

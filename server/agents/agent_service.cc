@@ -92,6 +92,12 @@ grpc::Status AgentServiceImpl::CheckRuns(const grpc::ServerContext* ctx, const s
   return grpc::Status::OK;
 }
 
+// The job's rendezvous store: the directory its local ranks meet in.
+absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> AgentServiceImpl::JobStore(
+    const std::string& job) const {
+  return engine::dist::FileStore(jobs::WorkersDir(data_root_, job) + "/rendezvous");
+}
+
 grpc::Status AgentServiceImpl::StoreSet(grpc::ServerContext* ctx,
                                         const v1::StoreSetRequest* request,
                                         google::protobuf::Empty*) {
@@ -100,8 +106,7 @@ grpc::Status AgentServiceImpl::StoreSet(grpc::ServerContext* ctx,
     return s;
   }
   if (request->value().size() > (1 << 20)) return InvalidField("value", "larger than 1 MiB");
-  absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store =
-      engine::dist::FileStore(jobs::WorkersDir(data_root_, request->job()) + "/rendezvous");
+  absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store = JobStore(request->job());
   if (!store.ok()) return FromAbsl(store.status());
   return FromAbsl((*store)->Set(request->key(), request->value()));
 }
@@ -116,8 +121,7 @@ grpc::Status AgentServiceImpl::StoreGet(grpc::ServerContext* ctx,
   if (request->timeout_ms() < 0 || request->timeout_ms() > kMaxStoreWaitMs) {
     return InvalidField("timeout_ms", absl::StrCat("0 to ", kMaxStoreWaitMs));
   }
-  absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store =
-      engine::dist::FileStore(jobs::WorkersDir(data_root_, request->job()) + "/rendezvous");
+  absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store = JobStore(request->job());
   if (!store.ok()) return FromAbsl(store.status());
   absl::StatusOr<std::string> value =
       (*store)->Get(request->key(), std::chrono::milliseconds(request->timeout_ms()));

@@ -7,9 +7,11 @@
 // local ranks use (jobs/ID/workers/rendezvous, Gloo's file store), so every
 // rank of a job meets in one place wherever it runs.
 
+#include <memory>
 #include <string>
 
 #include "ampd/v1/agent_service.grpc.pb.h"
+#include "engine/dist/process_group.h"
 #include "server/agents/agent_registry.h"
 #include "server/auth.h"
 
@@ -36,6 +38,9 @@ class AgentServiceImpl final : public ampd::v1::AgentService::Service {
   // The caller may use this job attempt's store (its agent runs ranks of it).
   grpc::Status CheckRuns(const grpc::ServerContext* ctx, const std::string& job, int64_t attempt,
                          const std::string& key) const;
+
+  absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> JobStore(
+      const std::string& job) const;
 
   AgentRegistry* registry_;
   std::string data_root_;
