@@ -24,6 +24,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/cpu/host_memory.h"
@@ -44,6 +46,8 @@ ABSL_FLAG(int64_t, heads, 4, "Attention heads");
 ABSL_FLAG(std::string, torch_python, "python3",
           "Python with torch for bench/torch_gpt_bench.py (skipped when torch is not importable)");
 ABSL_FLAG(bool, no_torch, false, "Do not run the PyTorch comparison");
+ABSL_FLAG(std::string, precisions, "32-true,bf16-mixed",
+          "Comma-separated precisions to run (32-true, bf16-mixed); one alone is for profiling");
 
 namespace ampd::bench {
 namespace {
@@ -159,6 +163,18 @@ int Main() {
       peak);
   Run runs[2];
   const char* names[2] = {"32-true", "bf16-mixed"};
+  bool wanted[2] = {false, false};
+  for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_precisions), ',')) {
+    if (p == names[0]) {
+      wanted[0] = true;
+    } else if (p == names[1]) {
+      wanted[1] = true;
+    } else {
+      std::fprintf(stderr, "gpt_bench: --precisions: unknown precision '%.*s'\n",
+                   static_cast<int>(p.size()), p.data());
+      return 2;
+    }
+  }
   std::vector<data::TokenWindows> windows;
   for (int i = 0; i < 2; ++i) {
     runs[i].gpt = *nn::Gpt::Build(spec, 1);
@@ -167,12 +183,14 @@ int Main() {
     o.lr = 1e-3;
     runs[i].opt = std::make_unique<engine::optim::Optimizer>(o, &runs[i].gpt->parameters(), false);
     windows.push_back(*data::TokenWindows::Create({&tokens}, spec.block_size, 5));
+    if (!wanted[i]) continue;
     for (int64_t s = 0; s < absl::GetFlag(FLAGS_warmup); ++s) Step(runs[i], windows[i], batch);
   }
   const bool torch = !absl::GetFlag(FLAGS_no_torch);
   std::vector<double> torch_ms[2];
   for (int64_t round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (int i = 0; i < 2; ++i) {
+      if (!wanted[i]) continue;
       const auto t0 = Clock::now();
       for (int64_t s = 0; s < absl::GetFlag(FLAGS_steps); ++s) Step(runs[i], windows[i], batch);
       runs[i].step_s.push_back(Seconds(t0, Clock::now()) / absl::GetFlag(FLAGS_steps));
@@ -185,6 +203,7 @@ int Main() {
   std::printf("%-11s %9s %10s %7s %9s %12s %8s\n", "precision", "step ms", "tokens/s", "MFU",
               "loss", "torch ms", "ratio");
   for (int i = 0; i < 2; ++i) {
+    if (!wanted[i]) continue;
     const double s = Median(runs[i].step_s);
     const double tps = batch * spec.block_size / s;
     const double mfu = flops_per_token * tps / (peak * 1e9);

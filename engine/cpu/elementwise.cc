@@ -4,9 +4,11 @@
 
 #include "engine/backend/kernels/cast.h"
 #include "engine/backend/kernels/dropout.h"
+#include "engine/cpu/avx512_math.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
+#include "engine/cpu/vector_isa.h"
 
 namespace ampd::engine::cpu {
 
@@ -21,6 +23,52 @@ using backend::UnaryBackwardKernel;
 using backend::UnaryKernel;
 using ops::IsBinaryOp;
 using ops::IsUnaryOp;
+
+namespace {
+
+#ifdef AMPD_HAS_AVX512_KERNELS
+// GELU tanh as kernel_util.h's ApplyUnary/UnaryDerivative compute it,
+// x * sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3), 16 values at a
+// time with Exp16 instead of one libm call each (the GPT's MLP: 4C values
+// per token, forward and backward).
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+
+// e^(-2u) for 16 values.
+AMPD_AVX512 inline __m512 GeluTanhExp(__m512 x) {
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  const __m512 poly = _mm512_fmadd_ps(_mm512_set1_ps(-2 * kGeluK * 0.044715f), x2,
+                                      _mm512_set1_ps(-2 * kGeluK));
+  return Exp16(_mm512_mul_ps(x, poly));
+}
+
+AMPD_AVX512 void GeluTanhAvx512(const float* x, float* y, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = FirstLanes(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_div_ps(v, _mm512_add_ps(one, GeluTanhExp(v))));
+  }
+}
+
+// dy * (s + 2 x s (1 - s) du/dx), s = sigmoid(2u).
+AMPD_AVX512 void GeluTanhBackwardAvx512(const float* x, const float* dy, float* dx, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = FirstLanes(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, GeluTanhExp(v)));
+    const __m512 du = _mm512_mul_ps(
+        _mm512_set1_ps(kGeluK),
+        _mm512_fmadd_ps(_mm512_set1_ps(3 * 0.044715f), _mm512_mul_ps(v, v), one));
+    const __m512 two_x_s_1ms =
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(v, v), s), _mm512_sub_ps(one, s));
+    const __m512 d = _mm512_fmadd_ps(two_x_s_1ms, du, s);
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, dy + i)));
+  }
+}
+#endif
+
+}  // namespace
 
 Tensor CpuBackendImpl::Cast(const Tensor& x, DType dtype) {
   Tensor y = Tensor::Uninitialized(x.shape(), dtype);
@@ -45,6 +93,18 @@ template <typename C>
 Tensor CpuBackendImpl::UnaryImpl(OpId op, const Tensor& x) {
   if constexpr (std::is_same_v<C, float>) {
     Tensor y = Tensor::Uninitialized(x.shape(), x.dtype());
+#ifdef AMPD_HAS_AVX512_KERNELS
+    if (op == OpId::kGeluTanh && UseAvx512Kernels()) {
+      ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
+        float in_buf[kBlock], out_buf[kBlock];
+        const float* xs = LoadBlock(x, begin, len, in_buf);
+        float* ys = DestBlock(y, begin, out_buf);
+        GeluTanhAvx512(xs, ys, len);
+        StoreBlock(ys, y, begin, len);
+      });
+      return y;
+    }
+#endif
     WithUnaryOp(op, [&](auto kOp) {
       ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
         float in_buf[kBlock], out_buf[kBlock];
@@ -73,6 +133,19 @@ template <typename C>
 Tensor CpuBackendImpl::UnaryBackwardImpl(OpId op, const Tensor& x, const Tensor& dy) {
   if constexpr (std::is_same_v<C, float>) {
     Tensor dx = Tensor::Uninitialized(x.shape(), dy.dtype());
+#ifdef AMPD_HAS_AVX512_KERNELS
+    if (op == OpId::kGeluTanh && UseAvx512Kernels()) {
+      ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
+        float x_buf[kBlock], g_buf[kBlock], out_buf[kBlock];
+        const float* xs = LoadBlock(x, begin, len, x_buf);
+        const float* gs = LoadBlock(dy, begin, len, g_buf);
+        float* out = DestBlock(dx, begin, out_buf);
+        GeluTanhBackwardAvx512(xs, gs, out, len);
+        StoreBlock(out, dx, begin, len);
+      });
+      return dx;
+    }
+#endif
     WithUnaryOp(op, [&](auto kOp) {
       ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
         float x_buf[kBlock], g_buf[kBlock], out_buf[kBlock];

@@ -1,0 +1,200 @@
+// The CPU backend's AVX-512 kernels (engine/cpu/avx512_math.h): Exp16
+// against libm, GELU tanh and causal attention (forward, backward, cached)
+// against f64 and against the portable loops they replace on CPUs without
+// AVX-512. Each attention case uses head sizes the vector kernels take (16,
+// 48, 64, 128) and 150 keys, so that three key tiles and a partial 16-key
+// group are crossed. On a CPU without AVX-512 both sides are the portable
+// loop and the f64 comparisons still hold.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/cpu/avx512_math.h"
+#include "engine/cpu/vector_isa.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/ops.h"
+#include "gtest/gtest.h"
+
+namespace ampd::engine::cpu {
+namespace {
+
+std::vector<double> RandomValues(int64_t n, uint32_t seed, double sd = 1.0) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist(0, sd);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(gen);
+  return v;
+}
+
+// Equal specials (NaN, infinities), otherwise within rel * max(1, |want|).
+bool Close(double got, double want, double rel) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::fabs(got - want) <= rel * std::max(1.0, std::fabs(want));
+}
+
+// Restores the CPU's own choice of kernels when a test ends.
+class VectorKernelsTest : public ::testing::Test {
+ protected:
+  void TearDown() override { AllowAvx512Kernels(true); }
+};
+
+// Runs fn with the vector kernels allowed, then with the portable loops.
+template <typename F>
+auto BothPaths(const F& fn) {
+  AllowAvx512Kernels(true);
+  auto vector = fn();
+  AllowAvx512Kernels(false);
+  auto portable = fn();
+  AllowAvx512Kernels(true);
+  return std::make_pair(vector, portable);
+}
+
+#ifdef AMPD_HAS_AVX512_KERNELS
+AMPD_AVX512 void Exp16Of(const float* x, float* y) {
+  _mm512_storeu_ps(y, Exp16(_mm512_loadu_ps(x)));
+}
+
+int64_t UlpDistance(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  if (ia < 0) ia = std::numeric_limits<int32_t>::min() - ia;
+  if (ib < 0) ib = std::numeric_limits<int32_t>::min() - ib;
+  return std::llabs(static_cast<int64_t>(ia) - ib);
+}
+
+TEST_F(VectorKernelsTest, Exp16IsWithinTwoUlpOfLibmAndKeepsTheSpecialValues) {
+  if (!UseAvx512Kernels()) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::vector<float> x;
+  for (double v = -87.0; v <= 88.5; v += 0.00731) x.push_back(static_cast<float>(v));
+  const float inf = std::numeric_limits<float>::infinity();
+  x.insert(x.end(), {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.8f, 100.0f, 1e30f, inf, -inf,
+                     -103.0f, -200.0f, std::numeric_limits<float>::quiet_NaN()});
+  while (x.size() % 16 != 0) x.push_back(1.0f);
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); i += 16) Exp16Of(x.data() + i, y.data() + i);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = std::exp(x[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(y[i])) << x[i];
+    } else if (std::isinf(want) || want < std::numeric_limits<float>::min()) {
+      // Overflow and the denormal range: the right infinity or zero, or a
+      // denormal within a few units of the last place.
+      if (std::isinf(want)) {
+        EXPECT_EQ(y[i], want) << x[i];
+      } else {
+        EXPECT_LE(std::fabs(y[i] - want), 8 * std::numeric_limits<float>::denorm_min()) << x[i];
+      }
+    } else {
+      ASSERT_LE(UlpDistance(y[i], want), 2) << "exp(" << x[i] << ") = " << y[i] << ", libm " << want;
+    }
+  }
+}
+#endif
+
+TEST_F(VectorKernelsTest, GeluTanhMatchesF64AndThePortableLoop) {
+  std::vector<double> xs = RandomValues(4099, 1, 3.0);  // not a multiple of 16
+  xs.insert(xs.end(), {0.0, 1e-20, -1e-20, 30.0, -30.0, 1e4, -1e4, INFINITY, -INFINITY, NAN});
+  const std::vector<double> gs = RandomValues(xs.size(), 2);
+  const int64_t n = static_cast<int64_t>(xs.size());
+  auto run = [&](DType d) {
+    Tensor x = Tensor::FromDoubles(xs, {n}, d);
+    x.set_requires_grad(true);
+    Tensor y = ops::GeluTanh(x);
+    autograd::Backward(y, Tensor::FromDoubles(gs, {n}, d));
+    return std::make_pair(y.ToDoubles(), x.grad().ToDoubles());
+  };
+  const auto [want_y, want_g] = run(DType::kF64);
+  const auto [vector, portable] = BothPaths([&] { return run(DType::kF32); });
+  for (int64_t i = 0; i < n; ++i) {
+    for (const auto* got : {&vector, &portable}) {
+      EXPECT_TRUE(Close(got->first[i], want_y[i], 4e-7)) << "gelu(" << xs[i] << ") = "
+                                                         << got->first[i] << ", f64 " << want_y[i];
+      EXPECT_TRUE(Close(got->second[i], want_g[i], 2e-6))
+          << "gelu'(" << xs[i] << ") = " << got->second[i] << ", f64 " << want_g[i];
+    }
+  }
+}
+
+struct AttentionGrads {
+  std::vector<double> y, dqkv;
+};
+
+AttentionGrads AttentionWithGrad(const std::vector<double>& qkv, const std::vector<double>& dy,
+                                 int64_t B, int64_t T, int64_t C, int64_t H, DType d) {
+  Tensor x = Tensor::FromDoubles(qkv, {B * T, 3 * C}, d);
+  x.set_requires_grad(true);
+  Tensor y = ops::CausalSelfAttention(x, T, H);
+  autograd::Backward(y, Tensor::FromDoubles(dy, {B * T, C}, d));
+  return {y.ToDoubles(), x.grad().ToDoubles()};
+}
+
+TEST_F(VectorKernelsTest, AttentionForwardAndBackwardMatchF64AndThePortableLoop) {
+  const int64_t B = 2, T = 150;
+  for (const int64_t D : {16, 48, 64, 128}) {
+    const int64_t H = 2, C = H * D;
+    const std::vector<double> qkv = RandomValues(B * T * 3 * C, 3 + D);
+    const std::vector<double> dy = RandomValues(B * T * C, 4 + D);
+    const AttentionGrads want = AttentionWithGrad(qkv, dy, B, T, C, H, DType::kF64);
+    const auto [vector, portable] =
+        BothPaths([&] { return AttentionWithGrad(qkv, dy, B, T, C, H, DType::kF32); });
+    double worst_gap = 0;
+    for (size_t i = 0; i < want.y.size(); ++i) {
+      ASSERT_NEAR(vector.y[i], want.y[i], 2e-5 * std::max(1.0, std::fabs(want.y[i])))
+          << "D " << D << " y " << i;
+      worst_gap = std::max(worst_gap, std::fabs(vector.y[i] - portable.y[i]));
+    }
+    for (size_t i = 0; i < want.dqkv.size(); ++i) {
+      ASSERT_NEAR(vector.dqkv[i], want.dqkv[i], 5e-5 * std::max(1.0, std::fabs(want.dqkv[i])))
+          << "D " << D << " dqkv " << i;
+      ASSERT_NEAR(portable.dqkv[i], want.dqkv[i], 5e-5 * std::max(1.0, std::fabs(want.dqkv[i])))
+          << "D " << D << " dqkv " << i;
+    }
+    EXPECT_LT(worst_gap, 1e-5) << "D " << D;
+  }
+}
+
+// The rows [begin, begin + n) of each of B sequences of T rows.
+Tensor SequenceRows(const std::vector<double>& all, int64_t w, DType d, int64_t B, int64_t T,
+                    int64_t begin, int64_t n) {
+  std::vector<double> out;
+  for (int64_t b = 0; b < B; ++b) {
+    out.insert(out.end(), all.begin() + (b * T + begin) * w, all.begin() + (b * T + begin + n) * w);
+  }
+  return Tensor::FromDoubles(out, {B * n, w}, d);
+}
+
+TEST_F(VectorKernelsTest, CachedAttentionEqualsTheWholeSequenceBitForBitAtVectorHeadSizes) {
+  const int64_t B = 2, T = 150, H = 2, D = 64, C = H * D;
+  const std::vector<double> values = RandomValues(B * T * 3 * C, 5);
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    const std::vector<double> full =
+        ops::CausalSelfAttention(Tensor::FromDoubles(values, {B * T, 3 * C}, d), T, H)
+            .ToDoubles();
+    ops::KvCache cache;
+    for (int64_t past = 0; past < T;) {
+      const int64_t n = past == 0 ? 70 : 1;
+      const std::vector<double> got =
+          ops::CachedSelfAttention(SequenceRows(values, 3 * C, d, B, T, past, n), &cache, B, T, H)
+              .ToDoubles();
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t c = 0; c < C; ++c) {
+            ASSERT_EQ(got[(b * n + i) * C + c], full[(b * T + past + i) * C + c])
+                << DTypeName(d) << " sequence " << b << " row " << past + i;
+          }
+        }
+      }
+      past += n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ampd::engine::cpu
