@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -36,34 +37,6 @@
 
 namespace ampd::engine::cpu {
 
-// A read-only view of a tensor's values as C, copying only when the storage
-// type differs from C. (Row-wise kernels; elementwise ones stream blocks.)
-template <typename C>
-class Values {
- public:
-  explicit Values(const Tensor& t) {
-    if constexpr (std::is_same_v<C, float>) {
-      if (t.dtype() == DType::kF32) {
-        ptr_ = t.data<float>();
-        return;
-      }
-      owned_ = t.ToFloats();
-    } else {
-      if (t.dtype() == DType::kF64) {
-        ptr_ = t.data<double>();
-        return;
-      }
-      owned_ = t.ToDoubles();
-    }
-    ptr_ = owned_.data();
-  }
-  const C* data() const { return ptr_; }
-  C operator[](int64_t i) const { return ptr_[i]; }
-
- private:
-  const C* ptr_ = nullptr;
-  std::vector<C> owned_;
-};
 
 // Asks for a vectorised loop (no loop-carried dependencies; element i is
 // computed exactly as the scalar loop would, so results do not change).
@@ -111,6 +84,29 @@ void ForBlocks(int64_t n, const F& fn) {
     const int64_t begin = b * kBlock;
     fn(begin, std::min(kBlock, n - begin));
   });
+}
+
+// fn(r) for each row r of a [rows, cols] matrix, in chunks of whole rows
+// (about kBlock elements each) across threads when the matrix is large.
+template <typename F>
+void ForRowChunks(int64_t rows, int64_t cols, const F& fn) {
+  const int64_t per = std::max<int64_t>(1, kBlock / std::max<int64_t>(cols, 1));
+  ParallelFor((rows + per - 1) / per, rows * cols >= kParallelMin, [&](int64_t t) {
+    const int64_t end = std::min(rows, (t + 1) * per);
+    for (int64_t r = t * per; r < end; ++r) fn(r);
+  });
+}
+
+// Columns per slice in ForColumnSlices.
+constexpr int64_t kColumnSlice = 64;
+
+// fn(c0, c1) for slices [c0, c1) of a [rows, cols] matrix's columns, across
+// threads when the matrix is large: a column reduction over the rows in row
+// order gives the same sums however many threads share the slices.
+template <typename F>
+void ForColumnSlices(int64_t rows, int64_t cols, const F& fn) {
+  ParallelFor((cols + kColumnSlice - 1) / kColumnSlice, rows * cols >= kParallelMin,
+              [&](int64_t t) { fn(t * kColumnSlice, std::min(cols, (t + 1) * kColumnSlice)); });
 }
 
 // Elements [begin, begin + len) of t as floats: a pointer into t when it is
@@ -169,6 +165,43 @@ inline void StoreBlock(const float* src, const Tensor& t, int64_t begin, int64_t
 }
 
 // A writable buffer of C that becomes a tensor of `dtype`, rounding once.
+// A read-only view of a tensor's values as C, copying only when the storage
+// type differs from C. (Row-wise kernels; elementwise ones stream blocks.)
+// Float copies are converted block by block across threads.
+template <typename C>
+class Values {
+ public:
+  explicit Values(const Tensor& t) {
+    if constexpr (std::is_same_v<C, float>) {
+      if (t.dtype() == DType::kF32) {
+        ptr_ = t.data<float>();
+        return;
+      }
+      owned_.reset(new float[t.numel()]);  // no zero fill: every value is written
+      float* dst = owned_.get();
+      ForBlocks(t.numel(), [&](int64_t begin, int64_t len) {
+        const float* src = LoadBlock(t, begin, len, dst + begin);
+        if (src != dst + begin) std::memcpy(dst + begin, src, len * sizeof(float));
+      });
+      ptr_ = dst;
+    } else {
+      if (t.dtype() == DType::kF64) {
+        ptr_ = t.data<double>();
+        return;
+      }
+      doubles_ = t.ToDoubles();
+      ptr_ = doubles_.data();
+    }
+  }
+  const C* data() const { return ptr_; }
+  C operator[](int64_t i) const { return ptr_[i]; }
+
+ private:
+  const C* ptr_ = nullptr;
+  std::unique_ptr<float[]> owned_;
+  std::vector<double> doubles_;
+};
+
 template <typename C>
 class Output {
  public:
@@ -177,8 +210,8 @@ class Output {
     if (Native()) {
       ptr_ = tensor_.data<C>();
     } else {
-      owned_.resize(tensor_.numel());
-      ptr_ = owned_.data();
+      owned_.reset(new C[tensor_.numel()]);  // no zero fill: kernels write every value
+      ptr_ = owned_.get();
     }
   }
   C* data() { return ptr_; }
@@ -187,7 +220,10 @@ class Output {
     if (!Native()) {
       const int64_t n = tensor_.numel();
       if constexpr (std::is_same_v<C, float>) {
-        StoreBlock(owned_.data(), tensor_, 0, n);
+        const float* src = owned_.get();
+        ForBlocks(n, [&](int64_t begin, int64_t len) {
+          StoreBlock(src + begin, tensor_, begin, len);
+        });
       } else {
         // As before: double -> float, then float -> the storage type.
         float buf[kBlock];
@@ -208,7 +244,7 @@ class Output {
   }
   Tensor tensor_;
   C* ptr_ = nullptr;
-  std::vector<C> owned_;
+  std::unique_ptr<C[]> owned_;
 };
 
 inline bool UsesDouble(const Tensor& t) { return t.dtype() == DType::kF64; }

@@ -34,14 +34,17 @@ Tensor CpuBackendImpl::SumRows(const Tensor& x, DType out) {
       for (int64_t c = 0; c < cols; ++c) s[c] += xv[r * cols + c];
     }
   } else {
-    // Each column is summed over the rows in order, in double.
-    std::vector<float> row_buf(x.dtype() == DType::kF32 ? 0 : cols);
-    double* __restrict sp = s.data();
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* __restrict xr = LoadBlock(x, r * cols, cols, row_buf.data());
-      AMPD_SIMD
-      for (int64_t c = 0; c < cols; ++c) sp[c] += xr[c];
-    }
+    // Each column is summed over the rows in order, in double, by the one
+    // thread that owns its slice of columns.
+    ForColumnSlices(rows, cols, [&](int64_t c0, int64_t c1) {
+      float row_buf[kColumnSlice];
+      double* __restrict sp = s.data() + c0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* __restrict xr = LoadBlock(x, r * cols + c0, c1 - c0, row_buf);
+        AMPD_SIMD
+        for (int64_t c = 0; c < c1 - c0; ++c) sp[c] += xr[c];
+      }
+    });
   }
   return Tensor::FromDoubles(s, {cols}, out);
 }
