@@ -93,7 +93,6 @@ C AttendRow(const C* q, const C* keys, const C* values, int64_t stride, int64_t 
   return m + std::log(l);
 }
 
-
 #ifdef AMPD_HAS_AVX512_KERNELS
 
 constexpr int64_t kMaxChunks = 16;  // D <= 256 (ValidateGpt), in 16-float chunks
@@ -116,8 +115,11 @@ int64_t PaddedKeys(int64_t n) { return (n + 15) / 16 * 16; }
 // also dp[i] = g . values likewise (the backward's dO . V). One broadcast and
 // one FMA per channel and group, the G (or 2G) sums in registers.
 template <int64_t D, int G>
-AMPD_AVX512 inline void TileProductsOf(const float* q, const float* kt, const float* g,
-                                       const float* vt, int64_t ld, __m512* s, __m512* dp) {
+__attribute__((always_inline)) AMPD_AVX512 inline void TileProductsOf(const float* q,
+                                                                      const float* kt,
+                                                                      const float* g,
+                                                                      const float* vt, int64_t ld,
+                                                                      __m512* s, __m512* dp) {
   __m512 a[G], b[G];
 #pragma GCC unroll 4
   for (int i = 0; i < G; ++i) a[i] = b[i] = _mm512_setzero_ps();
@@ -141,8 +143,10 @@ AMPD_AVX512 inline void TileProductsOf(const float* q, const float* kt, const fl
 }
 
 template <int64_t D>
-AMPD_AVX512 inline void TileProducts(int groups, const float* q, const float* kt, const float* g,
-                                     const float* vt, int64_t ld, __m512* s, __m512* dp) {
+__attribute__((always_inline)) AMPD_AVX512 inline void TileProducts(int groups, const float* q,
+                                                                    const float* kt, const float* g,
+                                                                    const float* vt, int64_t ld,
+                                                                    __m512* s, __m512* dp) {
   switch (groups) {
     case 1:
       return TileProductsOf<D, 1>(q, kt, g, vt, ld, s, dp);
@@ -161,9 +165,8 @@ AMPD_AVX512 inline float ReduceAdd(__m512 v) { return _mm512_reduce_add_ps(v); }
 // AttendRow for f32 with D = 16 * NC: `kt` holds the keys transposed
 // (TransposeHead, leading dimension ld), `values` the value rows.
 template <int NC>
-AMPD_AVX512 float AttendRowAvx512(const float* q, const float* kt, int64_t ld,
-                                  const float* values, int64_t stride, int64_t n_keys,
-                                  float scale, float* out) {
+AMPD_AVX512 float AttendRowAvx512(const float* q, const float* kt, int64_t ld, const float* values,
+                                  int64_t stride, int64_t n_keys, float scale, float* out) {
   constexpr int64_t D = 16 * NC;
   static_assert(kKeyTile == 64, "four 16-key groups per tile");
   __m512 acc[NC];
@@ -177,7 +180,7 @@ AMPD_AVX512 float AttendRowAvx512(const float* q, const float* kt, int64_t ld,
     __m512 s[4];
     TileProducts<D>(groups, q, kt + j0, nullptr, nullptr, ld, s, nullptr);
     const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    __mmask16 valid[4];
+    __mmask16 valid[4] = {0, 0, 0, 0};
     __m512 vmax = minus_inf;
 #pragma GCC unroll 16
     for (int g = 0; g < groups; ++g) {
@@ -204,7 +207,8 @@ AMPD_AVX512 float AttendRowAvx512(const float* q, const float* kt, int64_t ld,
       const __m512 pj = _mm512_set1_ps(p[j]);
       const float* v = values + (j0 + j) * stride;
 #pragma GCC unroll 16
-      for (int c = 0; c < NC; ++c) acc[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * c), acc[c]);
+      for (int c = 0; c < NC; ++c)
+        acc[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * c), acc[c]);
     }
     m = tile_max;
   }
@@ -231,33 +235,41 @@ struct HeadScratch {
     vt.resize(D * ld);
     dk.assign(T * D, 0.0f);
     dv.assign(T * D, 0.0f);
-    p.resize(ld);
-    ds.resize(ld);
+    p.resize(2 * ld);  // two rows at a time
+    ds.resize(2 * ld);
   }
 };
 
-template <int NC>
-AMPD_AVX512 void AttentionBackwardHeadAvx512(const HeadBackwardArgs& a, HeadScratch& w,
-                                             float* dx) {
+// Rows i0 .. i0 + R - 1 of one (batch, head)'s backward: each row's
+// probabilities p and dS for its keys (TileProducts, 64 at a time), then one
+// pass over the keys j <= i0 + R - 1 that adds every row's share to dK_j and
+// dV_j (in row order, as one row at a time would) while dK_j and dV_j are in
+// registers, so a pair of rows loads and stores them once instead of twice.
+template <int NC, int R>
+AMPD_AVX512 inline void AttentionBackwardRowsAvx512(const HeadBackwardArgs& a, HeadScratch& w,
+                                                    int64_t i0, float* dx) {
   constexpr int64_t D = 16 * NC;
   const QkvLayout& L = a.L;
   const int64_t T = L.T, ld = PaddedKeys(T);
-  w.Resize(T, D, ld);
-  TransposeHead(a.x + L.K(a.b, 0, a.h), 3 * L.C, T, D, ld, w.kt.data());
-  TransposeHead(a.x + L.V(a.b, 0, a.h), 3 * L.C, T, D, ld, w.vt.data());
   const __m512 scale = _mm512_set1_ps(a.scale);
-  for (int64_t i = 0; i < T; ++i) {
-    const float* q = a.x + L.Q(a.b, i, a.h);
-    const float* gi = a.g + L.Y(a.b, i, a.h);
+  const int64_t keys = i0 + R;  // keys any of the rows sees
+  const float* q[R];
+  const float* gi[R];
+  float* p[R];
+  float* ds[R];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+    const int64_t i = i0 + r;
+    q[r] = a.x + L.Q(a.b, i, a.h);
+    gi[r] = a.g + L.Y(a.b, i, a.h);
+    p[r] = w.p.data() + r * ld;
+    ds[r] = w.ds.data() + r * ld;
     const float* oi = a.o + L.Y(a.b, i, a.h);
-    __m512 qv[NC], gv[NC], dq[NC];
     __m512 delta_v = _mm512_setzero_ps();  // dO_i . O_i
 #pragma GCC unroll 16
     for (int c = 0; c < NC; ++c) {
-      qv[c] = _mm512_loadu_ps(q + 16 * c);
-      gv[c] = _mm512_loadu_ps(gi + 16 * c);
-      delta_v = _mm512_fmadd_ps(gv[c], _mm512_loadu_ps(oi + 16 * c), delta_v);
-      dq[c] = _mm512_setzero_ps();
+      delta_v =
+          _mm512_fmadd_ps(_mm512_loadu_ps(gi[r] + 16 * c), _mm512_loadu_ps(oi + 16 * c), delta_v);
     }
     const __m512 delta = _mm512_set1_ps(ReduceAdd(delta_v));
     const __m512 row_lse = _mm512_set1_ps(a.lse[(a.b * L.H + a.h) * T + i]);
@@ -265,34 +277,68 @@ AMPD_AVX512 void AttentionBackwardHeadAvx512(const HeadBackwardArgs& a, HeadScra
     for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
       const int64_t nt = std::min(kKeyTile, n - j0);
       const int groups = static_cast<int>((nt + 15) / 16);
-      __m512 s[4], dp[4];
-      TileProducts<D>(groups, q, w.kt.data() + j0, gi, w.vt.data() + j0, ld, s, dp);
+      __m512 sc[4], dp[4];
+      TileProducts<D>(groups, q[r], w.kt.data() + j0, gi[r], w.vt.data() + j0, ld, sc, dp);
 #pragma GCC unroll 16
       for (int g = 0; g < groups; ++g) {
         const __mmask16 valid = FirstLanes(nt - 16 * g);
-        const __m512 p = MaskedExp16(valid, _mm512_fmsub_ps(s[g], scale, row_lse));
-        const __m512 ds =
-            _mm512_maskz_mul_ps(valid, _mm512_mul_ps(p, _mm512_sub_ps(dp[g], delta)), scale);
-        _mm512_storeu_ps(w.p.data() + j0 + 16 * g, p);
-        _mm512_storeu_ps(w.ds.data() + j0 + 16 * g, ds);
+        const __m512 pg = MaskedExp16(valid, _mm512_fmsub_ps(sc[g], scale, row_lse));
+        const __m512 dsg =
+            _mm512_maskz_mul_ps(valid, _mm512_mul_ps(pg, _mm512_sub_ps(dp[g], delta)), scale);
+        _mm512_storeu_ps(p[r] + j0 + 16 * g, pg);
+        _mm512_storeu_ps(ds[r] + j0 + 16 * g, dsg);
       }
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const __m512 dsj = _mm512_set1_ps(w.ds[j]), pj = _mm512_set1_ps(w.p[j]);
-      const float* k = a.x + L.K(a.b, j, a.h);
-      float* dkj = w.dk.data() + j * D;
-      float* dvj = w.dv.data() + j * D;
-#pragma GCC unroll 16
-      for (int c = 0; c < NC; ++c) {
-        dq[c] = _mm512_fmadd_ps(dsj, _mm512_loadu_ps(k + 16 * c), dq[c]);
-        _mm512_storeu_ps(dkj + 16 * c, _mm512_fmadd_ps(dsj, qv[c], _mm512_loadu_ps(dkj + 16 * c)));
-        _mm512_storeu_ps(dvj + 16 * c, _mm512_fmadd_ps(pj, gv[c], _mm512_loadu_ps(dvj + 16 * c)));
-      }
-    }
-    float* dqi = dx + L.Q(a.b, i, a.h);
-#pragma GCC unroll 16
-    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(dqi + 16 * c, dq[c]);
   }
+  __m512 dq[R][NC];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) dq[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* k = a.x + L.K(a.b, j, a.h);
+    float* dkj = w.dk.data() + j * D;
+    float* dvj = w.dv.data() + j * D;
+    // Rows before key j (only in a pair's last key) take no part.
+    const int first = static_cast<int>(std::max<int64_t>(0, j - i0));
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) {
+      const __m512 kc = _mm512_loadu_ps(k + 16 * c);
+      __m512 dk = _mm512_loadu_ps(dkj + 16 * c), dv = _mm512_loadu_ps(dvj + 16 * c);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        if (r < first) continue;
+        const __m512 dsj = _mm512_set1_ps(ds[r][j]), pj = _mm512_set1_ps(p[r][j]);
+        dq[r][c] = _mm512_fmadd_ps(dsj, kc, dq[r][c]);
+        dk = _mm512_fmadd_ps(dsj, _mm512_loadu_ps(q[r] + 16 * c), dk);
+        dv = _mm512_fmadd_ps(pj, _mm512_loadu_ps(gi[r] + 16 * c), dv);
+      }
+      _mm512_storeu_ps(dkj + 16 * c, dk);
+      _mm512_storeu_ps(dvj + 16 * c, dv);
+    }
+  }
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+    float* dqi = dx + L.Q(a.b, i0 + r, a.h);
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(dqi + 16 * c, dq[r][c]);
+  }
+}
+
+// One (batch, head) of the backward, f32 with D = 16 * NC: the portable
+// loop's single pass over the query rows, two rows at a time.
+template <int NC>
+AMPD_AVX512 void AttentionBackwardHeadAvx512(const HeadBackwardArgs& a, HeadScratch& w, float* dx) {
+  constexpr int64_t D = 16 * NC;
+  const QkvLayout& L = a.L;
+  const int64_t T = L.T, ld = PaddedKeys(T);
+  w.Resize(T, D, ld);
+  TransposeHead(a.x + L.K(a.b, 0, a.h), 3 * L.C, T, D, ld, w.kt.data());
+  TransposeHead(a.x + L.V(a.b, 0, a.h), 3 * L.C, T, D, ld, w.vt.data());
+  int64_t i = 0;
+  for (; i + 2 <= T; i += 2) AttentionBackwardRowsAvx512<NC, 2>(a, w, i, dx);
+  if (i < T) AttentionBackwardRowsAvx512<NC, 1>(a, w, i, dx);
   for (int64_t j = 0; j < T; ++j) {
     std::copy(w.dk.begin() + j * D, w.dk.begin() + (j + 1) * D, dx + L.K(a.b, j, a.h));
     std::copy(w.dv.begin() + j * D, w.dv.begin() + (j + 1) * D, dx + L.V(a.b, j, a.h));

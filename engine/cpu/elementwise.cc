@@ -36,8 +36,8 @@ constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 // e^(-2u) for 16 values.
 AMPD_AVX512 inline __m512 GeluTanhExp(__m512 x) {
   const __m512 x2 = _mm512_mul_ps(x, x);
-  const __m512 poly = _mm512_fmadd_ps(_mm512_set1_ps(-2 * kGeluK * 0.044715f), x2,
-                                      _mm512_set1_ps(-2 * kGeluK));
+  const __m512 poly =
+      _mm512_fmadd_ps(_mm512_set1_ps(-2 * kGeluK * 0.044715f), x2, _mm512_set1_ps(-2 * kGeluK));
   return Exp16(_mm512_mul_ps(x, poly));
 }
 
@@ -57,9 +57,9 @@ AMPD_AVX512 void GeluTanhBackwardAvx512(const float* x, const float* dy, float* 
     const __mmask16 m = FirstLanes(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
     const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, GeluTanhExp(v)));
-    const __m512 du = _mm512_mul_ps(
-        _mm512_set1_ps(kGeluK),
-        _mm512_fmadd_ps(_mm512_set1_ps(3 * 0.044715f), _mm512_mul_ps(v, v), one));
+    const __m512 du =
+        _mm512_mul_ps(_mm512_set1_ps(kGeluK),
+                      _mm512_fmadd_ps(_mm512_set1_ps(3 * 0.044715f), _mm512_mul_ps(v, v), one));
     const __m512 two_x_s_1ms =
         _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(v, v), s), _mm512_sub_ps(one, s));
     const __m512 d = _mm512_fmadd_ps(two_x_s_1ms, du, s);

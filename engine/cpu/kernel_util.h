@@ -37,7 +37,6 @@
 
 namespace ampd::engine::cpu {
 
-
 // Asks for a vectorised loop (no loop-carried dependencies; element i is
 // computed exactly as the scalar loop would, so results do not change).
 #ifdef _OPENMP
@@ -221,9 +220,8 @@ class Output {
       const int64_t n = tensor_.numel();
       if constexpr (std::is_same_v<C, float>) {
         const float* src = owned_.get();
-        ForBlocks(n, [&](int64_t begin, int64_t len) {
-          StoreBlock(src + begin, tensor_, begin, len);
-        });
+        ForBlocks(
+            n, [&](int64_t begin, int64_t len) { StoreBlock(src + begin, tensor_, begin, len); });
       } else {
         // As before: double -> float, then float -> the storage type.
         float buf[kBlock];

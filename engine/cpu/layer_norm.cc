@@ -2,8 +2,10 @@
 
 #include "engine/backend/kernels/layer_norm.h"
 
+#include "engine/cpu/avx512_math.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
+#include "engine/cpu/vector_isa.h"
 
 namespace ampd::engine::cpu {
 
@@ -12,6 +14,66 @@ using backend::LayerNormBackwardKernel;
 using backend::LayerNormGrads;
 using backend::LayerNormKernel;
 using backend::LayerNormResult;
+
+namespace {
+
+#ifdef AMPD_HAS_AVX512_KERNELS
+// dgamma and dbeta of columns [c0, c0 + 16 G): per column, in row order and
+// in double, dy * xhat (a float product) and dy, exactly as the portable
+// loop adds them, with the 4G double accumulators in registers.
+template <int G>
+AMPD_AVX512 void GammaBetaGradsAvx512(const float* x, const float* dy, const float* mean,
+                                      const float* rstd, int64_t rows, int64_t cols, int64_t c0,
+                                      double* dg, double* db) {
+  __m512d g_acc[2 * G], b_acc[2 * G];
+#pragma GCC unroll 8
+  for (int i = 0; i < 2 * G; ++i) g_acc[i] = b_acc[i] = _mm512_setzero_pd();
+  auto halves = [](__m512 v, __m512d* lo, __m512d* hi) AMPD_AVX512 {
+    *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols + c0;
+    const float* gr = dy + r * cols + c0;
+    const __m512 m = _mm512_set1_ps(mean[r]), rs = _mm512_set1_ps(rstd[r]);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const __m512 d = _mm512_loadu_ps(gr + 16 * g);
+      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(xr + 16 * g), m), rs);
+      __m512d lo, hi;
+      halves(_mm512_mul_ps(d, xhat), &lo, &hi);
+      g_acc[2 * g] = _mm512_add_pd(g_acc[2 * g], lo);
+      g_acc[2 * g + 1] = _mm512_add_pd(g_acc[2 * g + 1], hi);
+      halves(d, &lo, &hi);
+      b_acc[2 * g] = _mm512_add_pd(b_acc[2 * g], lo);
+      b_acc[2 * g + 1] = _mm512_add_pd(b_acc[2 * g + 1], hi);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 2 * G; ++i) {
+    _mm512_storeu_pd(dg + c0 + 8 * i, g_acc[i]);
+    _mm512_storeu_pd(db + c0 + 8 * i, b_acc[i]);
+  }
+}
+
+AMPD_AVX512 void GammaBetaSliceAvx512(const float* x, const float* dy, const float* mean,
+                                      const float* rstd, int64_t rows, int64_t cols, int64_t c0,
+                                      int64_t width, double* dg, double* db) {
+  static_assert(kColumnSlice == 64, "up to four 16-column groups");
+  switch (width / 16) {
+    case 1:
+      return GammaBetaGradsAvx512<1>(x, dy, mean, rstd, rows, cols, c0, dg, db);
+    case 2:
+      return GammaBetaGradsAvx512<2>(x, dy, mean, rstd, rows, cols, c0, dg, db);
+    case 3:
+      return GammaBetaGradsAvx512<3>(x, dy, mean, rstd, rows, cols, c0, dg, db);
+    default:
+      return GammaBetaGradsAvx512<4>(x, dy, mean, rstd, rows, cols, c0, dg, db);
+  }
+}
+#endif
+
+}  // namespace
 
 LayerNormResult CpuBackendImpl::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                           double eps, DType out) {
@@ -88,6 +150,14 @@ LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tens
   // on the thread count).
   std::vector<double> dg(cols, 0.0), db(cols, 0.0);
   ForColumnSlices(rows, cols, [&](int64_t c0, int64_t c1) {
+#ifdef AMPD_HAS_AVX512_KERNELS
+    if constexpr (std::is_same_v<C, float>) {
+      if (cols % 16 == 0 && UseAvx512Kernels()) {
+        return GammaBetaSliceAvx512(xp, dyp, mv.data(), rv.data(), rows, cols, c0, c1 - c0,
+                                    dg.data(), db.data());
+      }
+    }
+#endif
     double* __restrict dgp = dg.data();
     double* __restrict dbp = db.data();
     for (int64_t r = 0; r < rows; ++r) {

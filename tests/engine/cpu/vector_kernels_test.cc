@@ -6,6 +6,8 @@
 // group are crossed. On a CPU without AVX-512 both sides are the portable
 // loop and the f64 comparisons still hold.
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,9 +16,11 @@
 #include <vector>
 
 #include "engine/autograd/autograd.h"
+#include "engine/backend/kernels/reductions.h"
 #include "engine/cpu/avx512_math.h"
 #include "engine/cpu/vector_isa.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/layer_norm.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
@@ -74,8 +78,8 @@ TEST_F(VectorKernelsTest, Exp16IsWithinTwoUlpOfLibmAndKeepsTheSpecialValues) {
   std::vector<float> x;
   for (double v = -87.0; v <= 88.5; v += 0.00731) x.push_back(static_cast<float>(v));
   const float inf = std::numeric_limits<float>::infinity();
-  x.insert(x.end(), {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.8f, 100.0f, 1e30f, inf, -inf,
-                     -103.0f, -200.0f, std::numeric_limits<float>::quiet_NaN()});
+  x.insert(x.end(), {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.8f, 100.0f, 1e30f, inf, -inf, -103.0f,
+                     -200.0f, std::numeric_limits<float>::quiet_NaN()});
   while (x.size() % 16 != 0) x.push_back(1.0f);
   std::vector<float> y(x.size());
   for (size_t i = 0; i < x.size(); i += 16) Exp16Of(x.data() + i, y.data() + i);
@@ -92,7 +96,8 @@ TEST_F(VectorKernelsTest, Exp16IsWithinTwoUlpOfLibmAndKeepsTheSpecialValues) {
         EXPECT_LE(std::fabs(y[i] - want), 8 * std::numeric_limits<float>::denorm_min()) << x[i];
       }
     } else {
-      ASSERT_LE(UlpDistance(y[i], want), 2) << "exp(" << x[i] << ") = " << y[i] << ", libm " << want;
+      ASSERT_LE(UlpDistance(y[i], want), 2)
+          << "exp(" << x[i] << ") = " << y[i] << ", libm " << want;
     }
   }
 }
@@ -114,8 +119,8 @@ TEST_F(VectorKernelsTest, GeluTanhMatchesF64AndThePortableLoop) {
   const auto [vector, portable] = BothPaths([&] { return run(DType::kF32); });
   for (int64_t i = 0; i < n; ++i) {
     for (const auto* got : {&vector, &portable}) {
-      EXPECT_TRUE(Close(got->first[i], want_y[i], 4e-7)) << "gelu(" << xs[i] << ") = "
-                                                         << got->first[i] << ", f64 " << want_y[i];
+      EXPECT_TRUE(Close(got->first[i], want_y[i], 4e-7))
+          << "gelu(" << xs[i] << ") = " << got->first[i] << ", f64 " << want_y[i];
       EXPECT_TRUE(Close(got->second[i], want_g[i], 2e-6))
           << "gelu'(" << xs[i] << ") = " << got->second[i] << ", f64 " << want_g[i];
     }
@@ -175,8 +180,7 @@ TEST_F(VectorKernelsTest, CachedAttentionEqualsTheWholeSequenceBitForBitAtVector
   const std::vector<double> values = RandomValues(B * T * 3 * C, 5);
   for (DType d : {DType::kF32, DType::kBF16}) {
     const std::vector<double> full =
-        ops::CausalSelfAttention(Tensor::FromDoubles(values, {B * T, 3 * C}, d), T, H)
-            .ToDoubles();
+        ops::CausalSelfAttention(Tensor::FromDoubles(values, {B * T, 3 * C}, d), T, H).ToDoubles();
     ops::KvCache cache;
     for (int64_t past = 0; past < T;) {
       const int64_t n = past == 0 ? 70 : 1;
@@ -193,6 +197,61 @@ TEST_F(VectorKernelsTest, CachedAttentionEqualsTheWholeSequenceBitForBitAtVector
       }
       past += n;
     }
+  }
+}
+
+struct LayerNormRun {
+  std::vector<double> y, dx, dgamma, dbeta;
+  bool operator==(const LayerNormRun& o) const {
+    return y == o.y && dx == o.dx && dgamma == o.dgamma && dbeta == o.dbeta;
+  }
+};
+
+LayerNormRun RunLayerNorm(int64_t rows, int64_t cols, DType d) {
+  Tensor x = Tensor::FromDoubles(RandomValues(rows * cols, 11, 2.0), {rows, cols}, d);
+  Tensor gamma = Tensor::FromDoubles(RandomValues(cols, 12), {cols}, DType::kF32);
+  Tensor beta = Tensor::FromDoubles(RandomValues(cols, 13), {cols}, DType::kF32);
+  for (Tensor* t : {&x, &gamma, &beta}) t->set_requires_grad(true);
+  Tensor y = ops::LayerNorm(x, gamma, beta);
+  autograd::Backward(y, Tensor::FromDoubles(RandomValues(rows * cols, 14), {rows, cols}, d));
+  return {y.ToDoubles(), x.grad().ToDoubles(), gamma.grad().ToDoubles(), beta.grad().ToDoubles()};
+}
+
+// LayerNorm's dgamma/dbeta and SumRows (bias gradients) add each column in
+// row order in double on both paths, so the vector kernels give the same
+// bits; and none of LayerNorm's results or SumRows' depend on the number of
+// threads. 320 columns = five 64-column slices; 48 = one partial slice.
+TEST_F(VectorKernelsTest, ColumnSumsAreBitwiseThePortableOnesAndIndependentOfThreads) {
+  for (const int64_t cols : {320, 48}) {
+    const int64_t rows = 1000;  // over kParallelMin elements: split across threads
+    for (DType d : {DType::kF32, DType::kBF16}) {
+      const auto [vector, portable] = BothPaths([&] { return RunLayerNorm(rows, cols, d); });
+      EXPECT_EQ(vector.dgamma, portable.dgamma) << cols << " " << DTypeName(d);
+      EXPECT_EQ(vector.dbeta, portable.dbeta) << cols << " " << DTypeName(d);
+      const Tensor m = Tensor::FromDoubles(RandomValues(rows * cols, 15), {rows, cols}, d);
+      auto sum_rows = [&] {
+        return backend::Kernel<backend::SumRowsKernel>(Device::kCpu)(m, DType::kF64).ToDoubles();
+      };
+      const auto [vector_sums, portable_sums] = BothPaths(sum_rows);
+      EXPECT_EQ(vector_sums, portable_sums) << cols << " " << DTypeName(d);
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      const LayerNormRun one = RunLayerNorm(rows, cols, d);
+      const std::vector<double> one_sums = sum_rows();
+      omp_set_num_threads(threads);
+      EXPECT_TRUE(one == vector) << cols << " " << DTypeName(d);
+      EXPECT_EQ(one_sums, vector_sums) << cols << " " << DTypeName(d);
+    }
+  }
+  // And the portable sums are the plain row-order sums.
+  const std::vector<double> v = RandomValues(7 * 48, 16);
+  const Tensor m = Tensor::FromDoubles(v, {7, 48}, DType::kF32);
+  const std::vector<double> got =
+      backend::Kernel<backend::SumRowsKernel>(Device::kCpu)(m, DType::kF64).ToDoubles();
+  for (int64_t c = 0; c < 48; ++c) {
+    double want = 0;
+    for (int64_t r = 0; r < 7; ++r) want += static_cast<double>(static_cast<float>(v[r * 48 + c]));
+    EXPECT_EQ(got[c], want) << c;
   }
 }
 
