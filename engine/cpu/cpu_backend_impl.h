@@ -28,6 +28,7 @@ class CpuBackendImpl final : public backend::Backend {
   std::string name() const override { return "cpu"; }
   double PeakFlops() override;
   Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out);
+  Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out);
   Tensor Cast(const Tensor& x, DType dtype);
   Tensor Unary(OpId op, const Tensor& x);
   template <typename C>

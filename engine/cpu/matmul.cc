@@ -31,12 +31,15 @@ class DnnlMatmul {
     return instance;
   }
 
-  // a, b, c are raw buffers of type dt (c of dt_out).
+  // a, b, c are raw buffers of type dt (c of dt_out); bias, when not null,
+  // n values of bias_dt added to every row before the one rounding to dt_out.
   void Run(dnnl::memory::data_type dt, dnnl::memory::data_type dt_out, const void* a, const void* b,
-           void* c, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b) {
+           void* c, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+           const void* bias = nullptr,
+           dnnl::memory::data_type bias_dt = dnnl::memory::data_type::undef) {
     using tag = dnnl::memory::format_tag;
-    auto key =
-        std::make_tuple(static_cast<int>(dt), static_cast<int>(dt_out), m, n, k, trans_a, trans_b);
+    auto key = std::make_tuple(static_cast<int>(dt), static_cast<int>(dt_out), m, n, k, trans_a,
+                               trans_b, bias == nullptr ? -1 : static_cast<int>(bias_dt));
     auto it = cache_.find(key);
     if (it == cache_.end()) {
       const dnnl::engine& eng = Engine();
@@ -44,7 +47,14 @@ class DnnlMatmul {
       const dnnl::memory::desc bd({k, n}, dt, trans_b ? tag::ba : tag::ab);
       const dnnl::memory::desc cd({m, n}, dt_out, tag::ab);
       Entry e;
-      e.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), eng));
+      if (bias == nullptr) {
+        e.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), eng));
+      } else {
+        const dnnl::memory::desc biasd({1, n}, bias_dt, tag::ab);
+        e.prim =
+            dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, biasd, cd), eng));
+        e.bias = dnnl::memory(biasd, eng, DNNL_MEMORY_NONE);
+      }
       e.a = dnnl::memory(ad, eng, DNNL_MEMORY_NONE);
       e.b = dnnl::memory(bd, eng, DNNL_MEMORY_NONE);
       e.c = dnnl::memory(cd, eng, DNNL_MEMORY_NONE);
@@ -54,14 +64,22 @@ class DnnlMatmul {
     e.a.set_data_handle(const_cast<void*>(a));
     e.b.set_data_handle(const_cast<void*>(b));
     e.c.set_data_handle(c);
-    e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+    if (bias == nullptr) {
+      e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+    } else {
+      e.bias.set_data_handle(const_cast<void*>(bias));
+      e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a},
+                               {DNNL_ARG_WEIGHTS, e.b},
+                               {DNNL_ARG_BIAS, e.bias},
+                               {DNNL_ARG_DST, e.c}});
+    }
     stream_.wait();
   }
 
  private:
   struct Entry {
     dnnl::matmul prim;
-    dnnl::memory a, b, c;
+    dnnl::memory a, b, c, bias;
   };
   static const dnnl::engine& Engine() {
     static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -69,7 +87,7 @@ class DnnlMatmul {
   }
   DnnlMatmul() : stream_(Engine()) {}
   dnnl::stream stream_;
-  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool>, Entry> cache_;
+  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool, int>, Entry> cache_;
 };
 
 }  // namespace
@@ -115,6 +133,30 @@ Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
 }
 
 AMPD_REGISTER_KERNEL(MatmulKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Matmul>::Call);
-AMPD_REGISTER_KERNEL(LinearKernel, Device::kCpu, LinearByMatmul);
+// x [M, in] @ w [out, in]^T + b with the bias in oneDNN's epilogue: one
+// pass over y instead of a second elementwise one, and y rounded once (as
+// PyTorch's addmm and the CUDA backend's cuBLASLt bias epilogue do). bf16
+// (where oneDNN has bf16 matmul) and f32 operands; others take the unfused
+// LinearByMatmul.
+Tensor CpuBackendImpl::Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out) {
+  using dt = dnnl::memory::data_type;
+  const bool bf16 = x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16 &&
+                    (out == DType::kBF16 || out == DType::kF32) && ProbeCpu().bf16_matmul;
+  const bool f32 = x.dtype() == DType::kF32 && w.dtype() == DType::kF32 && out == DType::kF32;
+  if (!b.defined() || !(bf16 || f32) || (b.dtype() != DType::kF32 && b.dtype() != DType::kBF16) ||
+      x.rank() != 2 || b.numel() != w.dim(0)) {
+    return LinearByMatmul(x, w, b, out);
+  }
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  // The bias goes in as f32 (widening is exact): oneDNN's f32 matmul takes
+  // no other.
+  const Tensor bias = b.dtype() == DType::kF32 ? b : Cast(b, DType::kF32);
+  Tensor y = Tensor::Uninitialized({m, n}, out);
+  DnnlMatmul::Get().Run(bf16 ? dt::bf16 : dt::f32, out == DType::kBF16 ? dt::bf16 : dt::f32,
+                        x.raw(), w.raw(), y.raw(), m, n, k, false, true, bias.raw(), dt::f32);
+  return y;
+}
+
+AMPD_REGISTER_KERNEL(LinearKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Linear>::Call);
 
 }  // namespace ampd::engine::cpu

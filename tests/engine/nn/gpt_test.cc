@@ -197,9 +197,9 @@ TEST(GptTest, TheWholeModelsGradientMatchesFiniteDifferences) {
 // A small GPT on the fortunes corpus: the byte-level loss falls from ln 256
 // (5.55) below what byte frequencies alone give (the corpus's unigram
 // entropy, 3.32 nats/byte), so it uses the context; 300 short steps leave it
-// above the bigram entropy (2.59), and short runs this noisy move by about
-// 0.1 with any change in rounding, hence the margin.
-double TrainOnFortunes(bool bf16, int steps) {
+// above the bigram entropy (2.59). `seed` sets the initialisation and the
+// data order.
+double TrainOnFortunes(bool bf16, int steps, int seed = 1) {
   absl::StatusOr<std::string> text = data::ReadFortunes();
   if (!text.ok()) return -1;
   const data::TokenSplit split = data::SplitHeldOut(data::ByteTokens(*text, "fortunes"), 0.05);
@@ -209,11 +209,11 @@ double TrainOnFortunes(bool bf16, int steps) {
   s.n_layer = 2;
   s.n_head = 4;
   s.n_embd = 64;
-  std::unique_ptr<Gpt> gpt = *Gpt::Build(s, 1);
+  std::unique_ptr<Gpt> gpt = *Gpt::Build(s, seed);
   optim::OptimizerSpec o;
   o.lr = 3e-3;
   optim::Optimizer opt(o, &gpt->parameters(), false);
-  data::TokenWindows windows = *data::TokenWindows::Create({&split.train}, s.block_size, 5);
+  data::TokenWindows windows = *data::TokenWindows::Create({&split.train}, s.block_size, 4 + seed);
   for (int step = 0; step < steps; ++step) {
     const data::TokenBatch b = windows.Next(16);
     opt.ZeroGrad();
@@ -236,13 +236,25 @@ double TrainOnFortunes(bool bf16, int steps) {
 }
 
 TEST(GptTest, ASmallGptLearnsTheFortunesCorpus) {
-  const double f32 = TrainOnFortunes(false, 300);
-  if (f32 < 0) GTEST_SKIP() << "the fortunes corpus is not installed (tools/setup installs it)";
-  EXPECT_LT(f32, 3.1) << "val loss, nats per byte";
-  const double bf16 = TrainOnFortunes(true, 300);
+  // One run's loss moves by 0.1-0.3 with the seed (or any change in
+  // rounding), so precisions are compared on the mean of four seeds (model
+  // initialisation and data order both change).
+  constexpr int kSeeds = 4;
+  double f32 = 0, bf16 = 0;
+  for (int seed = 1; seed <= kSeeds; ++seed) {
+    const double a = TrainOnFortunes(false, 300, seed);
+    if (a < 0) GTEST_SKIP() << "the fortunes corpus is not installed (tools/setup installs it)";
+    const double b = TrainOnFortunes(true, 300, seed);
+    std::printf("seed %d: val loss after 300 steps: 32-true %.4f, bf16 autocast %.4f\n", seed, a,
+                b);
+    f32 += a / kSeeds;
+    bf16 += b / kSeeds;
+  }
+  EXPECT_LT(f32, 3.1) << "mean val loss, nats per byte";
   EXPECT_LT(bf16, 3.1);
   EXPECT_NEAR(bf16, f32, 0.05 * f32);  // mixed precision tracks f32
-  std::printf("val loss after 300 steps: 32-true %.4f, bf16 autocast %.4f nats/byte\n", f32, bf16);
+  std::printf("mean val loss after 300 steps: 32-true %.4f, bf16 autocast %.4f nats/byte\n", f32,
+              bf16);
 }
 
 }  // namespace
