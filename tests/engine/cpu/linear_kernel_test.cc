@@ -8,17 +8,12 @@
 
 #include "engine/backend/kernels/matmul.h"
 #include "gtest/gtest.h"
+#include "tests/engine/random_values.h"
 
 namespace ampd::engine::cpu {
 namespace {
 
-std::vector<double> RandomValues(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0, 1);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
+using testing::RandomValues;
 
 TEST(LinearKernelTest, AddsTheBiasToEveryRowOnce) {
   const int64_t m = 37, k = 70, n = 53;

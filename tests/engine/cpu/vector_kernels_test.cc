@@ -23,17 +23,12 @@
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
+#include "tests/engine/random_values.h"
 
 namespace ampd::engine::cpu {
 namespace {
 
-std::vector<double> RandomValues(int64_t n, uint32_t seed, double sd = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0, sd);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
+using testing::RandomValues;
 
 // Equal specials (NaN, infinities), otherwise within rel * max(1, |want|).
 bool Close(double got, double want, double rel) {

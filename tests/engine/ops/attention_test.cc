@@ -11,17 +11,12 @@
 
 #include "engine/ops/autocast.h"
 #include "gtest/gtest.h"
+#include "tests/engine/random_values.h"
 
 namespace ampd::engine::ops {
 namespace {
 
-std::vector<double> RandomValues(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0, 1);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
+using testing::RandomValues;
 
 // softmax(q k^T / sqrt(D) masked to j <= i) v, with the full matrix.
 std::vector<double> NaiveAttention(const std::vector<double>& x, int64_t B, int64_t T, int64_t C,
