@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/ops/autocast.h"
@@ -107,31 +108,34 @@ Tensor SequenceRows(const Tensor& x, int64_t B, int64_t T, int64_t begin, int64_
 
 // Generation's cached attention: a prompt, then one row at a time, gives the
 // whole-sequence attention's rows bit for bit (the same tiles, the same
-// order), across key tiles (T = 150 > 64), in f32 and bf16.
+// order), across key tiles (T = 150 > 64), in f32 and bf16; with heads of 8
+// channels (the portable loop) and of 64 (the AVX-512 kernels, where the CPU
+// has them: engine/cpu/vector_isa.h).
 TEST(CachedSelfAttentionTest, EqualsTheWholeSequenceBitForBit) {
-  const int64_t B = 2, T = 150, C = 32, H = 4;
-  for (DType d : {DType::kF32, DType::kBF16, DType::kF64}) {
-    const Tensor qkv = Tensor::FromDoubles(RandomValues(B * T * 3 * C, 7), {B * T, 3 * C}, d);
-    const std::vector<double> full = CausalSelfAttention(qkv, T, H).ToDoubles();
-    KvCache cache;
-    for (int64_t past = 0; past < T;) {
-      const int64_t n = past == 0 ? 70 : 1;
-      const Tensor y = CachedSelfAttention(SequenceRows(qkv, B, T, past, n), &cache, B, T, H);
-      const std::vector<double> got = y.ToDoubles();
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t i = 0; i < n; ++i) {
-          for (int64_t c = 0; c < C; ++c) {
-            ASSERT_EQ(got[(b * n + i) * C + c], full[(b * T + past + i) * C + c])
-                << DTypeName(d) << " sequence " << b << " row " << past + i;
+  const int64_t B = 2, T = 150;
+  for (const auto& [C, H] : {std::pair<int64_t, int64_t>{32, 4}, {128, 2}})
+    for (DType d : {DType::kF32, DType::kBF16, DType::kF64}) {
+      const Tensor qkv = Tensor::FromDoubles(RandomValues(B * T * 3 * C, 7), {B * T, 3 * C}, d);
+      const std::vector<double> full = CausalSelfAttention(qkv, T, H).ToDoubles();
+      KvCache cache;
+      for (int64_t past = 0; past < T;) {
+        const int64_t n = past == 0 ? 70 : 1;
+        const Tensor y = CachedSelfAttention(SequenceRows(qkv, B, T, past, n), &cache, B, T, H);
+        const std::vector<double> got = y.ToDoubles();
+        for (int64_t b = 0; b < B; ++b) {
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t c = 0; c < C; ++c) {
+              ASSERT_EQ(got[(b * n + i) * C + c], full[(b * T + past + i) * C + c])
+                  << DTypeName(d) << " C " << C << " sequence " << b << " row " << past + i;
+            }
           }
         }
+        past += n;
+        EXPECT_EQ(cache.length, past);
       }
-      past += n;
-      EXPECT_EQ(cache.length, past);
+      EXPECT_EQ(cache.k.shape(), (std::vector<int64_t>{B, T, C}));
+      EXPECT_EQ(cache.k.dtype(), d);
     }
-    EXPECT_EQ(cache.k.shape(), (std::vector<int64_t>{B, T, C}));
-    EXPECT_EQ(cache.k.dtype(), d);
-  }
 }
 
 }  // namespace
