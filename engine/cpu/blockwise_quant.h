@@ -2,23 +2,28 @@
 #define AMPD_ENGINE_CPU_BLOCKWISE_QUANT_H_
 
 // Blockwise 8-bit (de)quantization of optimizer states on the CPU
-// (backend/quant_map.h): gathers from the maps' code tables, 16 lanes where
-// the processor has AVX-512F, 8 where it has AVX2, scalar lookups otherwise.
-// Every path gives
-// the codes and values of backend::QuantizeBlockwise / DequantizeBlockwise
-// bit for bit (tests/engine/cpu:blockwise_quant_test).
+// (backend/quant_map.h). Where the processor has AVX-512 VBMI (Ice Lake,
+// Zen 4 and later) no lookup is a gather: a code is a binary search over the
+// map's 255 decision thresholds held in registers (vpermps / vpermi2ps, 16
+// lanes), and a value is assembled from four byte-plane lookups of 64 codes
+// at a time (vpermi2b). Elsewhere the lookups are gathers from the maps'
+// code tables, 16 lanes with AVX-512F, 8 with AVX2, scalar loads otherwise
+// (gathers are slow on AMD's cores: about 24 cycles for 16 lanes on Zen 5).
+// Every path gives the codes and values of backend::QuantizeBlockwise /
+// DequantizeBlockwise bit for bit (tests/engine/cpu:blockwise_quant_test).
 
 #include <array>
 #include <cstdint>
 
 namespace ampd::engine::cpu {
 
-enum class QuantPath { kBest, kScalar, kAvx2, kAvx512 };
+enum class QuantPath { kBest, kScalar, kAvx2, kAvx512, kAvx512Vbmi };
 
 // Whether `path` can run here (kScalar and kBest always can; a path that
 // cannot is run as kScalar).
 bool HasQuantPath(QuantPath path);
-// The name of the path that `path` runs as here: "avx512", "avx2", "scalar".
+// The name of the path that `path` runs as here: "avx512-vbmi", "avx512",
+// "avx2", "scalar".
 const char* QuantPathName(QuantPath path);
 
 // n values (n need not be a multiple of kQuantBlock; x starts a block):
