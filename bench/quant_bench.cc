@@ -2,6 +2,9 @@
 // (engine/cpu/blockwise_quant.h): ns per value of each path, scalar and
 // AVX-512, measured side by side on the same data (one thread), by default
 // on one kernel block (2048 values, in L1) as the optimizer steps use it.
+// Then the whole AdamW step over --step_params values (the MLP benchmark's
+// 5.8 M weights by default, both threads), 32-bit states against 8-bit
+// ones, side by side: the optimizer's share of engine_bench's adamw8bit row.
 //   bazel run -c opt //bench:quant_bench [-- --values=2048 --calls=2000 --rounds=7]
 
 #include <algorithm>
@@ -12,12 +15,18 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/quant_map.h"
+#include "engine/core/tensor.h"
 #include "engine/cpu/blockwise_quant.h"
 
 ABSL_FLAG(int64_t, values, 2048, "Values per call (2048: one CPU kernel block, in L1)");
 ABSL_FLAG(int64_t, calls, 2000, "Calls per timed round");
 ABSL_FLAG(int64_t, rounds, 7, "Interleaved rounds (the median is reported)");
+ABSL_FLAG(int64_t, step_params, 784 * 2048 + 2048 * 2048 + 2048 * 10,
+          "Values in the AdamW step section (0: skip it)");
+ABSL_FLAG(int64_t, steps, 10, "AdamW steps per timed round");
 
 namespace {
 
@@ -27,6 +36,56 @@ using Clock = std::chrono::steady_clock;
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// ms per AdamW step over n values, 32-bit states and 8-bit ones, interleaved.
+void BenchAdamWSteps(int64_t n, int64_t rounds, int64_t steps) {
+  namespace backend = ampd::engine::backend;
+  using ampd::engine::core::DType;
+  using ampd::engine::core::Tensor;
+  using Clock = std::chrono::steady_clock;
+  backend::Backend* be = *backend::BackendFor(ampd::engine::core::Device::kCpu);
+  auto adamw8bit = backend::Kernel<backend::AdamW8bitStepKernel>(ampd::engine::core::Device::kCpu);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1e-2f);
+  std::vector<float> init(n);
+  for (float& v : init) v = normal(rng);
+  Tensor grad = Tensor::FromVector(init, {n}, DType::kF32);
+  Tensor p32 = grad.Clone(), p8 = grad.Clone();
+  Tensor m = Tensor::Zeros({n}, DType::kF32), v = Tensor::Zeros({n}, DType::kF32);
+  const int64_t blocks = backend::QuantBlocks(n);
+  Tensor mc = Tensor::Zeros({n}, DType::kU8), vc = Tensor::Zeros({n}, DType::kU8);
+  Tensor ma = Tensor::Zeros({blocks}, DType::kF32), va = Tensor::Zeros({blocks}, DType::kF32);
+  backend::DeviceAmp::AdamWHyper h;
+  h.lr = 1e-3f;
+  h.weight_decay = 0.01f;
+  std::vector<double> t32, t8;
+  int64_t step = 0;
+  for (int64_t r = 0; r < rounds + 1; ++r) {  // round 0 warms up
+    Clock::time_point t = Clock::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      h.step = step + s + 1;
+      be->AdamWStep(p32, grad, m, v, h);
+    }
+    const double ms32 = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
+    t = Clock::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      h.step = step + s + 1;
+      adamw8bit(p8, grad, mc, ma, vc, va, h, backend::DeviceAmp::FusedStepArgs{});
+    }
+    const double ms8 = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
+    step += steps;
+    if (r > 0) {
+      t32.push_back(ms32);
+      t8.push_back(ms8);
+    }
+  }
+  std::printf("\nAdamW step over %lld values, median of %lld rounds x %lld steps\n",
+              static_cast<long long>(n), static_cast<long long>(rounds),
+              static_cast<long long>(steps));
+  std::printf("states  step ms  vs 32-bit\n");
+  std::printf("32-bit  %7.3f  %8.2fx\n", Median(t32), 1.0);
+  std::printf("8-bit   %7.3f  %8.2fx\n", Median(t8), Median(t8) / Median(t32));
 }
 
 }  // namespace
@@ -44,7 +103,7 @@ int main(int argc, char** argv) {
   std::vector<float> absmax(ampd::engine::backend::QuantBlocks(n));
   const auto& map = ampd::engine::backend::DynamicMap();
   std::vector<QuantPath> paths = {QuantPath::kScalar};
-  for (QuantPath p : {QuantPath::kAvx2, QuantPath::kAvx512}) {
+  for (QuantPath p : {QuantPath::kAvx2, QuantPath::kAvx512, QuantPath::kAvx512Vbmi}) {
     if (ampd::engine::cpu::HasQuantPath(p)) paths.push_back(p);
   }
   std::vector<std::vector<double>> quant(paths.size()), dequant(paths.size());
@@ -69,10 +128,14 @@ int main(int argc, char** argv) {
       "blockwise 8-bit coding, %lld calls of %lld values (signed dynamic map), median of "
       "%lld rounds\n",
       static_cast<long long>(calls), static_cast<long long>(n), static_cast<long long>(rounds));
-  std::printf("%-8s %14s %16s\n", "path", "quantize ns/v", "dequantize ns/v");
+  std::printf("%-12s %14s %16s\n", "path", "quantize ns/v", "dequantize ns/v");
   for (size_t p = 0; p < paths.size(); ++p) {
-    std::printf("%-8s %14.3f %16.3f\n", ampd::engine::cpu::QuantPathName(paths[p]),
+    std::printf("%-12s %14.3f %16.3f\n", ampd::engine::cpu::QuantPathName(paths[p]),
                 Median(quant[p]), Median(dequant[p]));
+  }
+  if (absl::GetFlag(FLAGS_step_params) > 0) {
+    BenchAdamWSteps(absl::GetFlag(FLAGS_step_params), rounds,
+                    std::max<int64_t>(1, absl::GetFlag(FLAGS_steps)));
   }
   return 0;
 }
