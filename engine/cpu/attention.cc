@@ -1,19 +1,22 @@
 // The CPU backend: fused causal self-attention (backend/kernels/attention.h),
-// blocked over (batch, head) pairs across threads and over tiles of keys
-// within a row, with an online softmax in the compute type (f32; f64 for f64
-// input). Nothing of size T x T is ever stored: the backward recomputes each
-// row's probabilities from its logsumexp, and each thread accumulates dK and
-// dV for its own (batch, head) in row order, so no two threads write one
-// value and the result does not depend on the thread count.
+// blocked over (batch, head) pairs across threads. Each (batch, head)'s rows
+// are read where they lie in qkv (and widened from bf16 / f16 once), and its
+// results rounded straight into the output tensors.
 //
-// On CPUs with AVX-512 and head sizes that are multiples of 16 (GPT-2's 64
-// included), f32 attention runs hand-vectorised: each (batch, head)'s keys
-// (and, for the backward, values) are transposed once so that 16 keys' scores
-// come from one FMA per channel, the exponentials are vector ones
-// (engine/cpu/avx512_math.h), and the value sums and gradients are FMAs over
-// 16-channel chunks held in registers. The tiles, the online softmax and the
-// row order are the portable loop's, so the cached kernel still equals the
-// whole-sequence one bit for bit.
+// Forward: tiles of keys within a row, with an online softmax in the compute
+// type (f32; f64 for f64 input). Nothing of size T x T is stored. On CPUs
+// with AVX-512 and head sizes that are multiples of 16 (GPT-2's 64
+// included), f32 rows run hand-vectorised: the head's keys are transposed
+// once so that 16 keys' scores come from one FMA per channel, the
+// exponentials are vector ones (engine/cpu/avx512_math.h), and the value sums
+// are FMAs over 16-channel chunks held in registers. The tiles, the online
+// softmax and the row order are the portable loop's, so the cached kernel
+// still equals the whole-sequence one bit for bit.
+//
+// Backward, f32: GEMMs over blocks of query rows (AttentionBackwardHeadGemm),
+// recomputing the probabilities from the saved logsumexp. f64: the portable
+// loop, one query row at a time. Either way each thread accumulates dK and dV
+// for its own (batch, head), so no two threads write one value.
 
 #include "engine/backend/kernels/attention.h"
 
@@ -27,6 +30,7 @@
 
 #include "engine/cpu/avx512_math.h"
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/cpu/gemm.h"
 #include "engine/cpu/kernel_util.h"
 #include "engine/cpu/vector_isa.h"
 
@@ -50,6 +54,13 @@ struct QkvLayout {
   int64_t V(int64_t b, int64_t t, int64_t h) const { return Q(b, t, h) + 2 * C; }
   int64_t Y(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * C + h * D; }
 };
+
+// The n values of t from `offset` as f32 in out (copied, or widened from
+// t's storage type).
+void LoadRow(const Tensor& t, int64_t offset, int64_t n, float* out) {
+  const float* src = LoadBlock(t, offset, n, out);
+  if (src != out) std::memcpy(out, src, n * sizeof(float));
+}
 
 template <typename C>
 C Dot(const C* a, const C* b, int64_t n) {
@@ -111,51 +122,37 @@ void TransposeHead(const float* rows, int64_t stride, int64_t n, int64_t D, int6
 int64_t PaddedKeys(int64_t n) { return (n + 15) / 16 * 16; }
 
 // s[i] = q . keys (16 i + lane) of a tile, for G groups of 16 keys, from the
-// transposed keys `kt` (channel d's row at kt + d * ld); with `g` and `vt`,
-// also dp[i] = g . values likewise (the backward's dO . V). One broadcast and
-// one FMA per channel and group, the G (or 2G) sums in registers.
+// transposed keys `kt` (channel d's row at kt + d * ld): one broadcast and
+// one FMA per channel and group, the G sums in registers.
 template <int64_t D, int G>
-__attribute__((always_inline)) AMPD_AVX512 inline void TileProductsOf(const float* q,
-                                                                      const float* kt,
-                                                                      const float* g,
-                                                                      const float* vt, int64_t ld,
-                                                                      __m512* s, __m512* dp) {
-  __m512 a[G], b[G];
+__attribute__((always_inline)) AMPD_AVX512 inline void TileScoresOf(const float* q, const float* kt,
+                                                                    int64_t ld, __m512* s) {
+  __m512 a[G];
 #pragma GCC unroll 4
-  for (int i = 0; i < G; ++i) a[i] = b[i] = _mm512_setzero_ps();
+  for (int i = 0; i < G; ++i) a[i] = _mm512_setzero_ps();
   for (int64_t d = 0; d < D; ++d) {
     const __m512 qd = _mm512_set1_ps(q[d]);
     const float* k = kt + d * ld;
 #pragma GCC unroll 4
     for (int i = 0; i < G; ++i) a[i] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + 16 * i), a[i]);
-    if (g != nullptr) {
-      const __m512 gd = _mm512_set1_ps(g[d]);
-      const float* v = vt + d * ld;
-#pragma GCC unroll 4
-      for (int i = 0; i < G; ++i) b[i] = _mm512_fmadd_ps(gd, _mm512_loadu_ps(v + 16 * i), b[i]);
-    }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < G; ++i) {
-    s[i] = a[i];
-    if (dp != nullptr) dp[i] = b[i];
-  }
+  for (int i = 0; i < G; ++i) s[i] = a[i];
 }
 
 template <int64_t D>
-__attribute__((always_inline)) AMPD_AVX512 inline void TileProducts(int groups, const float* q,
-                                                                    const float* kt, const float* g,
-                                                                    const float* vt, int64_t ld,
-                                                                    __m512* s, __m512* dp) {
+__attribute__((always_inline)) AMPD_AVX512 inline void TileScores(int groups, const float* q,
+                                                                  const float* kt, int64_t ld,
+                                                                  __m512* s) {
   switch (groups) {
     case 1:
-      return TileProductsOf<D, 1>(q, kt, g, vt, ld, s, dp);
+      return TileScoresOf<D, 1>(q, kt, ld, s);
     case 2:
-      return TileProductsOf<D, 2>(q, kt, g, vt, ld, s, dp);
+      return TileScoresOf<D, 2>(q, kt, ld, s);
     case 3:
-      return TileProductsOf<D, 3>(q, kt, g, vt, ld, s, dp);
+      return TileScoresOf<D, 3>(q, kt, ld, s);
     default:
-      return TileProductsOf<D, 4>(q, kt, g, vt, ld, s, dp);
+      return TileScoresOf<D, 4>(q, kt, ld, s);
   }
 }
 
@@ -178,7 +175,7 @@ AMPD_AVX512 float AttendRowAvx512(const float* q, const float* kt, int64_t ld, c
     const int64_t nt = std::min(kKeyTile, n_keys - j0);
     const int groups = static_cast<int>((nt + 15) / 16);
     __m512 s[4];
-    TileProducts<D>(groups, q, kt + j0, nullptr, nullptr, ld, s, nullptr);
+    TileScores<D>(groups, q, kt + j0, ld, s);
     const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     __mmask16 valid[4] = {0, 0, 0, 0};
     __m512 vmax = minus_inf;
@@ -218,154 +215,130 @@ AMPD_AVX512 float AttendRowAvx512(const float* q, const float* kt, int64_t ld, c
   return m + std::log(l);
 }
 
-// One (batch, head) of the backward, f32 with D = 16 * NC: the portable
-// loop's single pass over the query rows, with the row's scores and dO . V
-// for 64 keys at a time from the transposed keys and values.
-struct HeadBackwardArgs {
-  const float *x, *o, *g, *lse;  // qkv, attention output, its gradient, logsumexp rows
-  QkvLayout L;
-  int64_t b, h;
-  float scale;
-};
-
-struct HeadScratch {
-  std::vector<float> kt, vt, dk, dv, p, ds;
-  void Resize(int64_t T, int64_t D, int64_t ld) {
-    kt.resize(D * ld);
-    vt.resize(D * ld);
-    dk.assign(T * D, 0.0f);
-    dv.assign(T * D, 0.0f);
-    p.resize(2 * ld);  // two rows at a time
-    ds.resize(2 * ld);
-  }
-};
-
-// Rows i0 .. i0 + R - 1 of one (batch, head)'s backward: each row's
-// probabilities p and dS for its keys (TileProducts, 64 at a time), then one
-// pass over the keys j <= i0 + R - 1 that adds every row's share to dK_j and
-// dV_j (in row order, as one row at a time would) while dK_j and dV_j are in
-// registers, so a pair of rows loads and stores them once instead of twice.
-template <int NC, int R>
-AMPD_AVX512 inline void AttentionBackwardRowsAvx512(const HeadBackwardArgs& a, HeadScratch& w,
-                                                    int64_t i0, float* dx) {
-  constexpr int64_t D = 16 * NC;
-  const QkvLayout& L = a.L;
-  const int64_t T = L.T, ld = PaddedKeys(T);
-  const __m512 scale = _mm512_set1_ps(a.scale);
-  const int64_t keys = i0 + R;  // keys any of the rows sees
-  const float* q[R];
-  const float* gi[R];
-  float* p[R];
-  float* ds[R];
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r) {
-    const int64_t i = i0 + r;
-    q[r] = a.x + L.Q(a.b, i, a.h);
-    gi[r] = a.g + L.Y(a.b, i, a.h);
-    p[r] = w.p.data() + r * ld;
-    ds[r] = w.ds.data() + r * ld;
-    const float* oi = a.o + L.Y(a.b, i, a.h);
-    __m512 delta_v = _mm512_setzero_ps();  // dO_i . O_i
-#pragma GCC unroll 16
-    for (int c = 0; c < NC; ++c) {
-      delta_v =
-          _mm512_fmadd_ps(_mm512_loadu_ps(gi[r] + 16 * c), _mm512_loadu_ps(oi + 16 * c), delta_v);
-    }
-    const __m512 delta = _mm512_set1_ps(ReduceAdd(delta_v));
-    const __m512 row_lse = _mm512_set1_ps(a.lse[(a.b * L.H + a.h) * T + i]);
-    const int64_t n = i + 1;
-    for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
-      const int64_t nt = std::min(kKeyTile, n - j0);
-      const int groups = static_cast<int>((nt + 15) / 16);
-      __m512 sc[4], dp[4];
-      TileProducts<D>(groups, q[r], w.kt.data() + j0, gi[r], w.vt.data() + j0, ld, sc, dp);
-#pragma GCC unroll 16
-      for (int g = 0; g < groups; ++g) {
-        const __mmask16 valid = FirstLanes(nt - 16 * g);
-        const __m512 pg = MaskedExp16(valid, _mm512_fmsub_ps(sc[g], scale, row_lse));
-        const __m512 dsg =
-            _mm512_maskz_mul_ps(valid, _mm512_mul_ps(pg, _mm512_sub_ps(dp[g], delta)), scale);
-        _mm512_storeu_ps(p[r] + j0 + 16 * g, pg);
-        _mm512_storeu_ps(ds[r] + j0 + 16 * g, dsg);
-      }
-    }
-  }
-  __m512 dq[R][NC];
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 16
-    for (int c = 0; c < NC; ++c) dq[r][c] = _mm512_setzero_ps();
-  }
-  for (int64_t j = 0; j < keys; ++j) {
-    const float* k = a.x + L.K(a.b, j, a.h);
-    float* dkj = w.dk.data() + j * D;
-    float* dvj = w.dv.data() + j * D;
-    // Rows before key j (only in a pair's last key) take no part.
-    const int first = static_cast<int>(std::max<int64_t>(0, j - i0));
-#pragma GCC unroll 16
-    for (int c = 0; c < NC; ++c) {
-      const __m512 kc = _mm512_loadu_ps(k + 16 * c);
-      __m512 dk = _mm512_loadu_ps(dkj + 16 * c), dv = _mm512_loadu_ps(dvj + 16 * c);
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        if (r < first) continue;
-        const __m512 dsj = _mm512_set1_ps(ds[r][j]), pj = _mm512_set1_ps(p[r][j]);
-        dq[r][c] = _mm512_fmadd_ps(dsj, kc, dq[r][c]);
-        dk = _mm512_fmadd_ps(dsj, _mm512_loadu_ps(q[r] + 16 * c), dk);
-        dv = _mm512_fmadd_ps(pj, _mm512_loadu_ps(gi[r] + 16 * c), dv);
-      }
-      _mm512_storeu_ps(dkj + 16 * c, dk);
-      _mm512_storeu_ps(dvj + 16 * c, dv);
-    }
-  }
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r) {
-    float* dqi = dx + L.Q(a.b, i0 + r, a.h);
-#pragma GCC unroll 16
-    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(dqi + 16 * c, dq[r][c]);
-  }
-}
-
-// One (batch, head) of the backward, f32 with D = 16 * NC: the portable
-// loop's single pass over the query rows, two rows at a time.
-template <int NC>
-AMPD_AVX512 void AttentionBackwardHeadAvx512(const HeadBackwardArgs& a, HeadScratch& w, float* dx) {
-  constexpr int64_t D = 16 * NC;
-  const QkvLayout& L = a.L;
-  const int64_t T = L.T, ld = PaddedKeys(T);
-  w.Resize(T, D, ld);
-  TransposeHead(a.x + L.K(a.b, 0, a.h), 3 * L.C, T, D, ld, w.kt.data());
-  TransposeHead(a.x + L.V(a.b, 0, a.h), 3 * L.C, T, D, ld, w.vt.data());
-  int64_t i = 0;
-  for (; i + 2 <= T; i += 2) AttentionBackwardRowsAvx512<NC, 2>(a, w, i, dx);
-  if (i < T) AttentionBackwardRowsAvx512<NC, 1>(a, w, i, dx);
-  for (int64_t j = 0; j < T; ++j) {
-    std::copy(w.dk.begin() + j * D, w.dk.begin() + (j + 1) * D, dx + L.K(a.b, j, a.h));
-    std::copy(w.dv.begin() + j * D, w.dv.begin() + (j + 1) * D, dx + L.V(a.b, j, a.h));
-  }
-}
-
 using RowAvx512Fn = float (*)(const float*, const float*, int64_t, const float*, int64_t, int64_t,
                               float, float*);
-using HeadBackwardAvx512Fn = void (*)(const HeadBackwardArgs&, HeadScratch&, float*);
 
 template <size_t... I>
 constexpr std::array<RowAvx512Fn, sizeof...(I)> RowFns(std::index_sequence<I...>) {
   return {&AttendRowAvx512<static_cast<int>(I) + 1>...};
 }
-template <size_t... I>
-constexpr std::array<HeadBackwardAvx512Fn, sizeof...(I)> BackwardFns(std::index_sequence<I...>) {
-  return {&AttentionBackwardHeadAvx512<static_cast<int>(I) + 1>...};
-}
 constexpr auto kRowAvx512 = RowFns(std::make_index_sequence<kMaxChunks>());
-constexpr auto kBackwardAvx512 = BackwardFns(std::make_index_sequence<kMaxChunks>());
 
 // The AVX-512 kernels take f32 heads of 16..256 channels in steps of 16.
 bool Avx512Head(int64_t D) {
   return D % 16 == 0 && D / 16 >= 1 && D / 16 <= kMaxChunks && UseAvx512Kernels();
 }
 
+// ScoreGrads 16 keys at a time (the keys past row i masked to 0).
+AMPD_AVX512 void ScoreGradsAvx512(const float* lse, const float* delta, int64_t r0, int64_t r1,
+                                  float scale, float* s, float* dp) {
+  const int64_t n = r1;
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t i = r0; i < r1; ++i) {
+    float* si = s + (i - r0) * n;
+    float* dpi = dp + (i - r0) * n;
+    const __m512 row_lse = _mm512_set1_ps(lse[i]), row_delta = _mm512_set1_ps(delta[i]);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 lanes = FirstLanes(n - j);
+      const __mmask16 valid = FirstLanes(std::max<int64_t>(0, i + 1 - j)) & lanes;
+      const __m512 p =
+          MaskedExp16(valid, _mm512_fmsub_ps(_mm512_maskz_loadu_ps(lanes, si + j), sc, row_lse));
+      const __m512 ds = _mm512_maskz_mul_ps(
+          valid, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, dpi + j), row_delta)),
+          sc);
+      _mm512_mask_storeu_ps(si + j, lanes, p);
+      _mm512_mask_storeu_ps(dpi + j, lanes, ds);
+    }
+  }
+}
+
 #endif  // AMPD_HAS_AVX512_KERNELS
+
+// The f32 backward of one (batch, head) as GEMMs over blocks of query rows
+// (GemmF32: oneDNN on the calling thread). Block [r0, r1) sees keys
+// [0, r1), so the causal mask skips whole key columns past the block:
+//   S = Q_blk K^T, dP = dO_blk V^T               (scores and dO . V)
+//   P = exp(scale S - lse), dS = P (dP - delta) scale, both 0 above the diagonal
+//   dQ_blk = dS K, dK += dS^T Q_blk, dV += P^T dO_blk.
+// The block is kRowBlock rows, so S is never larger than kRowBlock x T.
+// The heads are first gathered into dense [T, D] copies; dK and dV are this
+// thread's own for its (b, h), summed over the blocks in order.
+constexpr int64_t kRowBlock = 64;
+
+struct HeadBackwardArgs {
+  const Tensor *qkv, *y, *dy;  // in their own dtype: each head's rows are widened once
+  const float* lse;            // logsumexp rows
+  QkvLayout L;
+  int64_t b, h;
+  float scale;
+};
+
+struct GemmScratch {
+  std::vector<float> q, k, v, go, o, delta, s, dp, dq, dk, dv, part;
+  void Resize(int64_t T, int64_t D) {
+    for (auto* m : {&q, &k, &v, &go, &dq, &part}) m->resize(T * D);
+    o.resize(D);
+    delta.resize(T);
+    s.resize(std::min(kRowBlock, T) * T);
+    dp.resize(std::min(kRowBlock, T) * T);
+    dk.assign(T * D, 0.0f);
+    dv.assign(T * D, 0.0f);
+  }
+};
+
+// Rows [r0, r1) of S (in s) and dP (in dp), n = r1 columns each, become P
+// and dS in place.
+void ScoreGrads(const HeadBackwardArgs& a, const GemmScratch& w, int64_t r0, int64_t r1, float* s,
+                float* dp) {
+  const int64_t n = r1;
+  const float* lse = a.lse + (a.b * a.L.H + a.h) * a.L.T;
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if (UseAvx512Kernels()) return ScoreGradsAvx512(lse, w.delta.data(), r0, r1, a.scale, s, dp);
+#endif
+  for (int64_t i = r0; i < r1; ++i) {
+    float* si = s + (i - r0) * n;
+    float* dpi = dp + (i - r0) * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = j <= i ? std::exp(a.scale * si[j] - lse[i]) : 0.0f;
+      dpi[j] = j <= i ? p * (dpi[j] - w.delta[i]) * a.scale : 0.0f;
+      si[j] = p;
+    }
+  }
+}
+
+void AttentionBackwardHeadGemm(const HeadBackwardArgs& a, GemmScratch& w, const Tensor& dx) {
+  const QkvLayout& L = a.L;
+  const int64_t T = L.T, D = L.D;
+  w.Resize(T, D);
+  for (int64_t i = 0; i < T; ++i) {
+    LoadRow(*a.qkv, L.Q(a.b, i, a.h), D, &w.q[i * D]);
+    LoadRow(*a.qkv, L.K(a.b, i, a.h), D, &w.k[i * D]);
+    LoadRow(*a.qkv, L.V(a.b, i, a.h), D, &w.v[i * D]);
+    LoadRow(*a.dy, L.Y(a.b, i, a.h), D, &w.go[i * D]);
+    LoadRow(*a.y, L.Y(a.b, i, a.h), D, w.o.data());
+    w.delta[i] = Dot(&w.go[i * D], w.o.data(), D);  // dO_i . O_i
+  }
+  for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
+    const int64_t r1 = std::min(T, r0 + kRowBlock), rows = r1 - r0, n = r1;
+    float *s = w.s.data(), *dp = w.dp.data();
+    GemmF32(&w.q[r0 * D], w.k.data(), s, rows, n, D, false, true);
+    GemmF32(&w.go[r0 * D], w.v.data(), dp, rows, n, D, false, true);
+    ScoreGrads(a, w, r0, r1, s, dp);
+    GemmF32(dp, w.k.data(), &w.dq[r0 * D], rows, D, n, false, false);
+    float* part = w.part.data();
+    GemmF32(dp, &w.q[r0 * D], part, n, D, rows, true, false);
+    AMPD_SIMD
+    for (int64_t e = 0; e < n * D; ++e) w.dk[e] += part[e];
+    GemmF32(s, &w.go[r0 * D], part, n, D, rows, true, false);
+    AMPD_SIMD
+    for (int64_t e = 0; e < n * D; ++e) w.dv[e] += part[e];
+  }
+  for (int64_t i = 0; i < T; ++i) {
+    StoreBlock(&w.dq[i * D], dx, L.Q(a.b, i, a.h), D);
+    StoreBlock(&w.dk[i * D], dx, L.K(a.b, i, a.h), D);
+    StoreBlock(&w.dv[i * D], dx, L.V(a.b, i, a.h), D);
+  }
+}
 
 }  // namespace
 
@@ -381,29 +354,42 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
   const int64_t T = seq_len, B = qkv.dim(0) / T, C3 = qkv.dim(1);
   const QkvLayout L{T, C3 / 3, n_head, C3 / 3 / n_head};
   const C scale = C(1) / std::sqrt(C(L.D));
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if constexpr (std::is_same_v<C, float>) {
+    if (Avx512Head(L.D)) {
+      // Each head's q, k and v rows are read (and widened) where they lie,
+      // and its output rows rounded straight into y: no whole-tensor f32
+      // copies. The rows' values, and so the results, are the same.
+      const RowAvx512Fn row = kRowAvx512[L.D / 16 - 1];
+      const int64_t ld = PaddedKeys(T), D = L.D;
+      const Tensor y = Tensor::Uninitialized({B * T, L.C}, qkv.dtype());
+      Output<float> lse({B, n_head, T}, DType::kF32);
+#pragma omp parallel
+      {
+        std::vector<float> q(T * D), k(T * D), v(T * D), kt(D * ld), out(D);
+#pragma omp for schedule(dynamic)
+        for (int64_t bh = 0; bh < B * n_head; ++bh) {
+          const int64_t b = bh / n_head, h = bh % n_head;
+          for (int64_t i = 0; i < T; ++i) {
+            LoadRow(qkv, L.Q(b, i, h), D, &q[i * D]);
+            LoadRow(qkv, L.K(b, i, h), D, &k[i * D]);
+            LoadRow(qkv, L.V(b, i, h), D, &v[i * D]);
+          }
+          TransposeHead(k.data(), D, T, D, ld, kt.data());
+          for (int64_t i = 0; i < T; ++i) {
+            lse[bh * T + i] = row(&q[i * D], kt.data(), ld, v.data(), D, i + 1, scale, out.data());
+            StoreBlock(out.data(), y, L.Y(b, i, h), D);
+          }
+        }
+      }
+      return {y, lse.Finish()};
+    }
+  }
+#endif
   Values<C> in(qkv);
   const C* x = in.data();
   Output<C> y({B * T, L.C}, qkv.dtype());
   Output<C> lse({B, n_head, T}, std::is_same_v<C, double> ? DType::kF64 : DType::kF32);
-#ifdef AMPD_HAS_AVX512_KERNELS
-  if constexpr (std::is_same_v<C, float>) {
-    if (Avx512Head(L.D)) {
-      const RowAvx512Fn row = kRowAvx512[L.D / 16 - 1];
-      const int64_t ld = PaddedKeys(T);
-#pragma omp parallel for schedule(dynamic)
-      for (int64_t bh = 0; bh < B * n_head; ++bh) {
-        const int64_t b = bh / n_head, h = bh % n_head;
-        std::vector<float> kt(L.D * ld);
-        TransposeHead(x + L.K(b, 0, h), 3 * L.C, T, L.D, ld, kt.data());
-        for (int64_t i = 0; i < T; ++i) {
-          lse[bh * T + i] = row(x + L.Q(b, i, h), kt.data(), ld, x + L.V(b, 0, h), 3 * L.C, i + 1,
-                                scale, y.data() + L.Y(b, i, h));
-        }
-      }
-      return {y.Finish(), lse.Finish()};
-    }
-  }
-#endif
 #pragma omp parallel for schedule(dynamic)
   for (int64_t bh = 0; bh < B * n_head; ++bh) {
     const int64_t b = bh / n_head, h = bh % n_head;
@@ -432,26 +418,26 @@ Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tens
   const int64_t T = seq_len, B = qkv.dim(0) / T, C3 = qkv.dim(1);
   const QkvLayout L{T, C3 / 3, n_head, C3 / 3 / n_head};
   const C scale = C(1) / std::sqrt(C(L.D));
+  if constexpr (std::is_same_v<C, float>) {
+    // Each head's rows are read (and widened) where they lie and its
+    // gradients rounded straight into dx: no whole-tensor f32 copies.
+    const Values<float> lv(lse);
+    const Tensor dx = Tensor::Uninitialized(qkv.shape(), qkv.dtype());
+#pragma omp parallel
+    {
+      GemmScratch scratch;
+#pragma omp for schedule(dynamic)
+      for (int64_t bh = 0; bh < B * n_head; ++bh) {
+        AttentionBackwardHeadGemm(
+            HeadBackwardArgs{&qkv, &y, &dy, lv.data(), L, bh / n_head, bh % n_head, scale}, scratch,
+            dx);
+      }
+    }
+    return dx;
+  }
   Values<C> in(qkv), yv(y), gv(dy), lv(lse);
   const C *x = in.data(), *o = yv.data(), *g = gv.data(), *ls = lv.data();
   Output<C> dx(qkv.shape(), qkv.dtype());
-#ifdef AMPD_HAS_AVX512_KERNELS
-  if constexpr (std::is_same_v<C, float>) {
-    if (Avx512Head(L.D)) {
-      const HeadBackwardAvx512Fn head = kBackwardAvx512[L.D / 16 - 1];
-#pragma omp parallel
-      {
-        HeadScratch scratch;
-#pragma omp for schedule(dynamic)
-        for (int64_t bh = 0; bh < B * n_head; ++bh) {
-          head(HeadBackwardArgs{x, o, g, ls, L, bh / n_head, bh % n_head, scale}, scratch,
-               dx.data());
-        }
-      }
-      return dx.Finish();
-    }
-  }
-#endif
 #pragma omp parallel for schedule(dynamic)
   for (int64_t bh = 0; bh < B * n_head; ++bh) {
     const int64_t b = bh / n_head, h = bh % n_head;

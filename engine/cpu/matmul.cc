@@ -7,6 +7,7 @@
 
 #include "engine/cpu/capabilities.h"
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/cpu/gemm.h"
 #include "engine/cpu/kernel_util.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -91,6 +92,12 @@ class DnnlMatmul {
 };
 
 }  // namespace
+
+void GemmF32(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+             bool trans_a, bool trans_b) {
+  using dt = dnnl::memory::data_type;
+  DnnlMatmul::Get().Run(dt::f32, dt::f32, a, b, c, m, n, k, trans_a, trans_b);
+}
 
 Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                               DType out) {

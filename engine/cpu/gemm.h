@@ -1,0 +1,20 @@
+#ifndef AMPD_ENGINE_CPU_GEMM_H_
+#define AMPD_ENGINE_CPU_GEMM_H_
+
+// Small dense f32 GEMMs for the CPU backend's own kernels (attention's
+// backward), through the same per-thread cache of oneDNN matmul primitives
+// as the Matmul kernel (matmul.cc). Called inside an OpenMP parallel region,
+// oneDNN runs the GEMM on the calling thread.
+
+#include <cstdint>
+
+namespace ampd::engine::cpu {
+
+// c[m x n] = op(a) op(b), row-major and dense: op(a) is a [m x k] (stored
+// [k x m] when trans_a), op(b) is b [k x n] (stored [n x k] when trans_b).
+void GemmF32(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+             bool trans_a, bool trans_b);
+
+}  // namespace ampd::engine::cpu
+
+#endif  // AMPD_ENGINE_CPU_GEMM_H_
