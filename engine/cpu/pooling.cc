@@ -3,8 +3,10 @@
 
 #include "engine/backend/kernels/pooling.h"
 
+#include "engine/cpu/avx512_math.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
+#include "engine/cpu/vector_isa.h"
 
 namespace ampd::engine::cpu {
 
@@ -90,6 +92,76 @@ bool Is2x2Stride2Max(const Pool2dGeometry& g) {
          g.stride[0] == 2 && g.stride[1] == 2;
 }
 
+#ifdef AMPD_HAS_AVX512_KERNELS
+// First2x2Max for 16 windows at once: the lanes of a, b, c, d are the
+// windows' four values in First2x2Max's order; k gets the winner's index.
+AMPD_AVX512 inline __m512 First2x2Max16(__m512 a, __m512 b, __m512 c, __m512 d, __m512i* k) {
+  __m512 m = a;
+  __m512i idx = _mm512_setzero_si512();
+  const __m512 v[3] = {b, c, d};
+  for (int i = 0; i < 3; ++i) {
+    // v > m, or v NaN and m not (First2x2Max's rule).
+    const __mmask16 take =
+        _mm512_cmp_ps_mask(v[i], m, _CMP_GT_OQ) |
+        (_mm512_cmp_ps_mask(v[i], v[i], _CMP_UNORD_Q) & _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q));
+    m = _mm512_mask_mov_ps(m, take, v[i]);
+    idx = _mm512_mask_mov_epi32(idx, take, _mm512_set1_epi32(i + 1));
+  }
+  *k = idx;
+  return m;
+}
+
+// Even and odd lanes of the first 2n (n <= 16) floats at p: the left and
+// right values of n windows' row (lanes past n are 0).
+AMPD_AVX512 inline void Deinterleave(const float* p, int64_t n, __m512* even, __m512* odd) {
+  const __m512 lo = _mm512_maskz_loadu_ps(FirstLanes(2 * n), p);
+  const __m512 hi = _mm512_maskz_loadu_ps(FirstLanes(std::max<int64_t>(0, 2 * n - 16)), p + 16);
+  const __m512i e = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  *even = _mm512_permutex2var_ps(lo, e, hi);
+  *odd = _mm512_permutex2var_ps(lo, _mm512_add_epi32(e, _mm512_set1_epi32(1)), hi);
+}
+
+// The 2x2 stride-2 max pool of one output row from input rows r0, r1, 16
+// windows at a time (the planes of small CNNs are narrow: 14 or 7 windows
+// a row, so the last group is masked).
+AMPD_AVX512 void MaxPool2x2RowAvx512(const float* r0, const float* r1, int64_t OW, float* out) {
+  for (int64_t ow = 0; ow < OW; ow += 16) {
+    const int64_t n = std::min<int64_t>(16, OW - ow);
+    __m512 a, b, c, d;
+    Deinterleave(r0 + 2 * ow, n, &a, &b);
+    Deinterleave(r1 + 2 * ow, n, &c, &d);
+    __m512i k;
+    _mm512_mask_storeu_ps(out + ow, FirstLanes(n), First2x2Max16(a, b, c, d, &k));
+  }
+}
+
+// Its backward: each window's four values get d where the forward took the
+// maximum and 0 elsewhere.
+AMPD_AVX512 void MaxPool2x2BackwardRowAvx512(const float* r0, const float* r1, const float* drow,
+                                             int64_t OW, float* d0, float* d1) {
+  const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(8));
+  for (int64_t ow = 0; ow < OW; ow += 16) {
+    const int64_t n = std::min<int64_t>(16, OW - ow);
+    __m512 a, b, c, d;
+    Deinterleave(r0 + 2 * ow, n, &a, &b);
+    Deinterleave(r1 + 2 * ow, n, &c, &d);
+    __m512i k;
+    First2x2Max16(a, b, c, d, &k);
+    const __m512 g = _mm512_maskz_loadu_ps(FirstLanes(n), drow + ow);
+    __m512 gk[4];
+    for (int i = 0; i < 4; ++i) {
+      gk[i] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(i)), g);
+    }
+    const __mmask16 lo = FirstLanes(2 * n), hi = FirstLanes(std::max<int64_t>(0, 2 * n - 16));
+    _mm512_mask_storeu_ps(d0 + 2 * ow, lo, _mm512_permutex2var_ps(gk[0], lo_idx, gk[1]));
+    _mm512_mask_storeu_ps(d0 + 2 * ow + 16, hi, _mm512_permutex2var_ps(gk[0], hi_idx, gk[1]));
+    _mm512_mask_storeu_ps(d1 + 2 * ow, lo, _mm512_permutex2var_ps(gk[2], lo_idx, gk[3]));
+    _mm512_mask_storeu_ps(d1 + 2 * ow + 16, hi, _mm512_permutex2var_ps(gk[2], hi_idx, gk[3]));
+  }
+}
+#endif
+
 }  // namespace
 
 Tensor CpuBackendImpl::Pool2d(const Tensor& x, const Pool2dGeometry& g, DType out) {
@@ -111,8 +183,17 @@ Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DTyp
         const C* r0 = plane + 2 * oh * W;
         const C* r1 = r0 + W;
         C* out = yp + oh * OW;
+        int64_t first = 0;
+#ifdef AMPD_HAS_AVX512_KERNELS
+        if constexpr (std::is_same_v<C, float>) {
+          if (UseAvx512Kernels()) {
+            MaxPool2x2RowAvx512(r0, r1, OW, out);
+            first = OW;
+          }
+        }
+#endif
         AMPD_SIMD
-        for (int64_t ow = 0; ow < OW; ++ow) {
+        for (int64_t ow = first; ow < OW; ++ow) {
           C m;
           First2x2Max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &m);
           out[ow] = m;
@@ -172,20 +253,42 @@ Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
     const C* plane = xv.data() + p * H * W;
     const C* dp = dv.data() + p * OH * OW;
     C* dxp = dx.data() + p * H * W;
-    std::fill(dxp, dxp + H * W, C(0));
     if (Is2x2Stride2Max(g)) {
+      // The windows tile the plane without overlap, so each of a window's
+      // four values is written once, d where it is the window's first
+      // maximum and 0 elsewhere (branch-free, vectorised); only an odd
+      // last row or column, in no window, is zeroed separately.
       for (int64_t oh = 0; oh < OH; ++oh) {
         const C* r0 = plane + 2 * oh * W;
         const C* r1 = r0 + W;
         C* d0 = dxp + 2 * oh * W;
-        for (int64_t ow = 0; ow < OW; ++ow) {
+        C* d1 = d0 + W;
+        const C* drow = dp + oh * OW;
+        int64_t first = 0;
+#ifdef AMPD_HAS_AVX512_KERNELS
+        if constexpr (std::is_same_v<C, float>) {
+          if (UseAvx512Kernels()) {
+            MaxPool2x2BackwardRowAvx512(r0, r1, drow, OW, d0, d1);
+            first = OW;
+          }
+        }
+#endif
+        AMPD_SIMD
+        for (int64_t ow = first; ow < OW; ++ow) {
           C m;
           const int k = First2x2Max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &m);
-          d0[(k >> 1) * W + 2 * ow + (k & 1)] += dp[oh * OW + ow];
+          const C d = drow[ow];
+          d0[2 * ow] = k == 0 ? d : C(0);
+          d0[2 * ow + 1] = k == 1 ? d : C(0);
+          d1[2 * ow] = k == 2 ? d : C(0);
+          d1[2 * ow + 1] = k == 3 ? d : C(0);
         }
+        if (W > 2 * OW) d0[W - 1] = d1[W - 1] = C(0);
       }
+      if (H > 2 * OH) std::fill(dxp + 2 * OH * W, dxp + H * W, C(0));
       return;
     }
+    std::fill(dxp, dxp + H * W, C(0));
     if (Unpadded(g)) {
       const int64_t k0 = g.kernel[0], k1 = g.kernel[1];
       for (int64_t oh = 0; oh < OH; ++oh) {

@@ -8,6 +8,7 @@
 #include "engine/backend/kernels/batch_norm.h"
 #include "engine/backend/kernels/conv.h"
 #include "engine/backend/kernels/pooling.h"
+#include "engine/cpu/vector_isa.h"
 #include "gtest/gtest.h"
 
 namespace ampd::engine {
@@ -151,44 +152,58 @@ TEST(CnnKernelsTest, MaxPoolTakesTheFirstMaximumAndNaN) {
 
 TEST(CnnKernelsTest, TwoByTwoMaxPoolTakesTheFirstMaximumOfEveryWindow) {
   // Small integers (many ties), some NaNs, odd sizes (the last row and
-  // column belong to no window): the 2x2 stride-2 path against a scan.
-  const int64_t N = 2, C = 3, H = 7, W = 9, OH = 3, OW = 4;
-  std::vector<float> v(N * C * H * W);
-  for (size_t i = 0; i < v.size(); ++i) {
-    v[i] = (i * 7919 % 13 == 0) ? std::nanf("") : static_cast<float>((i * 2654435761u) % 5);
-  }
-  Tensor x = Tensor::FromVector(v, {N, C, H, W}, DType::kF32);
-  std::vector<float> d(N * C * OH * OW);
-  for (size_t i = 0; i < d.size(); ++i) d[i] = 1.0f + i;
-  Pool2dGeometry g;
-  g.op = OpId::kMaxPool2d;
-  g.kernel[0] = g.kernel[1] = g.stride[0] = g.stride[1] = 2;
-  const std::vector<float> y = Kernel<Pool2dKernel>(Device::kCpu)(x, g, DType::kF32).ToFloats();
-  const std::vector<float> dx = Kernel<Pool2dBackwardKernel>(Device::kCpu)(
-                                    x, Tensor::FromVector(d, {N, C, OH, OW}, DType::kF32), g)
-                                    .ToFloats();
-  std::vector<float> want_dx(v.size(), 0.0f);
-  for (int64_t p = 0; p < N * C; ++p) {
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        int64_t best = p * H * W + 2 * oh * W + 2 * ow;
-        for (int64_t i = 0; i < 2; ++i) {
-          for (int64_t j = 0; j < 2; ++j) {
-            const int64_t at = p * H * W + (2 * oh + i) * W + 2 * ow + j;
-            if (v[at] > v[best] || (std::isnan(v[at]) && !std::isnan(v[best]))) best = at;
+  // column belong to no window): the 2x2 stride-2 path against a scan. The
+  // wider plane has 18 windows a row, so the AVX-512 kernel (16 at a time)
+  // and the loop after it both run; each shape also runs with the portable
+  // loop alone.
+  struct Shape {
+    int64_t H, W, OH, OW;
+  };
+  for (const Shape& shape : {Shape{7, 9, 3, 4}, Shape{5, 37, 2, 18}}) {
+    for (bool vector : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "W " << shape.W << (vector ? " vector" : " portable"));
+      cpu::AllowAvx512Kernels(vector);
+      const int64_t N = 2, C = 3, H = shape.H, W = shape.W, OH = shape.OH, OW = shape.OW;
+      std::vector<float> v(N * C * H * W);
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = (i * 7919 % 13 == 0) ? std::nanf("") : static_cast<float>((i * 2654435761u) % 5);
+      }
+      Tensor x = Tensor::FromVector(v, {N, C, H, W}, DType::kF32);
+      std::vector<float> d(N * C * OH * OW);
+      for (size_t i = 0; i < d.size(); ++i) d[i] = 1.0f + i;
+      Pool2dGeometry g;
+      g.op = OpId::kMaxPool2d;
+      g.kernel[0] = g.kernel[1] = g.stride[0] = g.stride[1] = 2;
+      const std::vector<float> y = Kernel<Pool2dKernel>(Device::kCpu)(x, g, DType::kF32).ToFloats();
+      ASSERT_EQ(y.size(), d.size());
+      const std::vector<float> dx = Kernel<Pool2dBackwardKernel>(Device::kCpu)(
+                                        x, Tensor::FromVector(d, {N, C, OH, OW}, DType::kF32), g)
+                                        .ToFloats();
+      std::vector<float> want_dx(v.size(), 0.0f);
+      for (int64_t p = 0; p < N * C; ++p) {
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t best = p * H * W + 2 * oh * W + 2 * ow;
+            for (int64_t i = 0; i < 2; ++i) {
+              for (int64_t j = 0; j < 2; ++j) {
+                const int64_t at = p * H * W + (2 * oh + i) * W + 2 * ow + j;
+                if (v[at] > v[best] || (std::isnan(v[at]) && !std::isnan(v[best]))) best = at;
+              }
+            }
+            const int64_t o = (p * OH + oh) * OW + ow;
+            if (std::isnan(v[best])) {
+              EXPECT_TRUE(std::isnan(y[o])) << o;
+            } else {
+              EXPECT_EQ(y[o], v[best]) << o;
+            }
+            want_dx[best] += d[o];
           }
         }
-        const int64_t o = (p * OH + oh) * OW + ow;
-        if (std::isnan(v[best])) {
-          EXPECT_TRUE(std::isnan(y[o])) << o;
-        } else {
-          EXPECT_EQ(y[o], v[best]) << o;
-        }
-        want_dx[best] += d[o];
       }
+      EXPECT_EQ(dx, want_dx);
     }
   }
-  EXPECT_EQ(dx, want_dx);
+  cpu::AllowAvx512Kernels(true);
 }
 
 TEST(CnnKernelsTest, AvgPoolCountsPaddingUnlessToldNot) {
