@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "engine/backend/quant_map.h"
+#include "engine/cpu/avx512_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // As in core/half.cc: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized
@@ -65,12 +66,8 @@ const PermuteTables* PermuteTablesFor(const std::array<float, 256>& map) {
 }
 
 #ifdef AMPD_QUANT_X86
-// One block of up to kQuantBlock values, 16 lanes at a time: the absmax,
-// then each code from one gather of the bucket's packed entry (CodeTable).
-// x * (1 / absmax) is computed as the scalar path does.
-__attribute__((target("avx512f"))) void QuantizeBlockAvx512(const CodeTable& t, const float* x,
-                                                            int64_t len, uint8_t* codes,
-                                                            float* absmax) {
+// max |x| over a block of len values.
+__attribute__((target("avx512f"))) float BlockAbsmaxAvx512(const float* x, int64_t len) {
   __m512 vmax = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= len; i += 16) {
@@ -78,7 +75,17 @@ __attribute__((target("avx512f"))) void QuantizeBlockAvx512(const CodeTable& t, 
   }
   float m = _mm512_reduce_max_ps(vmax);
   for (; i < len; ++i) m = std::max(m, std::fabs(x[i]));
-  *absmax = m;
+  return m;
+}
+
+// One block of up to kQuantBlock values, 16 lanes at a time: the absmax,
+// then each code from one gather of the bucket's packed entry (CodeTable).
+// x * (1 / absmax) is computed as the scalar path does.
+__attribute__((target("avx512f"))) void QuantizeBlockAvx512(const CodeTable& t, const float* x,
+                                                            int64_t len, uint8_t* codes,
+                                                            float* absmax) {
+  const float m = *absmax = BlockAbsmaxAvx512(x, len);
+  int64_t i = 0;
   if (m == 0) {
     std::fill_n(codes, len, t.Code(0.0f));
     return;
@@ -234,10 +241,6 @@ __attribute__((target("avx512f"), always_inline)) inline void SearchCodes(const 
   // k[v] = 256 + code: the low byte is the code
 }
 
-__attribute__((target("avx512f"))) inline __mmask16 FirstLanes16(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
-}
-
 // One block by the search: the absmax as QuantizeBlockAvx512 takes it, then
 // the codes of a whole block in one interleaved search (a partial block: 16
 // at a time). A block whose 1 / absmax overflows (absmax below
@@ -246,14 +249,8 @@ __attribute__((target("avx512f"))) void QuantizeBlockSearch(const CodeTable& t,
                                                             const PermuteTables& pt, const float* x,
                                                             int64_t len, uint8_t* codes,
                                                             float* absmax) {
-  __m512 vmax = _mm512_setzero_ps();
+  const float m = *absmax = BlockAbsmaxAvx512(x, len);
   int64_t i = 0;
-  for (; i + 16 <= len; i += 16) {
-    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
-  }
-  float m = _mm512_reduce_max_ps(vmax);
-  for (; i < len; ++i) m = std::max(m, std::fabs(x[i]));
-  *absmax = m;
   if (m == 0) {
     std::fill_n(codes, len, t.Code(0.0f));
     return;
@@ -274,7 +271,7 @@ __attribute__((target("avx512f"))) void QuantizeBlockSearch(const CodeTable& t,
     }
   }
   for (; i < len; i += 16) {
-    const __mmask16 rest = FirstLanes16(len - i);
+    const __mmask16 rest = FirstLanes(len - i);
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(rest, x + i), vinv);
     __m512i k;
     SearchCodes<1>(pt.node, &v, &k);
