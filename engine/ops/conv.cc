@@ -13,6 +13,7 @@ using backend::Conv2dKernel;
 using backend::Conv2dWeightGrads;
 using backend::Kernel;
 using internal::AsDType;
+using internal::NeedsGrad;
 
 namespace {
 
@@ -42,7 +43,9 @@ std::vector<Tensor> Conv2dGradient(const SavedForBackward& s, const Tensor& g0) 
   const Tensor &x = s.inputs[0], &w = s.inputs[1], &bias = s.inputs[2];
   const Conv2dGeometry geo = Decode(s.params);
   Tensor g = AsDType(g0, x.dtype());
-  Tensor dx = Kernel<Conv2dBackwardDataKernel>(x.device())(g, w, x.shape(), geo, x.dtype());
+  Tensor dx = NeedsGrad(x)
+                  ? Kernel<Conv2dBackwardDataKernel>(x.device())(g, w, x.shape(), geo, x.dtype())
+                  : Tensor();
   Conv2dWeightGrads wg = Kernel<Conv2dBackwardWeightKernel>(x.device())(
       x, g, w.shape(), bias.defined(), geo, w.dtype());
   Tensor db = bias.defined() ? AsDType(wg.db, bias.dtype()) : Tensor();

@@ -17,6 +17,15 @@ inline Tensor ReduceTo(const Tensor& grad, const Tensor& like) {
   return backend::Kernel<backend::SumRowsKernel>(grad.device())(grad, like.dtype());
 }
 
+// Whether backward needs t's gradient: t is a leaf that asks for one, or the
+// output of a recorded op. An input that is neither (a batch of images, a
+// model's first activations) gets none, and its GEMM or convolution is
+// skipped (as PyTorch's needs_input_grad does); the engine ignores an
+// undefined gradient.
+inline bool NeedsGrad(const Tensor& t) {
+  return t.defined() && (t.requires_grad() || t.grad_fn() != nullptr);
+}
+
 inline Tensor AsDType(const Tensor& t, DType dtype) {
   return t.dtype() == dtype ? t : backend::Kernel<backend::CastKernel>(t.device())(t, dtype);
 }

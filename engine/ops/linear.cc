@@ -14,6 +14,7 @@ using backend::MatmulKernel;
 using backend::SumRowsKernel;
 
 using internal::AsDType;
+using internal::NeedsGrad;
 
 Tensor Matmul(Tensor a, Tensor b) {
   OpDispatch d(OpId::kMatmul, {&a, &b});
@@ -26,7 +27,8 @@ std::vector<Tensor> MatmulGradient(const SavedForBackward& s, const Tensor& g0) 
   const Tensor &a = s.inputs[0], &b = s.inputs[1];
   auto matmul = Kernel<MatmulKernel>(a.device());
   Tensor g = AsDType(g0, a.dtype());
-  return {matmul(g, b, false, true, a.dtype()), matmul(a, g, true, false, b.dtype())};
+  return {NeedsGrad(a) ? matmul(g, b, false, true, a.dtype()) : Tensor(),
+          NeedsGrad(b) ? matmul(a, g, true, false, b.dtype()) : Tensor()};
 }
 
 Tensor Linear(Tensor x, Tensor w, Tensor b) {
@@ -40,8 +42,8 @@ std::vector<Tensor> LinearGradient(const SavedForBackward& s, const Tensor& g0) 
   const Tensor &x = s.inputs[0], &w = s.inputs[1], &b = s.inputs[2];
   auto matmul = Kernel<MatmulKernel>(x.device());
   Tensor g = AsDType(g0, x.dtype());
-  Tensor dx = matmul(g, w, false, false, x.dtype());  // [M,out] @ [out,in]
-  Tensor dw = matmul(g, x, true, false, w.dtype());   // [out,M] @ [M,in]
+  Tensor dx = NeedsGrad(x) ? matmul(g, w, false, false, x.dtype()) : Tensor();  // [M,out]@[out,in]
+  Tensor dw = matmul(g, x, true, false, w.dtype());                             // [out,M] @ [M,in]
   Tensor db = b.defined() ? Kernel<SumRowsKernel>(x.device())(g, b.dtype()) : Tensor();
   return {dx, dw, db};
 }

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "engine/autograd/autograd.h"
+#include "engine/backend/kernels/conv.h"
+#include "engine/backend/kernels/matmul.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
@@ -287,6 +289,61 @@ TEST(OpsGradTest, GradientsAccumulateAcrossBackwardCalls) {
   Backward(Sum(Matmul(x, w)));
   std::vector<double> twice = w.grad().ToDoubles();
   for (size_t i = 0; i < once.size(); ++i) EXPECT_DOUBLE_EQ(twice[i], 2 * once[i]);
+}
+
+// Calls through the CPU's Matmul and Conv2dBackwardData kernels, counted.
+int matmul_calls = 0, conv_data_calls = 0;
+backend::MatmulKernel::Fn real_matmul = nullptr;
+backend::Conv2dBackwardDataKernel::Fn real_conv_data = nullptr;
+Tensor CountedMatmul(const Tensor& a, const Tensor& b, bool ta, bool tb, DType out) {
+  ++matmul_calls;
+  return real_matmul(a, b, ta, tb, out);
+}
+Tensor CountedConvData(const Tensor& g, const Tensor& w, const std::vector<int64_t>& x_shape,
+                       const Conv2dGeometry& geo, DType out) {
+  ++conv_data_calls;
+  return real_conv_data(g, w, x_shape, geo, out);
+}
+
+// A first layer's input (a batch of images) asks for no gradient: its
+// backward GEMM or convolution is not run, and the weights' gradients are
+// the same as when the input's gradient is computed too.
+TEST(OpsGradTest, AnInputThatNeedsNoGradientGetsNoneAndCostsNoKernel) {
+  real_matmul = backend::Kernel<backend::MatmulKernel>(Device::kCpu);
+  real_conv_data = backend::Kernel<backend::Conv2dBackwardDataKernel>(Device::kCpu);
+  backend::RegisterKernel<backend::MatmulKernel>(Device::kCpu, &CountedMatmul);
+  backend::RegisterKernel<backend::Conv2dBackwardDataKernel>(Device::kCpu, &CountedConvData);
+  Conv2dGeometry geo;
+  geo.padding[0] = geo.padding[1] = 1;
+  for (bool input_grad : {false, true}) {
+    SCOPED_TRACE(input_grad ? "input needs a gradient" : "input needs none");
+    Tensor x = Random({8, 5}, 1), w = Random({3, 5}, 2), b = Random({3}, 3);
+    Tensor img = Random({2, 1, 6, 6}, 4), k = Random({4, 1, 3, 3}, 5);
+    x.set_requires_grad(input_grad);
+    img.set_requires_grad(input_grad);
+    w.set_requires_grad(true);
+    k.set_requires_grad(true);
+    const Tensor loss = Add(Mean(Linear(x, w, b)), Mean(Conv2d(img, k, Tensor(), geo)));
+    matmul_calls = conv_data_calls = 0;  // the backward's calls only
+    Backward(loss);
+    EXPECT_EQ(matmul_calls, input_grad ? 2 : 1);
+    EXPECT_EQ(conv_data_calls, input_grad ? 1 : 0);
+    EXPECT_EQ(x.grad().defined(), input_grad);
+    EXPECT_EQ(img.grad().defined(), input_grad);
+    ASSERT_TRUE(w.grad().defined());
+    ASSERT_TRUE(k.grad().defined());
+    // dMean/dy = 1/24 everywhere, so dW[o, i] = sum over rows of x[:, i] / 24.
+    const std::vector<double> xs = x.ToDoubles(), dw = w.grad().ToDoubles();
+    for (int64_t o = 0; o < 3; ++o) {
+      for (int64_t i = 0; i < 5; ++i) {
+        double want = 0;
+        for (int64_t r = 0; r < 8; ++r) want += xs[r * 5 + i] / 24.0;
+        EXPECT_NEAR(dw[o * 5 + i], want, 1e-6) << o << " " << i;
+      }
+    }
+  }
+  backend::RegisterKernel<backend::MatmulKernel>(Device::kCpu, real_matmul);
+  backend::RegisterKernel<backend::Conv2dBackwardDataKernel>(Device::kCpu, real_conv_data);
 }
 
 }  // namespace
