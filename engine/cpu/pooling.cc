@@ -121,17 +121,24 @@ AMPD_AVX512 inline void Deinterleave(const float* p, int64_t n, __m512* even, __
   *odd = _mm512_permutex2var_ps(lo, _mm512_add_epi32(e, _mm512_set1_epi32(1)), hi);
 }
 
+// The maxima (and in k the winners) of n <= 16 windows from ow on, over
+// input rows r0 and r1.
+AMPD_AVX512 inline __m512 WindowsMax16(const float* r0, const float* r1, int64_t ow, int64_t n,
+                                       __m512i* k) {
+  __m512 a, b, c, d;
+  Deinterleave(r0 + 2 * ow, n, &a, &b);
+  Deinterleave(r1 + 2 * ow, n, &c, &d);
+  return First2x2Max16(a, b, c, d, k);
+}
+
 // The 2x2 stride-2 max pool of one output row from input rows r0, r1, 16
 // windows at a time (the planes of small CNNs are narrow: 14 or 7 windows
 // a row, so the last group is masked).
 AMPD_AVX512 void MaxPool2x2RowAvx512(const float* r0, const float* r1, int64_t OW, float* out) {
   for (int64_t ow = 0; ow < OW; ow += 16) {
     const int64_t n = std::min<int64_t>(16, OW - ow);
-    __m512 a, b, c, d;
-    Deinterleave(r0 + 2 * ow, n, &a, &b);
-    Deinterleave(r1 + 2 * ow, n, &c, &d);
     __m512i k;
-    _mm512_mask_storeu_ps(out + ow, FirstLanes(n), First2x2Max16(a, b, c, d, &k));
+    _mm512_mask_storeu_ps(out + ow, FirstLanes(n), WindowsMax16(r0, r1, ow, n, &k));
   }
 }
 
@@ -143,11 +150,8 @@ AMPD_AVX512 void MaxPool2x2BackwardRowAvx512(const float* r0, const float* r1, c
   const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(8));
   for (int64_t ow = 0; ow < OW; ow += 16) {
     const int64_t n = std::min<int64_t>(16, OW - ow);
-    __m512 a, b, c, d;
-    Deinterleave(r0 + 2 * ow, n, &a, &b);
-    Deinterleave(r1 + 2 * ow, n, &c, &d);
     __m512i k;
-    First2x2Max16(a, b, c, d, &k);
+    WindowsMax16(r0, r1, ow, n, &k);
     const __m512 g = _mm512_maskz_loadu_ps(FirstLanes(n), drow + ow);
     __m512 gk[4];
     for (int i = 0; i < 4; ++i) {
