@@ -64,6 +64,12 @@ std::pair<double, double> ChannelSums(const Channels& s, int64_t ch, const F& fi
   return {total(a), total(b)};
 }
 
+// ChannelSums of one function.
+template <typename F>
+double ChannelSum(const Channels& s, int64_t ch, const F& f) {
+  return ChannelSums(s, ch, f, [](int64_t) { return 0.0; }).first;
+}
+
 // Moves a running statistic toward `value` in its own dtype (f32 or f64).
 void Blend(const Tensor& running, int64_t ch, double momentum, double value) {
   if (running.dtype() == DType::kF64) {
@@ -99,19 +105,12 @@ BatchNormResult CpuBackendImpl::BatchNormImpl(const Tensor& x, const Tensor& gam
   ParallelFor(s.c, x.numel() >= kParallelMin, [&](int64_t ch) {
     double mu, var;
     if (training) {
-      const auto zero = [](int64_t) { return 0.0; };
-      const double sum = ChannelSums(
-                             s, ch, [&](int64_t i) { return static_cast<double>(xv[i]); }, zero)
-                             .first;
+      const double sum = ChannelSum(s, ch, [&](int64_t i) { return static_cast<double>(xv[i]); });
       mu = sum / static_cast<double>(s.count());
-      const double sq = ChannelSums(
-                            s, ch,
-                            [&](int64_t i) {
-                              const double d = xv[i] - mu;
-                              return d * d;
-                            },
-                            zero)
-                            .first;
+      const double sq = ChannelSum(s, ch, [&](int64_t i) {
+        const double d = xv[i] - mu;
+        return d * d;
+      });
       var = sq / static_cast<double>(s.count());
       // The running variance is the unbiased one (PyTorch's).
       const double unbiased = s.count() > 1 ? sq / static_cast<double>(s.count() - 1) : var;

@@ -35,6 +35,8 @@ struct PermuteTables {
   alignas(64) float node[256];
   // plane[b][c] = byte b (little-endian) of map[c]'s bits.
   alignas(64) uint8_t plane[4][256];
+  // The order DequantizeBlockVbmi permutes 64 codes into (see there).
+  alignas(64) uint8_t code_order[64];
 };
 
 const PermuteTables* BuildPermuteTables(const std::array<float, 256>& map) {
@@ -52,6 +54,9 @@ const PermuteTables* BuildPermuteTables(const std::array<float, 256>& map) {
     uint32_t bits;
     std::memcpy(&bits, &map[c], 4);
     for (int b = 0; b < 4; ++b) t->plane[b][c] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+  for (int p = 0; p < 64; ++p) {
+    t->code_order[p] = static_cast<uint8_t>(((p >> 2) & 3) * 16 + (p >> 4) * 4 + (p & 3));
   }
   return t;
 }
@@ -287,10 +292,7 @@ __attribute__((target("avx512f"))) void QuantizeBlockSearch(const CodeTable& t,
 // involution), and the four registers come out in order.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void DequantizeBlockVbmi(
     const PermuteTables& t, const uint8_t* codes, float absmax, int64_t len, float* x) {
-  alignas(64) uint8_t order[64];
-  for (int p = 0; p < 64; ++p)
-    order[p] = static_cast<uint8_t>(((p >> 2) & 3) * 16 + (p >> 4) * 4 + (p & 3));
-  const __m512i perm = _mm512_load_si512(order);
+  const __m512i perm = _mm512_load_si512(t.code_order);
   const __m512 a = _mm512_set1_ps(absmax);
   int64_t i = 0;
   for (; i + 64 <= len; i += 64) {
