@@ -150,6 +150,83 @@ class Agent {
     return engine::io::WriteFileAtomically(dir + "/" + name + ".sha256", sha + "\n");
   }
 
+  // The files the job's spec names, into DATA_DIR/data/SHA256 unless held
+  // there already (by content, so a data set is fetched once for every job
+  // that reads it), and the map the ranks resolve the spec's paths through:
+  // lines "PATH<TAB>LOCAL FILE" in `map_path`.
+  absl::Status FetchDataFiles(const v1::StartRanks& s, const std::string& map_path) {
+    const std::string dir = f_.data_dir + "/data";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+    std::string map;
+    for (const v1::DataFile& f : s.data_files()) {
+      if (f.sha256().size() != 64 ||
+          f.sha256().find_first_not_of("0123456789abcdef") != std::string::npos ||
+          f.path().find_first_of("\t\n") != std::string::npos) {
+        return absl::InternalError(absl::StrCat("the server sent a bad data file entry for ",
+                                                f.path()));
+      }
+      const std::string local = dir + "/" + f.sha256();
+      const auto size = std::filesystem::file_size(local, ec);
+      if (ec || static_cast<int64_t>(size) != f.size_bytes()) {
+        if (absl::Status got = FetchDataFile(s.job(), f, local); !got.ok()) return got;
+        Say(absl::StrCat("job ", s.job(), ": fetched ", f.path(), " (", f.size_bytes(),
+                         " bytes)"));
+      }
+      absl::StrAppend(&map, f.path(), "\t", local, "\n");
+    }
+    return engine::io::WriteFileAtomically(map_path, map);
+  }
+
+  absl::Status FetchDataFile(const std::string& job, const v1::DataFile& f,
+                             const std::string& local) {
+    const std::string partial = absl::StrCat(local, ".partial-", getpid());
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", partial));
+    grpc::ClientContext ctx;
+    agents::Authorize(&ctx, f_.token);
+    v1::FetchDataFileRequest req;
+    req.set_job(job);
+    req.set_path(f.path());
+    std::unique_ptr<grpc::ClientReader<v1::DataFileChunk>> reader =
+        stub_->FetchDataFile(&ctx, req);
+    engine::io::Sha256 received;
+    std::string sent_sha;
+    v1::DataFileChunk chunk;
+    while (reader->Read(&chunk)) {
+      out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+      received.Update(chunk.data());
+      if (!chunk.sha256().empty()) sent_sha = chunk.sha256();
+    }
+    grpc::Status st = reader->Finish();
+    out.close();
+    auto fail = [&](absl::Status why) {
+      std::error_code ec;
+      std::filesystem::remove(partial, ec);
+      return why;
+    };
+    if (!st.ok()) {
+      return fail(absl::UnavailableError(
+          absl::StrCat("fetching ", f.path(), " from the server: ", st.error_message())));
+    }
+    if (!out) return fail(absl::InternalError(absl::StrCat("writing ", partial, " failed")));
+    const std::string got = received.FinishHex();
+    if (got != sent_sha) {
+      return fail(absl::DataLossError(
+          absl::StrCat(f.path(), " arrived damaged (SHA-256 mismatch)")));
+    }
+    if (got != f.sha256()) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          f.path(), " changed on the server after the job's ranks were placed")));
+    }
+    std::error_code ec;
+    std::filesystem::rename(partial, local, ec);
+    if (ec) return fail(absl::InternalError(absl::StrCat("cannot rename ", partial, ": ",
+                                                         ec.message())));
+    return absl::OkStatus();
+  }
+
   void Start(const v1::StartRanks& s) {
     const std::string dir = jobs::WorkersDir(f_.data_dir, s.job());
     auto fail = [&](const std::string& why) {
@@ -171,6 +248,9 @@ class Agent {
         return fail(std::string(c.message()));
       }
     }
+    if (absl::Status d = FetchDataFiles(s, dir + "/data_files.tsv"); !d.ok()) {
+      return fail(std::string(d.message()));
+    }
     jobs::LocalWorkers::Options o;
     o.binary = binary_;
     o.log_dir = dir;
@@ -188,7 +268,8 @@ class Agent {
               "--hostname=" + f_.worker_host,
               absl::StrCat("--resume_step=", s.resume_step()),
               absl::StrCat("--parent_pid=", getpid()),
-              absl::StrCat("--timeout_ms=", s.timeout_ms())};
+              absl::StrCat("--timeout_ms=", s.timeout_ms()),
+              "--data_files=" + dir + "/data_files.tsv"};
     if (!f_.tls_ca.empty()) o.args.push_back("--tls_ca=" + f_.tls_ca);
     o.env.push_back("AMPD_TOKEN=" + f_.token);
     if (std::getenv("OMP_NUM_THREADS") == nullptr) {

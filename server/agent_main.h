@@ -7,7 +7,9 @@
 // data-parallel jobs the server places here, each an `ampd worker` child
 // process (worker_main.h) with its log under DATA_DIR/jobs/ID/workers/.
 // Those ranks fetch the checkpoint they resume from and meet the job's other
-// ranks through the server: nothing but the server's address is needed.
+// ranks through the server, and the agent fetches the files the job's spec
+// names (into DATA_DIR/data/SHA256, once per content): nothing but the
+// server's address is needed.
 //
 //   ampd agent --server=HOST:PORT [--slots=1] [--name=HOSTNAME]
 //              [--data_dir=./ampd-agent-data] [--token=TOKEN | $AMPD_TOKEN]

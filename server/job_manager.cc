@@ -23,6 +23,7 @@
 #include "engine/core/error_subject.h"
 #include "engine/cpu/host_memory.h"
 #include "engine/io/checkpoint.h"
+#include "engine/io/sha256.h"
 #include "engine/io/tensorboard.h"
 #include "engine/nn/model.h"
 #include "engine/train/explain.h"
@@ -1314,6 +1315,25 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, int local,
       r.spec_json = spec_json;
       r.resume_step = resume_step;
       r.timeout_ms = options_.worker_timeout_ms;
+      // Agents run on other machines: they fetch the files the spec names
+      // (uploads included) unless they hold the same bytes already.
+      for (const auto& [field, path] : engine::runner::SpecPaths(job->job.spec())) {
+        agents::AgentRegistry::StartRequest::DataFile f;
+        f.local_path = ResolveDataPath(options_.data_root, owner, path);
+        absl::StatusOr<std::string> sha = engine::io::Sha256FileHex(f.local_path);
+        std::error_code ec;
+        const auto size = std::filesystem::file_size(f.local_path, ec);
+        if (!sha.ok() || ec) {
+          return absl::StatusOr<std::vector<std::unique_ptr<jobs::WorkerGroup>>>(
+              absl::FailedPreconditionError(
+                  absl::StrCat(field, " \"", path, "\" cannot be read for the agents: ",
+                               sha.ok() ? ec.message() : sha.status().message())));
+        }
+        f.file.set_path(path);
+        f.file.set_sha256(*sha);
+        f.file.set_size_bytes(static_cast<int64_t>(size));
+        r.data_files.push_back(std::move(f));
+      }
       return options_.agents->Start(placement, r);
     };
   }

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -80,8 +81,19 @@ int WorkerMain(int argc, char** argv) {
   context.fashion_mnist_dir = flags["fashion_mnist_dir"];
   if (flags.count("fortunes_dir")) context.fortunes_dir = flags["fortunes_dir"];
   const std::string owner = flags["owner"];
+  std::map<std::string, std::string> fetched;  // spec path -> local copy (an agent's)
+  if (flags.count("data_files")) {
+    std::ifstream in(flags["data_files"]);
+    if (!in) return Fail("cannot read --data_files " + flags["data_files"]);
+    for (std::string line; std::getline(in, line);) {
+      const size_t tab = line.find('\t');
+      if (tab == std::string::npos) return Fail("a bad line in " + flags["data_files"]);
+      fetched[line.substr(0, tab)] = line.substr(tab + 1);
+    }
+  }
   context.resolve_data_path = [&](const std::string& p) {
-    return ResolveDataPath(context.data_root, owner, p);
+    auto it = fetched.find(p);
+    return it != fetched.end() ? it->second : ResolveDataPath(context.data_root, owner, p);
   };
   absl::StatusOr<runner::ResolvedJob> job = runner::ResolveJobSpec(*spec, context);
   if (!job.ok()) return Fail(std::string(job.status().message()));

@@ -2,8 +2,8 @@
 #define AMPD_SERVER_WORKER_MAIN_H_
 
 // `ampd worker ...`: one rank (1..N-1) of a data-parallel job that the server
-// or an agent started as its child (jobs/local_workers.h, agent_main.h). It reads the job's spec as the
-// server resolved it, loads the same data, resumes from the same checkpoint
+// or an agent started as its child (jobs/local_workers.h, agent_main.h). It
+// reads the job's spec as the server resolved it, loads the same data, resumes from the same checkpoint
 // as rank 0, meets the other ranks through the job's rendezvous directory
 // under the data root, trains its share of every global batch, and leaves
 // through a barrier. It writes nothing of the job's: rank 0 (in the server)
@@ -19,6 +19,9 @@
 // directory: --store_server=HOST:PORT --attempt=A [--tls_ca=PEM] replace
 // --rendezvous, with the agent's token in $AMPD_TOKEN. --hostname is the
 // address this rank listens on for its peers (default 127.0.0.1).
+// --data_files=FILE (lines "PATH<TAB>LOCAL FILE", written by the agent)
+// names the local copies of the files the spec names, fetched from the
+// server: the spec's paths resolve through it first.
 //
 // Exit status: 0 trained to the end, 1 failed (the reason on stderr), 2 bad
 // arguments.

@@ -32,6 +32,7 @@ struct AgentRegistry::Ranks {
   std::set<int> ended;
   std::optional<std::string> lost;
   bool stopped = false;
+  std::map<std::string, std::string> data_files;  // spec path -> the server's file
 };
 
 // One agent's share of a job attempt, as rank 0 sees it.
@@ -316,6 +317,10 @@ absl::StatusOr<std::vector<std::unique_ptr<jobs::WorkerGroup>>> AgentRegistry::S
       start->set_resume_step(r.resume_step);
       start->set_timeout_ms(r.timeout_ms);
       start->set_owner(r.owner);
+      for (const StartRequest::DataFile& f : r.data_files) {
+        *start->add_data_files() = f.file;
+        ranks->data_files[f.file.path()] = f.local_path;
+      }
       for (int i = 0; i < count; ++i) {
         ranks->ranks.push_back(rank);
         start->add_ranks(rank++);
@@ -381,6 +386,21 @@ bool AgentRegistry::Runs(const std::string& principal, const std::string& job,
     }
   }
   return false;
+}
+
+std::optional<std::string> AgentRegistry::DataFilePath(const std::string& principal,
+                                                       const std::string& job,
+                                                       const std::string& path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, s] : sessions_) {
+    if (s->principal != principal) continue;
+    for (const auto& [a, ranks] : s->runs) {
+      if (ranks->job != job) continue;
+      auto it = ranks->data_files.find(path);
+      if (it != ranks->data_files.end()) return it->second;
+    }
+  }
+  return std::nullopt;
 }
 
 void AgentRegistry::SetOnChange(std::function<void()> on_change) {

@@ -91,6 +91,13 @@ class AgentRegistry {
     std::string spec_json;
     int64_t resume_step = 0;
     int64_t timeout_ms = 30000;
+    // The files the spec names (StartRanks.data_files), each with where the
+    // server holds it: the only files the agents may fetch for this job.
+    struct DataFile {
+      ampd::v1::DataFile file;
+      std::string local_path;
+    };
+    std::vector<DataFile> data_files;
   };
   absl::StatusOr<std::vector<std::unique_ptr<jobs::WorkerGroup>>> Start(
       const Placement& placement, const StartRequest& request);
@@ -102,6 +109,10 @@ class AgentRegistry {
   // < 0: any attempt): what lets them use its rendezvous store and fetch its
   // checkpoint.
   bool Runs(const std::string& principal, const std::string& job, int64_t attempt) const;
+  // Where the server holds `path`, a file the spec of a job that
+  // `principal`'s agents run names; nullopt for any other path or job.
+  std::optional<std::string> DataFilePath(const std::string& principal, const std::string& job,
+                                          const std::string& path) const;
 
   // Called (outside the registry's lock) when agents' slots change: one
   // connected or left, or slots were given back.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/dist/process_group.h"
+#include "engine/io/sha256.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/run_outputs.h"
 #include "server/log.h"
@@ -153,6 +154,41 @@ grpc::Status AgentServiceImpl::FetchCheckpoint(grpc::ServerContext* ctx,
     first = false;
     chunk.set_data(buffer.data(), n);
     if (!in) chunk.set_sha256(sha);
+    if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "agent went away");
+    if (!in) break;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentServiceImpl::FetchDataFile(grpc::ServerContext* ctx,
+                                             const v1::FetchDataFileRequest* request,
+                                             grpc::ServerWriter<v1::DataFileChunk>* writer) {
+  if (grpc::Status s = CheckRuns(ctx, request->job(), -1, "data"); !s.ok()) return s;
+  Principal who;
+  if (grpc::Status a = auth_->CheckAgent(ctx, &who); !a.ok()) return a;
+  // Only a path the job's spec names, where the server resolved it for the
+  // job's owner: an agent cannot read anything else through this.
+  const std::optional<std::string> path =
+      registry_->DataFilePath(who.name, request->job(), request->path());
+  if (!path) {
+    return NotFound("data file", absl::StrCat(request->job(), ": ", request->path()));
+  }
+  std::ifstream in(*path, std::ios::binary);
+  if (!in) return NotFound("data file", request->path());
+  engine::io::Sha256 sha;
+  std::string buffer(kChunkBytes, '\0');
+  while (true) {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "fetch cancelled");
+    in.read(buffer.data(), buffer.size());
+    const std::streamsize n = in.gcount();
+    if (in.bad()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("reading ", request->path(), " failed"));
+    }
+    v1::DataFileChunk chunk;
+    chunk.set_data(buffer.data(), n);
+    sha.Update(buffer.data(), static_cast<size_t>(n));
+    if (!in) chunk.set_sha256(sha.FinishHex());
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "agent went away");
     if (!in) break;
   }

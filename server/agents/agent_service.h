@@ -2,8 +2,8 @@
 #define AMPD_SERVER_AGENTS_AGENT_SERVICE_H_
 
 // AgentService (proto/ampd/v1/agent_service.proto): agents' sessions, their
-// reports, the rendezvous store of the jobs their ranks belong to, and the
-// checkpoints those ranks resume from. A job's store is the directory its
+// reports, the rendezvous store of the jobs their ranks belong to, the
+// checkpoints those ranks resume from and the files their specs name. A job's store is the directory its
 // local ranks use (jobs/ID/workers/rendezvous, Gloo's file store), so every
 // rank of a job meets in one place wherever it runs.
 
@@ -33,6 +33,9 @@ class AgentServiceImpl final : public ampd::v1::AgentService::Service {
   grpc::Status FetchCheckpoint(grpc::ServerContext* ctx,
                                const ampd::v1::FetchCheckpointRequest* request,
                                grpc::ServerWriter<ampd::v1::CheckpointChunk>* writer) override;
+  grpc::Status FetchDataFile(grpc::ServerContext* ctx,
+                             const ampd::v1::FetchDataFileRequest* request,
+                             grpc::ServerWriter<ampd::v1::DataFileChunk>* writer) override;
 
  private:
   // The caller may use this job attempt's store (its agent runs ranks of it).

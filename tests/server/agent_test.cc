@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ampd/v1/agent_service.grpc.pb.h"
+#include "ampd/v1/artifact_service.grpc.pb.h"
 #include "ampd/v1/precision_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
 #include "engine/io/sha256.h"
@@ -64,6 +65,29 @@ std::string DdpJobJson(int steps, int workers, int batch = 64) {
          std::to_string(workers) + "}}";
 }
 
+// A numeric CSV (label first, 8 features) with a rule an MLP learns.
+std::string CsvData(int rows) {
+  std::string csv = "label,f0,f1,f2,f3,f4,f5,f6,f7\n";
+  for (int i = 0; i < rows; ++i) {
+    double x[8];
+    for (int j = 0; j < 8; ++j) x[j] = ((i * 37 + j * 11 + i * j) % 101) / 50.0 - 1.0;
+    csv += std::to_string((x[0] + x[3] - x[5] > 0) ? 1 : 0);
+    for (double v : x) csv += "," + std::to_string(v);
+    csv += "\n";
+  }
+  return csv;
+}
+
+std::string CsvJobJson(int steps, int workers) {
+  return R"({"model": {"mlp": {"hidden": [16]}},
+    "data": {"file": {"format": "FORMAT_CSV", "trainCsv": "uploads/ddp/train.csv"}},
+    "precision": {"profile": "32-true"},
+    "training": {"steps": )" +
+         std::to_string(steps) + R"(, "batchSize": 32, "seed": 5},
+    "resources": {"workers": )" +
+         std::to_string(workers) + "}}";
+}
+
 // Calls with a bearer token.
 class Caller {
  public:
@@ -71,7 +95,8 @@ class Caller {
       : token_(std::move(token)),
         training(v1::TrainingService::NewStub(channel)),
         precision(v1::PrecisionService::NewStub(channel)),
-        agent(v1::AgentService::NewStub(channel)) {}
+        agent(v1::AgentService::NewStub(channel)),
+        artifacts(v1::ArtifactService::NewStub(channel)) {}
 
   std::unique_ptr<grpc::ClientContext> Ctx() const {
     auto ctx = std::make_unique<grpc::ClientContext>();
@@ -129,6 +154,21 @@ class Caller {
     EXPECT_TRUE(reader->Finish().ok());
     return h;
   }
+  grpc::Status Upload(const std::string& path, const std::string& data) {
+    auto ctx = Ctx();
+    v1::UploadedDataset out;
+    auto w = artifacts->UploadDataset(ctx.get(), &out);
+    v1::UploadDatasetRequest m;
+    m.mutable_header()->set_path(path);
+    m.mutable_header()->set_size_bytes(static_cast<int64_t>(data.size()));
+    m.mutable_header()->set_sha256(Sha256Hex(data));
+    w->Write(m);
+    m.Clear();
+    m.set_chunk(data);
+    w->Write(m);
+    w->WritesDone();
+    return w->Finish();
+  }
   std::vector<v1::WorkerSlots> Slots() {
     v1::Capabilities caps;
     EXPECT_TRUE(precision->GetCapabilities(Ctx().get(), {}, &caps).ok());
@@ -142,6 +182,7 @@ class Caller {
   std::unique_ptr<v1::TrainingService::Stub> training;
   std::unique_ptr<v1::PrecisionService::Stub> precision;
   std::unique_ptr<v1::AgentService::Stub> agent;
+  std::unique_ptr<v1::ArtifactService::Stub> artifacts;
 };
 
 class AgentTest : public ::testing::Test {
@@ -314,6 +355,77 @@ TEST_F(AgentTest, ALostAgentsRanksRestartOnAnotherAgent) {
       std::string::npos)
       << "rank 1 did not move to the agent that was left";
   for (const v1::WorkerSlots& w : root_->Slots()) EXPECT_NE(w.host(), "agent:" + lost_name);
+}
+
+// The agent's machine has none of the server's files: it fetches the files a
+// job's spec names (here a user's upload) before starting its ranks, once
+// for as long as their bytes stay the same, and only those.
+TEST_F(AgentTest, TheAgentFetchesTheFilesAJobNamesOnce) {
+  StartServer({"--cpu_workers=1"});
+  std::unique_ptr<AgentProcess> agent = StartAgent("rack-7-c", "agent-token");
+  ASSERT_TRUE(Listed("rack-7-c", 1, 1)) << agent->log();
+  Caller alice(server_->channel(), "alice-token");
+  const std::string csv = CsvData(512);
+  const grpc::Status up = alice.Upload("ddp/train.csv", csv);
+  ASSERT_TRUE(up.ok()) << up.error_message();
+
+  const v1::Job one = alice.Run(CsvJobJson(200, 1));
+  ASSERT_EQ(one.state(), v1::SUCCEEDED) << one.failure_reason();
+  const v1::Job two = alice.Run(CsvJobJson(200, 2));
+  ASSERT_EQ(two.state(), v1::SUCCEEDED) << two.failure_reason() << agent->log();
+  EXPECT_EQ(Slurp(agent_dir_ + "/data/" + Sha256Hex(csv)), csv);
+  // Rank 1 read the same examples as rank 0: the job trained as one worker.
+  const Caller::History h1 = alice.Read(one.name()), h2 = alice.Read(two.name());
+  ASSERT_EQ(h2.losses.size(), 200u);
+  double worst = 0;
+  for (const auto& [step, loss] : h1.losses) {
+    worst = std::max(worst, std::abs(h2.losses.at(step) - loss) / std::abs(loss));
+  }
+  EXPECT_LT(worst, 1e-3);
+
+  // While a job's rank runs on the agent, its identity fetches what the
+  // spec names and nothing else.
+  const v1::Job running = alice.Create(CsvJobJson(20000, 2));
+  Caller as_agent(server_->channel(), "agent-token");
+  auto fetch = [&](const std::string& job, const std::string& path, std::string* data) {
+    v1::FetchDataFileRequest req;
+    req.set_job(job);
+    req.set_path(path);
+    auto ctx = as_agent.Ctx();
+    auto reader = as_agent.agent->FetchDataFile(ctx.get(), req);
+    v1::DataFileChunk chunk;
+    data->clear();
+    while (reader->Read(&chunk)) *data += chunk.data();
+    return reader->Finish();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (root_->Get(running.name()).progress().step() < 5 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  std::string data;
+  const grpc::Status ok = fetch(running.id(), "uploads/ddp/train.csv", &data);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(data, csv);
+  EXPECT_EQ(fetch(running.id(), "uploads/ddp/other.csv", &data).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(fetch(running.id(), "../../ampd.db", &data).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::CancelJobRequest cancel;
+  cancel.set_name(running.name());
+  v1::Job cancelled;
+  EXPECT_TRUE(alice.training->CancelJob(alice.Ctx().get(), cancel, &cancelled).ok());
+  EXPECT_EQ(alice.WaitEnded(running.name()).state(), v1::CANCELLED);
+  // Its ranks gone, the job's files are closed to the agent too.
+  EXPECT_EQ(fetch(running.id(), "uploads/ddp/train.csv", &data).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // Three jobs read the file; it crossed once.
+  size_t fetched = 0;
+  for (size_t at = agent->log().find("fetched uploads/ddp/train.csv"); at != std::string::npos;
+       at = agent->log().find("fetched uploads/ddp/train.csv", at + 1)) {
+    ++fetched;
+  }
+  EXPECT_EQ(fetched, 1u) << agent->log();
 }
 
 // `ampd agent --join=JOB` as a cluster's launcher starts it (srun here, by
