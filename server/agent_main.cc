@@ -34,7 +34,8 @@ namespace {
 namespace v1 = ::ampd::v1;
 
 struct AgentFlags {
-  std::string server, name, data_dir = "./ampd-agent-data", token, tls_ca;
+  std::string server, name, data_dir = "./ampd-agent-data", token;
+  agents::AgentTls tls;
   std::string worker_host = "127.0.0.1";
   std::string fashion_mnist_dir = engine::data::kFashionMnistDir;
   std::string fortunes_dir = engine::data::kFortunesDir;
@@ -270,7 +271,11 @@ class Agent {
               absl::StrCat("--parent_pid=", getpid()),
               absl::StrCat("--timeout_ms=", s.timeout_ms()),
               "--data_files=" + dir + "/data_files.tsv"};
-    if (!f_.tls_ca.empty()) o.args.push_back("--tls_ca=" + f_.tls_ca);
+    if (!f_.tls.ca.empty()) o.args.push_back("--tls_ca=" + f_.tls.ca);
+    if (!f_.tls.cert.empty()) {
+      o.args.push_back("--tls_cert=" + f_.tls.cert);
+      o.args.push_back("--tls_key=" + f_.tls.key);
+    }
     o.env.push_back("AMPD_TOKEN=" + f_.token);
     if (std::getenv("OMP_NUM_THREADS") == nullptr) {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -368,7 +373,9 @@ int AgentMain(int argc, char** argv) {
                                                    {"name", &f.name},
                                                    {"data_dir", &f.data_dir},
                                                    {"token", &f.token},
-                                                   {"tls_ca", &f.tls_ca},
+                                                   {"tls_ca", &f.tls.ca},
+                                                   {"tls_cert", &f.tls.cert},
+                                                   {"tls_key", &f.tls.key},
                                                    {"worker_host", &f.worker_host},
                                                    {"fashion_mnist_dir", &f.fashion_mnist_dir},
                                                    {"fortunes_dir", &f.fortunes_dir},
@@ -430,8 +437,11 @@ int AgentMain(int argc, char** argv) {
     return 1;
   }
   f.data_dir = std::filesystem::absolute(f.data_dir).string();
+  for (std::string* pem : {&f.tls.ca, &f.tls.cert, &f.tls.key}) {
+    if (!pem->empty()) *pem = std::filesystem::absolute(*pem).string();  // for the workers too
+  }
   std::string error;
-  std::shared_ptr<grpc::Channel> channel = agents::AgentChannel(f.server, f.tls_ca, &error);
+  std::shared_ptr<grpc::Channel> channel = agents::AgentChannel(f.server, f.tls, &error);
   if (!channel) {
     std::fprintf(stderr, "ampd agent: %s\n", error.c_str());
     return 2;

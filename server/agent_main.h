@@ -2,8 +2,10 @@
 #define AMPD_SERVER_AGENT_MAIN_H_
 
 // `ampd agent`: lends this machine's worker slots to an ampd server on
-// another machine. It connects (AgentService.Connect, with a token of role
-// `agent`), and for as long as the connection lasts runs the ranks of
+// another machine. It connects (AgentService.Connect) as an identity of role
+// `agent`: a token in the server's --tokens_file, or under mTLS a client
+// certificate (--tls_cert/--tls_key) that the server's --client_cert_roles
+// names agent. Then for as long as the connection lasts runs the ranks of
 // data-parallel jobs the server places here, each an `ampd worker` child
 // process (worker_main.h) with its log under DATA_DIR/jobs/ID/workers/.
 // Those ranks fetch the checkpoint they resume from and meet the job's other
@@ -13,7 +15,8 @@
 //
 //   ampd agent --server=HOST:PORT [--slots=1] [--name=HOSTNAME]
 //              [--data_dir=./ampd-agent-data] [--token=TOKEN | $AMPD_TOKEN]
-//              [--tls_ca=PEM] [--worker_host=127.0.0.1]
+//              [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]]
+//              [--worker_host=127.0.0.1]
 //              [--fashion_mnist_dir=DIR] [--fortunes_dir=DIR]
 //              [--reconnect_ms=2000] [--join=JOB]
 //

@@ -10,6 +10,18 @@
 
 namespace ampd::server {
 
+namespace {
+
+// "user", "admin" or "agent" as a principal's flags.
+bool ParseRole(const std::string& role, Principal* p) {
+  if (role != "user" && role != "admin" && role != "agent") return false;
+  p->admin = role == "admin";
+  p->agent = role == "agent";
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("tokens_file: cannot read ", path));
@@ -34,18 +46,48 @@ absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& p
       return absl::InvalidArgumentError(
           absl::StrCat(where, "the first field must be the token's SHA-256 (64 hex characters)"));
     }
-    if (parts[2] != "user" && parts[2] != "admin" && parts[2] != "agent") {
+    Principal p{parts[1]};
+    if (!ParseRole(parts[2], &p)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
     }
-    auth.tokens_[digest] = Principal{parts[1], parts[2] == "admin", parts[2] == "agent"};
+    auth.tokens_[digest] = std::move(p);
   }
   return auth;
 }
 
-Authenticator Authenticator::FromClientCertificates() {
+absl::StatusOr<Authenticator> Authenticator::FromClientCertificates(
+    const std::string& roles_file) {
   Authenticator auth;
   auth.mode_ = Mode::kClientCert;
+  if (roles_file.empty()) return auth;
+  std::ifstream in(roles_file);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("client_cert_roles: cannot read ", roles_file));
+  }
+  std::string line;
+  int line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    std::vector<std::string> parts =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    if (parts.empty()) continue;
+    const std::string where =
+        absl::StrCat("client_cert_roles: ", roles_file, ":", line_number, ": ");
+    Principal p{parts[0]};
+    if (parts.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "expected \"IDENTITY ROLE\""));
+    }
+    if (!ParseRole(parts[1], &p)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
+    }
+    if (!auth.cert_roles_.emplace(parts[0], p).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, parts[0], " is listed twice"));
+    }
+  }
   return auth;
 }
 
@@ -74,17 +116,23 @@ absl::StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContextB
         for (const char* property : {"x509_common_name", "x509_subject_alternative_name"}) {
           std::vector<grpc::string_ref> values = auth->FindPropertyValues(property);
           if (!values.empty() && values.front().size() > 0) {
-            return Principal{std::string(values.front().data(), values.front().size()), false};
+            return CertPrincipal(std::string(values.front().data(), values.front().size()));
           }
         }
         std::vector<grpc::string_ref> ids = auth->GetPeerIdentity();
-        if (!ids.empty())
-          return Principal{std::string(ids.front().data(), ids.front().size()), false};
+        if (!ids.empty()) {
+          return CertPrincipal(std::string(ids.front().data(), ids.front().size()));
+        }
       }
       return absl::UnauthenticatedError("no verified client certificate");
     }
   }
   return absl::UnauthenticatedError("unauthenticated");
+}
+
+Principal Authenticator::CertPrincipal(const std::string& identity) const {
+  auto it = cert_roles_.find(identity);
+  return it != cert_roles_.end() ? it->second : Principal{identity};
 }
 
 grpc::Status Authenticator::Check(const grpc::ServerContextBase* ctx, Principal* principal) const {
@@ -107,7 +155,9 @@ grpc::Status Authenticator::CheckAgent(const grpc::ServerContextBase* ctx,
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(p.status().message()));
   if (!p->agent && !p->admin) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat("\"", p->name, "\" is not an agent (tokens file role agent)"));
+                        absl::StrCat("\"", p->name,
+                                     "\" is not an agent (role agent in --tokens_file or "
+                                     "--client_cert_roles)"));
   }
   *principal = *std::move(p);
   return grpc::Status::OK;

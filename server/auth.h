@@ -5,7 +5,8 @@
 //   tokens file: "authorization: Bearer TOKEN" is hashed (SHA-256) and looked
 //     up; the line names the principal and its role (user|admin|agent);
 //   mTLS (a client CA, no tokens file): the verified client certificate's
-//     identity (its CN, else its first SAN) is the principal, a user;
+//     identity (its CN, else its first SAN) is the principal, a user unless
+//     a roles file ("IDENTITY ROLE" lines) makes it an admin or an agent;
 //   neither: every caller is "local", an admin (single-user, as before).
 
 #include <map>
@@ -32,7 +33,9 @@ class Authenticator {
   Authenticator() = default;
   // Parses a tokens file: lines "SHA256HEX PRINCIPAL ROLE", '#' comments.
   static absl::StatusOr<Authenticator> FromTokensFile(const std::string& path);
-  static Authenticator FromClientCertificates();
+  // Certificate identities are users, except those a roles file (lines
+  // "IDENTITY ROLE", '#' comments; "" = none) names admin or agent.
+  static absl::StatusOr<Authenticator> FromClientCertificates(const std::string& roles_file = "");
 
   // The caller, or UNAUTHENTICATED.
   absl::StatusOr<Principal> Authenticate(const grpc::ServerContextBase* ctx) const;
@@ -43,9 +46,13 @@ class Authenticator {
   grpc::Status CheckAgent(const grpc::ServerContextBase* ctx, Principal* principal) const;
 
  private:
+  // A certificate identity with its role from the roles file.
+  Principal CertPrincipal(const std::string& identity) const;
+
   enum class Mode { kNone, kTokens, kClientCert };
   Mode mode_ = Mode::kNone;
   std::map<std::string, Principal> tokens_;  // sha256 hex -> principal
+  std::map<std::string, Principal> cert_roles_;  // certificate identity -> principal
 };
 
 }  // namespace ampd::server

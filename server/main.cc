@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require and verify client certificates (mTLS). Without "
           "--tokens_file the certificate's CN (else SAN) is the caller's identity.");
+ABSL_FLAG(std::string, client_cert_roles, "",
+          "With --tls_client_ca (and no --tokens_file): lines \"IDENTITY user|admin|agent\" "
+          "('#' comments) giving certificate identities their role; unlisted ones are users.");
 ABSL_FLAG(bool, insecure, false,
           "Allow plaintext (no TLS) on a non-loopback --listen address (otherwise refused).");
 ABSL_FLAG(
@@ -181,6 +184,7 @@ int main(int argc, char** argv) {
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.client_cert_roles = absl::GetFlag(FLAGS_client_cert_roles);
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

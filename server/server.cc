@@ -83,12 +83,21 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeCredentials(s->options_);
   if (!credentials.ok()) return credentials.status();
+  if (!s->options_.client_cert_roles.empty() &&
+      (s->options_.tls_client_ca.empty() || !s->options_.tokens_file.empty())) {
+    return absl::InvalidArgumentError(
+        "--client_cert_roles needs --tls_client_ca and no --tokens_file (with a tokens file, "
+        "the tokens' lines give the roles)");
+  }
   if (!s->options_.tokens_file.empty()) {
     absl::StatusOr<Authenticator> auth = Authenticator::FromTokensFile(s->options_.tokens_file);
     if (!auth.ok()) return auth.status();
     s->auth_ = *std::move(auth);
   } else if (!s->options_.tls_client_ca.empty()) {
-    s->auth_ = Authenticator::FromClientCertificates();
+    absl::StatusOr<Authenticator> auth =
+        Authenticator::FromClientCertificates(s->options_.client_cert_roles);
+    if (!auth.ok()) return auth.status();
+    s->auth_ = *std::move(auth);
   }
   const std::string db_path = s->options_.jobs.data_root + "/ampd.db";
   absl::StatusOr<std::unique_ptr<JobStore>> store = OpenSqliteJobStore(db_path);

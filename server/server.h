@@ -35,6 +35,9 @@ struct ServerOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
+  // With tls_client_ca and no tokens file: "IDENTITY ROLE" lines that make
+  // certificate identities admins or agents (others are users).
+  std::string client_cert_roles;
   // Allows plaintext on a non-loopback address (refused otherwise).
   bool insecure = false;
   // "SHA256HEX PRINCIPAL ROLE" lines; every RPC then needs a bearer token.

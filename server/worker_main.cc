@@ -118,7 +118,8 @@ int WorkerMain(int argc, char** argv) {
   if (flags.count("store_server")) {
     std::string error;
     std::shared_ptr<grpc::Channel> channel =
-        agents::AgentChannel(flags["store_server"], flags["tls_ca"], &error);
+        agents::AgentChannel(flags["store_server"],
+                             {flags["tls_ca"], flags["tls_cert"], flags["tls_key"]}, &error);
     if (!channel) return Fail(error);
     const char* token = std::getenv("AMPD_TOKEN");
     store = agents::GrpcStore(channel, token ? token : "", flags["job"], attempt);

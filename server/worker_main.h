@@ -16,8 +16,9 @@
 //               [--resume_step=S] [--parent_pid=PID] [--timeout_ms=MS]
 //
 // On an agent's machine the rendezvous is the server's store instead of a
-// directory: --store_server=HOST:PORT --attempt=A [--tls_ca=PEM] replace
-// --rendezvous, with the agent's token in $AMPD_TOKEN. --hostname is the
+// directory: --store_server=HOST:PORT --attempt=A [--tls_ca=PEM
+// [--tls_cert=PEM --tls_key=PEM]] replace --rendezvous, with the agent's
+// token (if any) in $AMPD_TOKEN. --hostname is the
 // address this rank listens on for its peers (default 127.0.0.1).
 // --data_files=FILE (lines "PATH<TAB>LOCAL FILE", written by the agent)
 // names the local copies of the files the spec names, fetched from the

@@ -63,22 +63,38 @@ class Store : public engine::dist::RendezvousStore {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> AgentChannel(const std::string& server, const std::string& tls_ca,
+std::shared_ptr<grpc::Channel> AgentChannel(const std::string& server, const AgentTls& tls,
                                             std::string* error) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  if (tls_ca.empty()) {
-    return grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
-  }
-  std::ifstream in(tls_ca, std::ios::binary);
-  if (!in) {
-    *error = absl::StrCat("--tls_ca: cannot read ", tls_ca);
+  if (tls.cert.empty() != tls.key.empty()) {
+    *error = "--tls_cert and --tls_key must be given together";
     return nullptr;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
+  if (tls.ca.empty()) {
+    if (!tls.cert.empty()) {
+      *error = "--tls_cert needs --tls_ca (the CA that signed the server's certificate)";
+      return nullptr;
+    }
+    return grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
+  }
+  auto read = [&](const char* flag, const std::string& path, std::string* out) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      *error = absl::StrCat("--", flag, ": cannot read ", path);
+      return false;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *out = ss.str();
+    return true;
+  };
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = ss.str();
+  if (!read("tls_ca", tls.ca, &ssl.pem_root_certs)) return nullptr;
+  if (!tls.cert.empty() && (!read("tls_cert", tls.cert, &ssl.pem_cert_chain) ||
+                            !read("tls_key", tls.key, &ssl.pem_private_key))) {
+    return nullptr;
+  }
   return grpc::CreateCustomChannel(server, grpc::SslCredentials(ssl), args);
 }
 

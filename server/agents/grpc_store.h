@@ -15,9 +15,15 @@
 
 namespace ampd::server::agents {
 
-// The channel an agent (and its workers) use: TLS when `tls_ca` is set
-// (a PEM file), else plaintext. Null with *error set on a bad file.
-std::shared_ptr<grpc::Channel> AgentChannel(const std::string& server, const std::string& tls_ca,
+// How an agent (and its workers) reach the server: TLS when `ca` is set
+// (PEM files), presenting a client certificate when `cert` and `key` are
+// (mTLS), else plaintext.
+struct AgentTls {
+  std::string ca, cert, key;
+};
+
+// The agent's channel; null with *error set on a bad or missing file.
+std::shared_ptr<grpc::Channel> AgentChannel(const std::string& server, const AgentTls& tls,
                                             std::string* error);
 
 // Adds "authorization: Bearer TOKEN" when the token is not empty.

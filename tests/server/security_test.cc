@@ -45,7 +45,7 @@ int Shell(const std::string& command) {
 }
 
 // A CA, a server certificate for localhost/127.0.0.1 and client certificates
-// for "alice" and "bob", made once per test binary.
+// for "alice", "bob" and "rack-9" (an agent's), made once per test binary.
 struct Certs {
   std::string dir;
   std::string Path(const std::string& name) const { return dir + "/" + name; }
@@ -68,7 +68,7 @@ const Certs& TestCerts() {
         "-subj /CN=localhost 2>/dev/null; "
         "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
         "-CAcreateserial -out server.pem -days 2 -extfile server.ext 2>/dev/null; ";
-    for (const std::string who : {"alice", "bob"}) {
+    for (const std::string who : {"alice", "bob", "rack-9"}) {
       script += "openssl req " + key + " -keyout " + who + ".key -out " + who +
                 ".csr -subj /CN=" + who + " 2>/dev/null; " + "openssl x509 -req -in " + who +
                 ".csr -CA ca.pem -CAkey ca.key "
@@ -232,10 +232,15 @@ class Caller {
     for (const auto& p : resp.profiles()) names.push_back(p.name());
     return names;
   }
-  grpc::Status Capabilities() {
+  grpc::Status Capabilities(v1::Capabilities* caps = nullptr) {
     v1::GetCapabilitiesRequest req;
-    v1::Capabilities caps;
-    return precision_->GetCapabilities(Ctx().get(), req, &caps);
+    v1::Capabilities ignored;
+    return precision_->GetCapabilities(Ctx().get(), req, caps ? caps : &ignored);
+  }
+  grpc::Status CreateJson(const std::string& json, v1::Job* job) {
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = Spec(json);
+    return training_->CreateJob(Ctx().get(), req, job);
   }
 
  private:
@@ -308,6 +313,71 @@ TEST(SecurityTest, MtlsCertificateIdentityOwnsItsJobs) {
   names.clear();
   ASSERT_TRUE(alice.List(&names).ok());
   EXPECT_TRUE(Contains(names, job.name()));
+}
+
+// Under mTLS an agent is a certificate the roles file names agent: it lends
+// its slots and runs a rank of a user's job; a user's certificate cannot.
+TEST(SecurityTest, MtlsAgentsAreCertificatesTheRolesFileNames) {
+  const Certs& c = TestCerts();
+  const std::string roles = TmpDir() + "/cert_roles.txt";
+  WriteFile(roles, "# identity role\nrack-9 agent\nbob admin\n");
+  std::vector<std::string> flags = TlsFlags(true);
+  flags.push_back("--client_cert_roles=" + roles);
+  flags.push_back("--cpu_workers=1");
+  AmpdProcess server(flags);
+  ASSERT_TRUE(server.ok()) << server.log();
+  const std::string address = "localhost:" + std::to_string(server.port());
+  auto agent = [&](const std::string& who) {
+    return std::make_unique<AgentProcess>(
+        std::vector<std::string>{"--server=" + address, "--name=" + who,
+                                 "--data_dir=" + TmpDir() + "/agent-" + who,
+                                 "--tls_ca=" + c.Path("ca.pem"), "--tls_cert=" + c.Path(who + ".pem"),
+                                 "--tls_key=" + c.Path(who + ".key"), "--reconnect_ms=0"},
+        std::map<std::string, std::string>{});
+  };
+  std::unique_ptr<AgentProcess> user = agent("alice");
+  EXPECT_EQ(user->Wait(std::chrono::seconds(30)), 1);
+  EXPECT_NE(user->log().find("PERMISSION_DENIED"), std::string::npos) << user->log();
+
+  std::unique_ptr<AgentProcess> rack = agent("rack-9");
+  Caller alice(TlsChannel(server.port(), "alice"));
+  Caller rack_as_client(TlsChannel(server.port(), "rack-9"));
+  EXPECT_EQ(rack_as_client.Capabilities().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::Capabilities caps;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool listed = false;
+  while (!listed && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(alice.Capabilities(&caps).ok());
+    for (const v1::WorkerSlots& w : caps.workers()) listed |= w.host() == "agent:rack-9";
+    if (!listed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(listed) << rack->log() << server.log();
+  std::string json = TinyJobJson(40);
+  json.replace(json.rfind('}'), 1, R"(, "resources": {"workers": 2}})");
+  v1::Job job;
+  grpc::Status s = alice.CreateJson(json, &job);
+  ASSERT_TRUE(s.ok()) << s.error_message() << json;
+  WaitEnded(alice, job.name());
+  v1::Job done;
+  ASSERT_TRUE(alice.Get(job.name(), &done).ok());
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << rack->log();
+  EXPECT_NE(rack->log().find("job " + job.id()), std::string::npos) << rack->log();
+}
+
+TEST(SecurityTest, TheCertificateRolesFileIsChecked) {
+  const std::string roles = TmpDir() + "/bad_roles.txt";
+  WriteFile(roles, "rack-9 agnet\n");
+  std::vector<std::string> flags = TlsFlags(true);
+  flags.push_back("--client_cert_roles=" + roles);
+  AmpdProcess bad(flags);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.log().find("client_cert_roles: " + roles + ":1: role must be"), std::string::npos)
+      << bad.log();
+  // Roles come from the tokens file when there is one.
+  AmpdProcess both({"--client_cert_roles=" + roles, "--tokens_file=" + roles});
+  EXPECT_FALSE(both.ok());
+  EXPECT_NE(both.log().find("--client_cert_roles needs --tls_client_ca"), std::string::npos)
+      << both.log();
 }
 
 TEST(SecurityTest, NonLoopbackWithoutTlsIsRefused) {
