@@ -52,6 +52,16 @@ void Backward(const Tensor& root, const Tensor& grad = Tensor());
 using LeafGradHook = std::function<void(const Tensor& leaf)>;
 void Backward(const Tensor& root, const Tensor& grad, const LeafGradHook& on_leaf);
 
+// Called by a node's backward function with input `input`'s gradient before
+// it computes the others (a layer's weight gradient before its input
+// gradient): the engine takes it now, and if that was the last use of a
+// weight, finalizes the weight's gradient and calls on_leaf at once, so its
+// all-reduce overlaps the rest of this node's backward. Returns true when
+// taken: the function then returns an undefined tensor at that index. False
+// outside a Backward() run (a test calling the function directly): return
+// it as usual. The same arithmetic either way; only the order changes.
+bool InputGradReady(size_t input, const Tensor& grad);
+
 }  // namespace ampd::engine::autograd
 
 #endif  // AMPD_ENGINE_AUTOGRAD_AUTOGRAD_H_

@@ -1,5 +1,6 @@
 #include "engine/ops/conv.h"
 
+#include "engine/autograd/autograd.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/grad_util.h"
 #include "engine/ops/op_def.h"
@@ -43,13 +44,19 @@ std::vector<Tensor> Conv2dGradient(const SavedForBackward& s, const Tensor& g0) 
   const Tensor &x = s.inputs[0], &w = s.inputs[1], &bias = s.inputs[2];
   const Conv2dGeometry geo = Decode(s.params);
   Tensor g = AsDType(g0, x.dtype());
-  Tensor dx = NeedsGrad(x)
-                  ? Kernel<Conv2dBackwardDataKernel>(x.device())(g, w, x.shape(), geo, x.dtype())
-                  : Tensor();
+  // The parameters' gradients first, handed over as soon as they are made
+  // (autograd::InputGradReady), so that their all-reduce overlaps the
+  // backward-data pass.
   Conv2dWeightGrads wg = Kernel<Conv2dBackwardWeightKernel>(x.device())(
       x, g, w.shape(), bias.defined(), geo, w.dtype());
   Tensor db = bias.defined() ? AsDType(wg.db, bias.dtype()) : Tensor();
-  return {dx, wg.dw, db};
+  if (db.defined() && autograd::InputGradReady(2, db)) db = Tensor();
+  Tensor dw = wg.dw;
+  if (autograd::InputGradReady(1, dw)) dw = Tensor();
+  Tensor dx = NeedsGrad(x)
+                  ? Kernel<Conv2dBackwardDataKernel>(x.device())(g, w, x.shape(), geo, x.dtype())
+                  : Tensor();
+  return {dx, dw, db};
 }
 
 }  // namespace ampd::engine::ops

@@ -1,5 +1,6 @@
 #include "engine/ops/linear.h"
 
+#include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/ops/autocast.h"
@@ -42,9 +43,13 @@ std::vector<Tensor> LinearGradient(const SavedForBackward& s, const Tensor& g0) 
   const Tensor &x = s.inputs[0], &w = s.inputs[1], &b = s.inputs[2];
   auto matmul = Kernel<MatmulKernel>(x.device());
   Tensor g = AsDType(g0, x.dtype());
-  Tensor dx = NeedsGrad(x) ? matmul(g, w, false, false, x.dtype()) : Tensor();  // [M,out]@[out,in]
-  Tensor dw = matmul(g, x, true, false, w.dtype());                             // [out,M] @ [M,in]
+  // The parameters' gradients first, handed over as soon as they are made:
+  // a data-parallel all-reduce of them overlaps the input gradient's GEMM.
   Tensor db = b.defined() ? Kernel<SumRowsKernel>(x.device())(g, b.dtype()) : Tensor();
+  if (db.defined() && autograd::InputGradReady(2, db)) db = Tensor();
+  Tensor dw = matmul(g, x, true, false, w.dtype());  // [out,M] @ [M,in]
+  if (autograd::InputGradReady(1, dw)) dw = Tensor();
+  Tensor dx = NeedsGrad(x) ? matmul(g, w, false, false, x.dtype()) : Tensor();  // [M,out]@[out,in]
   return {dx, dw, db};
 }
 

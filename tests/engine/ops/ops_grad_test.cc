@@ -2,6 +2,7 @@
 // differences in f64.
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/conv.h"
 #include "engine/backend/kernels/matmul.h"
+#include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
@@ -19,6 +21,7 @@ using autograd::NoGradGuard;
 using backend::Conv2dGeometry;
 using ops::AdaptiveAvgPool2d;
 using ops::Add;
+using ops::AutocastScope;
 using ops::AvgPool2d;
 using ops::BatchNorm;
 using ops::CausalSelfAttention;
@@ -342,6 +345,69 @@ TEST(OpsGradTest, AnInputThatNeedsNoGradientGetsNoneAndCostsNoKernel) {
       }
     }
   }
+  backend::RegisterKernel<backend::MatmulKernel>(Device::kCpu, real_matmul);
+  backend::RegisterKernel<backend::Conv2dBackwardDataKernel>(Device::kCpu, real_conv_data);
+}
+
+// Data-parallel training all-reduces a weight's gradient from the moment
+// the backward calls it final (on_leaf). Linear and Conv2d hand their
+// parameters' gradients over before computing their input's, so that moment
+// comes before that GEMM or convolution, not after it; under autocast too,
+// where the weight reaches the layer through a cast. A weight used twice is
+// final once, after its last use, with both uses summed.
+TEST(OpsGradTest, AWeightsGradientIsFinalBeforeItsLayersInputGradientIsComputed) {
+  real_matmul = backend::Kernel<backend::MatmulKernel>(Device::kCpu);
+  real_conv_data = backend::Kernel<backend::Conv2dBackwardDataKernel>(Device::kCpu);
+  backend::RegisterKernel<backend::MatmulKernel>(Device::kCpu, &CountedMatmul);
+  backend::RegisterKernel<backend::Conv2dBackwardDataKernel>(Device::kCpu, &CountedConvData);
+  for (bool autocast : {false, true}) {
+    SCOPED_TRACE(autocast ? "bf16 autocast" : "f32");
+    Tensor x = Random({8, 5}, 1), w1 = Random({6, 5}, 2), b1 = Random({6}, 3);
+    Tensor w2 = Random({3, 6}, 4), b2 = Random({3}, 5);
+    Tensor img = Random({2, 1, 6, 6}, 6), k1 = Random({2, 1, 3, 3}, 7), k2 = Random({2, 2, 3, 3}, 8);
+    for (Tensor* p : {&w1, &b1, &w2, &b2, &k1, &k2}) p->set_requires_grad(true);
+    Conv2dGeometry geo;
+    geo.padding[0] = geo.padding[1] = 1;
+    Tensor loss;
+    {
+      AutocastScope region(autocast, DType::kBF16);
+      loss = Add(Mean(Linear(Relu(Linear(x, w1, b1)), w2, b2)),
+                 Mean(Conv2d(Relu(Conv2d(img, k1, Tensor(), geo)), k2, Tensor(), geo)));
+    }
+    std::map<const void*, std::pair<int, int>> final_at;  // leaf -> (matmuls, conv data) then
+    int finals = 0;
+    matmul_calls = conv_data_calls = 0;
+    autograd::Backward(loss, Tensor(), [&](const Tensor& leaf) {
+      ++finals;
+      final_at[leaf.impl()] = {matmul_calls, conv_data_calls};
+    });
+    EXPECT_EQ(finals, 6);
+    // Layer 2: its bias before any GEMM, its weight after its dW GEMM (dX
+    // comes after); layer 1: after all three (dW2, dX2, dW1; the input x
+    // needs no gradient).
+    EXPECT_EQ(final_at[b2.impl()].first, 0);
+    EXPECT_EQ(final_at[w2.impl()].first, 1);
+    EXPECT_EQ(final_at[w1.impl()].first, 3);
+    EXPECT_EQ(final_at[k2.impl()].second, 0);
+    EXPECT_EQ(final_at[k1.impl()].second, 1);
+    EXPECT_EQ(matmul_calls, 3);
+    EXPECT_EQ(conv_data_calls, 1);
+  }
+  // One weight, two uses: final once, after both, and summed.
+  Tensor x = Random({4, 5}, 9), w = Random({3, 5}, 10).set_requires_grad(true);
+  autograd::Backward(Mean(Linear(x, w, Tensor())));
+  const std::vector<float> once = w.grad().ToFloats();
+  Tensor w_twice = Random({3, 5}, 10).set_requires_grad(true);
+  int finals = 0;
+  std::vector<float> at_final;
+  autograd::Backward(Add(Mean(Linear(x, w_twice, Tensor())), Mean(Linear(x, w_twice, Tensor()))),
+                     Tensor(), [&](const Tensor& leaf) {
+                       ++finals;
+                       at_final = leaf.grad().ToFloats();
+                     });
+  EXPECT_EQ(finals, 1);
+  ASSERT_EQ(at_final.size(), once.size());
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_EQ(at_final[i], 2 * once[i]) << i;
   backend::RegisterKernel<backend::MatmulKernel>(Device::kCpu, real_matmul);
   backend::RegisterKernel<backend::Conv2dBackwardDataKernel>(Device::kCpu, real_conv_data);
 }
