@@ -389,14 +389,26 @@ void __syncthreads() {
     if (St().sticky != cudaSuccess) return St().sticky; \
   } while (0)
 
+// One device, or $AMPD_CUDA_EMU_DEVICES (1..16): a process still has one
+// memory, whichever it picks. Enough to test code that places one rank per
+// device, each process on "its" device (CUDA_VISIBLE_DEVICES as NCCL's
+// launchers set it), the ranks meeting through the NCCL stand-in.
+static int EmulatedDevices() {
+  const char* v = std::getenv("AMPD_CUDA_EMU_DEVICES");
+  const int n = v ? std::atoi(v) : 1;
+  return n >= 1 && n <= 16 ? n : 1;
+}
+
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = EmulatedDevices();
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   Lock lock(Mu());
-  if (device != 0) return Fail(cudaErrorInvalidValue, "no such device");
+  if (device < 0 || device >= EmulatedDevices()) {
+    return Fail(cudaErrorInvalidValue, "no such device");
+  }
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "ampd CUDA emulator (CPU)");
   prop->totalGlobalMem = St().capacity;
@@ -409,7 +421,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 cudaError_t cudaSetDevice(int device) {
   Lock lock(Mu());
   EMU_RETURN_IF_STICKY();
-  return device == 0 ? cudaSuccess : Fail(cudaErrorInvalidValue, "no such device");
+  return device >= 0 && device < EmulatedDevices()
+             ? cudaSuccess
+             : Fail(cudaErrorInvalidValue, "no such device");
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {

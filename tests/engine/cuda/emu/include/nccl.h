@@ -1,6 +1,6 @@
 // A stand-in for NCCL's <nccl.h> (the part ampd uses), for the CPU emulator
-// of CUDA: the ranks of one communicator are threads of one process on the
-// emulated device. A collective waits for its stream (its inputs are then
+// of CUDA: the ranks of one communicator are threads or processes of one
+// machine, meeting in a directory under /tmp that the unique id names. A collective waits for its stream (its inputs are then
 // final), meets the other ranks, and writes every rank's result before any
 // returns: eager where NCCL is asynchronous, which only makes it stricter
 // (ampd waits for the stream right after each collective anyway). Buffers
