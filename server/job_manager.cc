@@ -22,6 +22,7 @@
 #include "engine/backend/backend.h"
 #include "engine/core/error_subject.h"
 #include "engine/cpu/host_memory.h"
+#include "engine/dist/nccl_connector.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/sha256.h"
 #include "engine/io/tensorboard.h"
@@ -383,6 +384,25 @@ absl::Status JobManager::CheckSlots(const engine::runner::ResolvedJob& job, bool
       return Precondition("resources.external_workers", "this server takes no joining ranks");
     }
     return absl::OkStatus();
+  }
+  if (job.device == engine::Device::kCuda && job.workers > 1) {
+    // One process per device, all on this server (agents lend CPU slots).
+    const int devices = engine::dist::NcclDeviceCount();
+    if (job.workers > devices) {
+      return Precondition(
+          "resources.workers",
+          absl::StrCat("the job asks for ", job.workers,
+                       " CUDA workers, one per device; this server has ",
+                       devices == 0 ? std::string("no CUDA devices NCCL can use")
+                                    : absl::StrCat(devices, " CUDA device(s)")));
+    }
+    if (job.workers > slots) {
+      return Precondition(
+          "resources.workers",
+          absl::StrCat("the job asks for ", job.workers,
+                       " CUDA workers, all on this server; it has ", slots,
+                       " worker slots (--cpu_workers), so it could never start"));
+    }
   }
   const int agent_slots = AgentSlots(false);
   // After a restart of ampd its agents have yet to connect again: a job that
@@ -1184,6 +1204,8 @@ void JobManager::WorkerLoop() {
           if (next.empty()) return false;
         }
         const int need = SlotsOf(next);
+        // A CUDA job's ranks all run here, one per device.
+        if (jobs_.at(next)->resolved.device == engine::Device::kCuda) return need <= free_slots_;
         return external(next) || need <= free_slots_ || need <= free_slots_ + AgentSlots(true);
       };
       while (true) {

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/dist/nccl_connector.h"
 #include "engine/dist/process_group.h"
 #include "engine/io/checkpoint.h"
 #include "engine/nn/model.h"
@@ -127,13 +128,26 @@ int WorkerMain(int argc, char** argv) {
     store = engine::dist::FileStore(flags["rendezvous"]);
   }
   if (!store.ok()) return Fail(std::string(store.status().message()));
-  engine::dist::GlooOptions o;
-  o.rank = rank;
-  o.size = world_size;
-  o.store = *store;
-  if (flags.count("hostname")) o.hostname = flags["hostname"];
-  o.timeout = std::chrono::milliseconds(timeout_ms);
-  absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group = engine::dist::ConnectGloo(o);
+  absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group;
+  if (config.device == engine::Device::kCuda) {
+    // This process sees its own device as device 0 (CUDA_VISIBLE_DEVICES,
+    // set by the server).
+    engine::dist::NcclOptions o;
+    o.rank = rank;
+    o.size = world_size;
+    o.device = 0;
+    o.store = *store;
+    o.timeout = std::chrono::milliseconds(timeout_ms);
+    group = engine::dist::ConnectNcclGroup(o);
+  } else {
+    engine::dist::GlooOptions o;
+    o.rank = rank;
+    o.size = world_size;
+    o.store = *store;
+    if (flags.count("hostname")) o.hostname = flags["hostname"];
+    o.timeout = std::chrono::milliseconds(timeout_ms);
+    group = engine::dist::ConnectGloo(o);
+  }
   if (!group.ok()) return Fail(std::string(group.status().message()));
   config.process_group = group->get();
 
@@ -157,9 +171,14 @@ int WorkerMain(int argc, char** argv) {
       return Fail(absl::StrCat("cannot resume from checkpoint: ", s.message()));
     }
   }
-  std::printf("worker %d of %d: job %s, %lld steps%s\n", rank, world_size, flags["job"].c_str(),
-              static_cast<long long>((*trainer)->total_steps()),
-              resume ? absl::StrCat(", resuming at step ", resume_step).c_str() : "");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string where =
+      config.device == engine::Device::kCuda
+          ? absl::StrCat("on CUDA device ", visible && *visible ? visible : "0", " over NCCL")
+          : std::string("on the CPU over Gloo");
+  std::printf("worker %d of %d: job %s, %lld steps %s%s\n", rank, world_size,
+              flags["job"].c_str(), static_cast<long long>((*trainer)->total_steps()),
+              where.c_str(), resume ? absl::StrCat(", resuming at step ", resume_step).c_str() : "");
   std::fflush(stdout);
   auto result = (*trainer)->Run(nullptr);
   if (!result.ok()) return Fail(std::string(result.status().message()));

@@ -3,9 +3,11 @@
 
 // `ampd worker ...`: one rank (1..N-1) of a data-parallel job that the server
 // or an agent started as its child (jobs/local_workers.h, agent_main.h). It
-// reads the job's spec as the server resolved it, loads the same data, resumes from the same checkpoint
-// as rank 0, meets the other ranks through the job's rendezvous directory
-// under the data root, trains its share of every global batch, and leaves
+// reads the job's spec as the server resolved it, loads the same data,
+// resumes from the same checkpoint as rank 0, meets the other ranks through
+// the job's rendezvous directory under the data root (over Gloo, or NCCL
+// for a DEVICE_CUDA job: the server gives each such rank its own device as
+// CUDA_VISIBLE_DEVICES), trains its share of every global batch, and leaves
 // through a barrier. It writes nothing of the job's: rank 0 (in the server)
 // keeps the history, checkpoints and weights. It dies with the server
 // (PR_SET_PDEATHSIG), so a killed server leaves no orphans behind.

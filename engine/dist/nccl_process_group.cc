@@ -96,4 +96,19 @@ absl::StatusOr<std::unique_ptr<NcclProcessGroup>> ConnectNccl(const NcclOptions&
   return std::unique_ptr<NcclProcessGroup>(new Group(comm, o.rank, o.size));
 }
 
+namespace {
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectAsProcessGroup(const NcclOptions& o) {
+  absl::StatusOr<std::unique_ptr<NcclProcessGroup>> group = ConnectNccl(o);
+  if (!group.ok()) return group.status();
+  return std::unique_ptr<ProcessGroup>(std::move(*group));
+}
+
+[[maybe_unused]] const bool kRegistered = [] {
+  RegisterNccl({&ConnectAsProcessGroup, &NcclDevices});
+  return true;
+}();
+
+}  // namespace
+
 }  // namespace ampd::engine::dist

@@ -7,25 +7,18 @@
 // they are. Rank 0 makes NCCL's unique id and hands it to the others through
 // the same RendezvousStore Gloo's ranks meet in (the server's, or a
 // directory): no other port or service. In a build without CUDA,
-// ConnectNccl is UNIMPLEMENTED, saying so.
+// ConnectNccl is UNIMPLEMENTED, saying so. Linking this library registers
+// it with nccl_connector.h (ConnectNcclGroup), for the server's use.
 
 #include <chrono>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/dist/nccl_connector.h"
 #include "engine/dist/process_group.h"
 
 namespace ampd::engine::dist {
-
-struct NcclOptions {
-  int rank = 0;
-  int size = 1;
-  int device = 0;  // the CUDA device this rank uses
-  std::shared_ptr<RendezvousStore> store;
-  std::string prefix = "ampd";
-  std::chrono::milliseconds timeout{30000};  // waiting for rank 0's id
-};
 
 class NcclProcessGroup : public ProcessGroup {
  public:

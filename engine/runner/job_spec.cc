@@ -771,11 +771,6 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
           absl::StrCat("must be a multiple of resources.workers (", workers,
                        "; each worker trains an equal share of the global batch), got ", batch));
     }
-    if (spec.device() == v1::DEVICE_CUDA) {
-      Violate(&v, "resources.workers",
-              "data-parallel DEVICE_CUDA jobs are not placed yet: the trainer reduces over NCCL, "
-              "but ampd does not start GPU workers; run them on the CPU");
-    }
   }
   if (r.devices_per_worker() < 0 || r.devices_per_worker() > 1) {
     Violate(&v, "resources.devices_per_worker",
@@ -787,6 +782,9 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
   if (r.external_workers() && workers < 2) {
     Violate(&v, "resources.external_workers",
             "needs resources.workers >= 2: ranks 1..workers-1 join from the launcher");
+  } else if (r.external_workers() && spec.device() == v1::DEVICE_CUDA) {
+    Violate(&v, "resources.external_workers",
+            "is for CPU jobs so far: a DEVICE_CUDA job's ranks run on the server, one per device");
   }
   if (r.has_max_restarts() && (r.max_restarts() < 0 || r.max_restarts() > kMaxRestarts)) {
     Violate(&v, "resources.max_restarts",

@@ -12,7 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
+#include "engine/dist/nccl_connector.h"
 #include "engine/dist/process_group.h"
 #include "engine/io/atomic_file.h"
 #include "engine/nn/model.h"
@@ -174,6 +176,18 @@ v1::JobSpec SpecForWorkers(const RunRequest& r) {
   return spec;
 }
 
+// The CUDA device of a job's rank on this machine, as its process is to see
+// it (CUDA_VISIBLE_DEVICES): the rank-th of the server's own visible devices
+// when it was given some, else the rank-th device.
+std::string VisibleDeviceOfRank(int rank) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && *visible != '\0') {
+    std::vector<std::string> devices = absl::StrSplit(visible, ',');
+    if (rank < static_cast<int>(devices.size())) return devices[rank];
+  }
+  return std::to_string(rank);
+}
+
 absl::StatusOr<DataParallelRun> StartDataParallel(const RunRequest& r) {
   DataParallelRun run;
   run.dir = WorkersDir(r.outputs.data_root, r.job_id);
@@ -214,6 +228,14 @@ absl::StatusOr<DataParallelRun> StartDataParallel(const RunRequest& r) {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       o.env.push_back(absl::StrCat("OMP_NUM_THREADS=", std::max(1, cores / local)));
     }
+    if (r.resolved.device == engine::Device::kCuda) {
+      // One device per rank: rank k's process sees only the k-th (its
+      // device 0), as NCCL's launchers arrange it. Rank 0 (this process)
+      // trains on device 0.
+      o.rank_env = [](int rank) {
+        return std::vector<std::string>{"CUDA_VISIBLE_DEVICES=" + VisibleDeviceOfRank(rank)};
+      };
+    }
     o.on_lost = [id = r.job_id](const std::string& why) {
       LogWarning("data-parallel worker lost", {{"job", id}, {"reason", why}});
     };
@@ -241,13 +263,25 @@ absl::StatusOr<DataParallelRun> StartDataParallel(const RunRequest& r) {
     run.Kill();
     return store.status();
   }
-  engine::dist::GlooOptions g;
-  g.rank = 0;
-  g.size = n;
-  g.store = *store;
-  g.hostname = r.worker_host;
-  g.timeout = r.worker_timeout;
-  absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group = engine::dist::ConnectGloo(g);
+  absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group;
+  if (r.resolved.device == engine::Device::kCuda) {
+    // The GPUs' collectives (the id through the same store).
+    engine::dist::NcclOptions nccl;
+    nccl.rank = 0;
+    nccl.size = n;
+    nccl.device = 0;
+    nccl.store = *store;
+    nccl.timeout = r.worker_timeout;
+    group = engine::dist::ConnectNcclGroup(nccl);
+  } else {
+    engine::dist::GlooOptions g;
+    g.rank = 0;
+    g.size = n;
+    g.store = *store;
+    g.hostname = r.worker_host;
+    g.timeout = r.worker_timeout;
+    group = engine::dist::ConnectGloo(g);
+  }
   if (!group.ok()) {
     const std::string lost = run.Finish(std::chrono::milliseconds(0));
     return absl::Status(group.status().code(),

@@ -35,16 +35,26 @@ std::string LastLine(const std::string& path) {
 absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(Options options) {
   std::unique_ptr<LocalWorkers> w(new LocalWorkers(std::move(options)));
   const Options& o = w->options_;
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  env.insert(env.end(), o.env.begin(), o.env.end());
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> common;
+  for (char** e = environ; *e != nullptr; ++e) common.emplace_back(*e);
+  common.insert(common.end(), o.env.begin(), o.env.end());
 
   std::vector<int> ranks = o.ranks;
   for (int r = 1; ranks.empty() && r < o.world_size; ++r) ranks.push_back(r);
   for (int rank : ranks) {
+    // The rank's own entries replace the server's of the same name.
+    std::vector<std::string> env;
+    if (o.rank_env) env = o.rank_env(rank);
+    const size_t own = env.size();
+    for (const std::string& e : common) {
+      const std::string name = e.substr(0, e.find('=') + 1);
+      bool replaced = false;
+      for (size_t i = 0; i < own; ++i) replaced |= env[i].compare(0, name.size(), name) == 0;
+      if (!replaced) env.push_back(e);
+    }
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     std::vector<std::string> args = {o.binary, "worker"};
     args.insert(args.end(), o.args.begin(), o.args.end());
     args.push_back(absl::StrCat("--rank=", rank));

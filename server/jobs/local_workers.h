@@ -42,6 +42,8 @@ class LocalWorkers : public WorkerGroup {
     std::vector<int> ranks;         // unless these are given (an agent's share)
     // Extra environment, "NAME=VALUE", on top of the server's.
     std::vector<std::string> env;
+    // And per rank (a CUDA rank's device: CUDA_VISIBLE_DEVICES).
+    std::function<std::vector<std::string>(int rank)> rank_env;
     std::function<void(const std::string& reason)> on_lost;
     // Every child that ends while not being stopped: lost, or exit status 0
     // (`reason` then says so). On the monitor thread.

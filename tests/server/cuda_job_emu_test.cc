@@ -6,6 +6,10 @@
 // Nothing here says anything about a real GPU (see the emulator's README).
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -113,6 +117,68 @@ TEST_F(CudaJobEmuTest, ConcurrentCudaJobsDoNotDisturbEachOther) {
   EXPECT_EQ(done_b.latest_step().loss(), alone.latest_step().loss());
   EXPECT_EQ(done_a.latest_eval().accuracy(), alone.latest_eval().accuracy());
   EXPECT_EQ(done_b.latest_eval().accuracy(), alone.latest_eval().accuracy());
+}
+
+// The per-step losses of a job's history.
+std::map<int64_t, double> Losses(v1::TrainingService::Stub* stub, const std::string& name) {
+  grpc::ClientContext ctx;
+  v1::StreamMetricsRequest req;
+  req.set_name(name);
+  req.set_history_only(true);
+  auto reader = stub->StreamMetrics(&ctx, req);
+  std::map<int64_t, double> losses;
+  v1::MetricsEvent e;
+  while (reader->Read(&e)) {
+    if (e.has_step_record()) losses[e.step_record().step()] = e.step_record().loss();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  return losses;
+}
+
+// A data-parallel CUDA job: ampd runs rank 0 and starts rank 1 as a worker
+// process on the second device (CUDA_VISIBLE_DEVICES), the ranks reducing
+// over NCCL (here the emulator's two "devices" and its NCCL stand-in, each
+// process with its own device memory). It trains as one worker with the
+// same global batch does, to rounding; a job wanting more devices than the
+// server has is refused at once.
+TEST_F(CudaJobEmuTest, ACudaJobOfTwoWorkersTrainsOnTwoDevicesOverNccl) {
+  setenv("AMPD_CUDA_EMU_DEVICES", "2", 1);
+  server_.reset();
+  Start({"--cpu_workers=2"});
+  unsetenv("AMPD_CUDA_EMU_DEVICES");
+  auto job = [](int workers, const std::string& precision) {
+    std::string json = JobJson(precision, "DEVICE_CUDA", 60);
+    json.replace(json.rfind('}'), 1,
+                 ", \"resources\": {\"workers\": " + std::to_string(workers) + "}}");
+    return json;
+  };
+  for (const std::string precision : {"32-true", "bf16-mixed"}) {
+    SCOPED_TRACE(precision);
+    const v1::Job one = RunToEnd(job(1, precision));
+    const v1::Job two = RunToEnd(job(2, precision));
+    ASSERT_EQ(one.state(), v1::SUCCEEDED) << one.failure_reason();
+    ASSERT_EQ(two.state(), v1::SUCCEEDED) << two.failure_reason() << "\n" << server_->log();
+    const std::map<int64_t, double> l1 = Losses(training_.get(), one.name());
+    const std::map<int64_t, double> l2 = Losses(training_.get(), two.name());
+    ASSERT_EQ(l2.size(), 60u);
+    double worst = 0;
+    for (const auto& [step, loss] : l1) {
+      worst = std::max(worst, std::abs(l2.at(step) - loss) / std::abs(loss));
+    }
+    EXPECT_LT(worst, precision == "32-true" ? 1e-3 : 2e-2);
+    const std::string log = server_->data_dir() + "/jobs/" + two.id() + "/workers/worker-1.log";
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("worker 1 of 2"), std::string::npos) << log << ": " << text;
+    EXPECT_NE(text.find("on CUDA device 1 over NCCL"), std::string::npos) << text;
+  }
+  grpc::ClientContext ctx;
+  v1::CreateJobRequest req;
+  *req.mutable_spec() = ParseSpec(job(4, "32-true"));
+  v1::Job refused;
+  const grpc::Status s = training_->CreateJob(&ctx, req, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("2 CUDA device(s)"), std::string::npos) << s.error_message();
 }
 
 }  // namespace

@@ -372,10 +372,15 @@ TEST(JobSpecTest, ResourcesAskForDataParallelWorkersAndAreCheckedByName) {
   job = ResolveJobSpec(Parse(R"({"resources": {"workers": 2, "externalWorkers": true}})"), {});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_TRUE(job->external_workers);
-  // What data-parallel training does not do yet is refused, not trained wrongly.
-  EXPECT_EQ(Fields(ValidateJobSpec(
-                Parse(R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})"), {})),
-            std::vector<std::string>{"resources.workers"});
+  // A CUDA job's ranks run on the server, one per device (whether it has
+  // enough devices is the server's question): none join from a launcher.
+  EXPECT_TRUE(ValidateJobSpec(Parse(R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})"),
+                              {})
+                  .empty());
+  EXPECT_EQ(Fields(ValidateJobSpec(Parse(R"({"resources": {"workers": 2, "externalWorkers": true},
+                                             "device": "DEVICE_CUDA"})"),
+                                   {})),
+            std::vector<std::string>{"resources.external_workers"});
   // A CNN with batch norm (rank 0's running statistics are broadcast) and a
   // language model (each rank takes its windows) train data-parallel.
   auto resnet = ReadJobSpecFile("examples/fashion_resnet_bf16.json");
