@@ -131,21 +131,37 @@ AMPD_AVX512 inline __m512 WindowsMax16(const float* r0, const float* r1, int64_t
   return First2x2Max16(a, b, c, d, k);
 }
 
+// Stores the first n lanes of v at p. Masked stores are slow on some cores
+// (Zen), so when a kernel stores in increasing address order through a
+// plane it alone writes, and will write all of it (the windows, then the
+// odd row or column it zeroes), `limit` is that plane's end: where the 16
+// lanes fit below it they are all stored, the lanes past n landing where a
+// later store puts the right values. Null: masked.
+AMPD_AVX512 inline void StoreFirst(float* p, int64_t n, __m512 v, const float* limit) {
+  if (n == 16 || (limit != nullptr && p + 16 <= limit)) {
+    _mm512_storeu_ps(p, v);
+  } else if (n > 0) {
+    _mm512_mask_storeu_ps(p, FirstLanes(n), v);
+  }
+}
+
 // The 2x2 stride-2 max pool of one output row from input rows r0, r1, 16
 // windows at a time (the planes of small CNNs are narrow: 14 or 7 windows
-// a row, so the last group is masked).
-AMPD_AVX512 void MaxPool2x2RowAvx512(const float* r0, const float* r1, int64_t OW, float* out) {
+// a row). `limit`: StoreFirst's.
+AMPD_AVX512 void MaxPool2x2RowAvx512(const float* r0, const float* r1, int64_t OW, float* out,
+                                     const float* limit) {
   for (int64_t ow = 0; ow < OW; ow += 16) {
     const int64_t n = std::min<int64_t>(16, OW - ow);
     __m512i k;
-    _mm512_mask_storeu_ps(out + ow, FirstLanes(n), WindowsMax16(r0, r1, ow, n, &k));
+    StoreFirst(out + ow, n, WindowsMax16(r0, r1, ow, n, &k), limit);
   }
 }
 
 // Its backward: each window's four values get d where the forward took the
 // maximum and 0 elsewhere.
 AMPD_AVX512 void MaxPool2x2BackwardRowAvx512(const float* r0, const float* r1, const float* drow,
-                                             int64_t OW, float* d0, float* d1) {
+                                             int64_t OW, float* d0, float* d1,
+                                             const float* limit) {
   const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(8));
   for (int64_t ow = 0; ow < OW; ow += 16) {
@@ -157,11 +173,15 @@ AMPD_AVX512 void MaxPool2x2BackwardRowAvx512(const float* r0, const float* r1, c
     for (int i = 0; i < 4; ++i) {
       gk[i] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(i)), g);
     }
-    const __mmask16 lo = FirstLanes(2 * n), hi = FirstLanes(std::max<int64_t>(0, 2 * n - 16));
-    _mm512_mask_storeu_ps(d0 + 2 * ow, lo, _mm512_permutex2var_ps(gk[0], lo_idx, gk[1]));
-    _mm512_mask_storeu_ps(d0 + 2 * ow + 16, hi, _mm512_permutex2var_ps(gk[0], hi_idx, gk[1]));
-    _mm512_mask_storeu_ps(d1 + 2 * ow, lo, _mm512_permutex2var_ps(gk[2], lo_idx, gk[3]));
-    _mm512_mask_storeu_ps(d1 + 2 * ow + 16, hi, _mm512_permutex2var_ps(gk[2], hi_idx, gk[3]));
+    // With one group of windows a row (OW <= 16) the four stores go up in
+    // address order; with more, group 2's row d0 would land on row d1's
+    // start, already written: masked then.
+    if (OW > 16) limit = nullptr;
+    const int64_t lo = std::min<int64_t>(16, 2 * n), hi = std::max<int64_t>(0, 2 * n - 16);
+    StoreFirst(d0 + 2 * ow, lo, _mm512_permutex2var_ps(gk[0], lo_idx, gk[1]), limit);
+    StoreFirst(d0 + 2 * ow + 16, hi, _mm512_permutex2var_ps(gk[0], hi_idx, gk[1]), limit);
+    StoreFirst(d1 + 2 * ow, lo, _mm512_permutex2var_ps(gk[2], lo_idx, gk[3]), limit);
+    StoreFirst(d1 + 2 * ow + 16, hi, _mm512_permutex2var_ps(gk[2], hi_idx, gk[3]), limit);
   }
 }
 #endif
@@ -191,7 +211,7 @@ Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DTyp
 #ifdef AMPD_HAS_AVX512_KERNELS
         if constexpr (std::is_same_v<C, float>) {
           if (UseAvx512Kernels()) {
-            MaxPool2x2RowAvx512(r0, r1, OW, out);
+            MaxPool2x2RowAvx512(r0, r1, OW, out, yp + OH * OW);
             first = OW;
           }
         }
@@ -272,7 +292,7 @@ Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
 #ifdef AMPD_HAS_AVX512_KERNELS
         if constexpr (std::is_same_v<C, float>) {
           if (UseAvx512Kernels()) {
-            MaxPool2x2BackwardRowAvx512(r0, r1, drow, OW, d0, d1);
+            MaxPool2x2BackwardRowAvx512(r0, r1, drow, OW, d0, d1, dxp + H * W);
             first = OW;
           }
         }
