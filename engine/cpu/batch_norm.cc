@@ -7,8 +7,8 @@
 #include "engine/backend/kernels/batch_norm.h"
 
 #include <algorithm>
-#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "engine/cpu/avx512_math.h"
 #include "engine/cpu/cpu_backend_impl.h"
@@ -76,6 +76,16 @@ double ChannelSum(const Channels& s, int64_t ch, const F& f) {
   return ChannelSums(s, ch, f, [](int64_t) { return 0.0; }).first;
 }
 
+// Moves a running statistic toward `value` in its own dtype (f32 or f64).
+void Blend(const Tensor& running, int64_t ch, double momentum, double value) {
+  if (running.dtype() == DType::kF64) {
+    double& r = running.data<double>()[ch];
+    r = (1 - momentum) * r + momentum * value;
+  } else {
+    float& r = running.data<float>()[ch];
+    r = static_cast<float>((1 - momentum) * r + momentum * value);
+  }
+}
 #ifdef AMPD_HAS_AVX512_KERNELS
 // The eight running sums of ChannelSums are the eight double lanes of one
 // register: element j of a row joins lane j % 8, as there.
@@ -163,60 +173,134 @@ AMPD_BN_AVX512 double Total(__m512d v) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+// Rows of channel ch: (i * c + ch) * inner for image i. A row of a bf16 or
+// f16 tensor is widened into `buf` (exactly, as a whole-tensor copy would),
+// so those inputs cost their own size in memory traffic, not a copy's.
+inline const float* Row(const Tensor& t, const Channels& s, int64_t i, int64_t ch, float* buf) {
+  return LoadBlock(t, (i * s.c + ch) * s.inner, s.inner, buf);
+}
+
 // Channel ch's sum, then its sum of squared deviations from sum / count.
-AMPD_BN_AVX512 void ChannelMomentsAvx512(const Channels& s, const float* x, int64_t ch,
-                                         double* sum, double* sq) {
+AMPD_BN_AVX512 void ChannelMomentsAvx512(const Channels& s, const Tensor& x, int64_t ch,
+                                         float* buf, double* sum, double* sq) {
   __m512d acc = _mm512_setzero_pd();
-  for (int64_t i = 0; i < s.n; ++i) SumRow(x + (i * s.c + ch) * s.inner, s.inner, &acc);
+  for (int64_t i = 0; i < s.n; ++i) SumRow(Row(x, s, i, ch, buf), s.inner, &acc);
   *sum = Total(acc);
   const double mu = *sum / static_cast<double>(s.count());
   acc = _mm512_setzero_pd();
-  for (int64_t i = 0; i < s.n; ++i) {
-    SquaredDeviationRow(x + (i * s.c + ch) * s.inner, s.inner, mu, &acc);
-  }
+  for (int64_t i = 0; i < s.n; ++i) SquaredDeviationRow(Row(x, s, i, ch, buf), s.inner, mu, &acc);
   *sq = Total(acc);
 }
 
-AMPD_BN_AVX512 void NormalizeChannelAvx512(const Channels& s, const float* x, int64_t ch, float m,
-                                           float scale, float shift, float* y) {
+AMPD_BN_AVX512 void NormalizeChannelAvx512(const Channels& s, const Tensor& x, int64_t ch, float m,
+                                           float scale, float shift, const Tensor& y, float* buf,
+                                           float* out) {
   for (int64_t i = 0; i < s.n; ++i) {
     const int64_t base = (i * s.c + ch) * s.inner;
-    NormalizeRow(x + base, s.inner, m, scale, shift, y + base);
+    float* dst = DestBlock(y, base, out);
+    NormalizeRow(Row(x, s, i, ch, buf), s.inner, m, scale, shift, dst);
+    StoreBlock(dst, y, base, s.inner);
   }
 }
 
-AMPD_BN_AVX512 void GradSumsChannelAvx512(const Channels& s, const float* x, const float* dy,
-                                          int64_t ch, float m, float r, double* sum_dy,
-                                          double* sum_dy_xhat) {
+AMPD_BN_AVX512 void GradSumsChannelAvx512(const Channels& s, const Tensor& x, const Tensor& dy,
+                                          int64_t ch, float m, float r, float* xbuf, float* dbuf,
+                                          double* sum_dy, double* sum_dy_xhat) {
   __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
   for (int64_t i = 0; i < s.n; ++i) {
-    const int64_t base = (i * s.c + ch) * s.inner;
-    GradSumsRow(x + base, dy + base, s.inner, m, r, &a, &b);
+    GradSumsRow(Row(x, s, i, ch, xbuf), Row(dy, s, i, ch, dbuf), s.inner, m, r, &a, &b);
   }
   *sum_dy = Total(a);
   *sum_dy_xhat = Total(b);
 }
 
-AMPD_BN_AVX512 void GradInputChannelAvx512(const Channels& s, const float* x, const float* dy,
+AMPD_BN_AVX512 void GradInputChannelAvx512(const Channels& s, const Tensor& x, const Tensor& dy,
                                            int64_t ch, float m, float r, float scale, float a,
-                                           float b, float* dx) {
+                                           float b, const Tensor& dx, float* xbuf, float* dbuf,
+                                           float* out) {
   for (int64_t i = 0; i < s.n; ++i) {
     const int64_t base = (i * s.c + ch) * s.inner;
-    GradInputRow(x + base, dy + base, s.inner, m, r, scale, a, b, dx + base);
+    float* dst = DestBlock(dx, base, out);
+    GradInputRow(Row(x, s, i, ch, xbuf), Row(dy, s, i, ch, dbuf), s.inner, m, r, scale, a, b,
+                 dst);
+    StoreBlock(dst, dx, base, s.inner);
   }
+}
+
+// Batch norm's forward and backward on the AVX-512 rows: the portable
+// BatchNormImpl<float> / BatchNormBackwardImpl<float>, step for step.
+BatchNormResult BatchNormAvx512(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& running_mean, const Tensor& running_var,
+                                bool training, double momentum, double eps, DType out) {
+  const Channels s(x);
+  const std::vector<float> gv = gamma.ToFloats(), bv = beta.ToFloats();
+  const std::vector<double> rm = running_mean.ToDoubles(), rv = running_var.ToDoubles();
+  Tensor y = Tensor::Uninitialized(x.shape(), out);
+  std::vector<float> mean(s.c), rstd(s.c);
+  ParallelFor(s.c, x.numel() >= kParallelMin, [&](int64_t ch) {
+    std::vector<float> buf(s.inner), tmp(s.inner);
+    double mu = 0, var = 0;
+    if (training) {
+      double sum = 0, sq = 0;
+      ChannelMomentsAvx512(s, x, ch, buf.data(), &sum, &sq);
+      mu = sum / static_cast<double>(s.count());
+      var = sq / static_cast<double>(s.count());
+      const double unbiased = s.count() > 1 ? sq / static_cast<double>(s.count() - 1) : var;
+      Blend(running_mean, ch, momentum, mu);
+      Blend(running_var, ch, momentum, unbiased);
+    } else {
+      mu = rm[ch];
+      var = rv[ch];
+    }
+    const float m = static_cast<float>(mu), r = static_cast<float>(1.0 / std::sqrt(var + eps));
+    mean[ch] = m;
+    rstd[ch] = r;
+    NormalizeChannelAvx512(s, x, ch, m, r * gv[ch], bv[ch], y, buf.data(), tmp.data());
+  });
+  return {y, Tensor::FromVector(mean, {s.c}, DType::kF32),
+          Tensor::FromVector(rstd, {s.c}, DType::kF32)};
+}
+
+BatchNormGrads BatchNormBackwardAvx512(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                       const Tensor& rstd, const Tensor& dy, bool training) {
+  const Channels s(x);
+  const std::vector<float> gv = gamma.ToFloats(), mv = mean.ToFloats(), rv = rstd.ToFloats();
+  Tensor dx = Tensor::Uninitialized(x.shape(), x.dtype());
+  std::vector<double> dg(s.c), db(s.c);
+  ParallelFor(s.c, x.numel() >= kParallelMin, [&](int64_t ch) {
+    std::vector<float> xbuf(s.inner), dbuf(s.inner), out(s.inner);
+    const float m = mv[ch], r = rv[ch];
+    double sum_dy = 0, sum_dy_xhat = 0;
+    GradSumsChannelAvx512(s, x, dy, ch, m, r, xbuf.data(), dbuf.data(), &sum_dy, &sum_dy_xhat);
+    dg[ch] = sum_dy_xhat;
+    db[ch] = sum_dy;
+    const float scale = r * gv[ch];
+    float a = 0, b = 0;
+    if (training) {
+      const float inv = static_cast<float>(1.0 / static_cast<double>(s.count()));
+      a = static_cast<float>(sum_dy) * inv;
+      b = static_cast<float>(sum_dy_xhat) * inv;
+    }
+    if (!training) {
+      // dx = dy * scale: GradInputRow with the statistics' terms zero is
+      // not the same rounding, so the plain row.
+      for (int64_t i = 0; i < s.n; ++i) {
+        const int64_t base = (i * s.c + ch) * s.inner;
+        float* dst = DestBlock(dx, base, out.data());
+        const float* d = Row(dy, s, i, ch, dbuf.data());
+        for (int64_t j = 0; j < s.inner; ++j) dst[j] = d[j] * scale;
+        StoreBlock(dst, dx, base, s.inner);
+      }
+      return;
+    }
+    GradInputChannelAvx512(s, x, dy, ch, m, r, scale, a, b, dx, xbuf.data(), dbuf.data(),
+                           out.data());
+  });
+  return {dx, Tensor::FromDoubles(dg, {s.c}, gamma.dtype()),
+          Tensor::FromDoubles(db, {s.c}, gamma.dtype())};
 }
 #endif
 
-// Moves a running statistic toward `value` in its own dtype (f32 or f64).
-void Blend(const Tensor& running, int64_t ch, double momentum, double value) {
-  if (running.dtype() == DType::kF64) {
-    double& r = running.data<double>()[ch];
-    r = (1 - momentum) * r + momentum * value;
-  } else {
-    float& r = running.data<float>()[ch];
-    r = static_cast<float>((1 - momentum) * r + momentum * value);
-  }
-}
 
 }  // namespace
 
@@ -234,35 +318,28 @@ BatchNormResult CpuBackendImpl::BatchNormImpl(const Tensor& x, const Tensor& gam
                                               const Tensor& beta, const Tensor& running_mean,
                                               const Tensor& running_var, bool training,
                                               double momentum, double eps, DType out) {
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if constexpr (std::is_same_v<C, float>) {
+    if (UseAvx512Kernels()) {
+      return BatchNormAvx512(x, gamma, beta, running_mean, running_var, training, momentum, eps,
+                             out);
+    }
+  }
+#endif
   const Channels s(x);
   const DType stat = std::is_same_v<C, double> ? DType::kF64 : DType::kF32;
   Values<C> xv(x), gv(gamma), bv(beta);
   Output<C> y(x.shape(), out), mean({s.c}, stat), rstd({s.c}, stat);
   const std::vector<double> rm = running_mean.ToDoubles(), rv = running_var.ToDoubles();
-  bool wide = false;  // the AVX-512 rows (f32 only)
-#ifdef AMPD_HAS_AVX512_KERNELS
-  if constexpr (std::is_same_v<C, float>) wide = UseAvx512Kernels();
-#endif
   ParallelFor(s.c, x.numel() >= kParallelMin, [&](int64_t ch) {
-    double mu = 0, var = 0;
+    double mu, var;
     if (training) {
-      double sum = 0, sq = 0;
-#ifdef AMPD_HAS_AVX512_KERNELS
-      if constexpr (std::is_same_v<C, float>) {
-        if (wide) {
-          ChannelMomentsAvx512(s, xv.data(), ch, &sum, &sq);
-          mu = sum / static_cast<double>(s.count());
-        }
-      }
-#endif
-      if (!wide) {
-        sum = ChannelSum(s, ch, [&](int64_t i) { return static_cast<double>(xv[i]); });
-        mu = sum / static_cast<double>(s.count());
-        sq = ChannelSum(s, ch, [&](int64_t i) {
-          const double d = xv[i] - mu;
-          return d * d;
-        });
-      }
+      const double sum = ChannelSum(s, ch, [&](int64_t i) { return static_cast<double>(xv[i]); });
+      mu = sum / static_cast<double>(s.count());
+      const double sq = ChannelSum(s, ch, [&](int64_t i) {
+        const double d = xv[i] - mu;
+        return d * d;
+      });
       var = sq / static_cast<double>(s.count());
       // The running variance is the unbiased one (PyTorch's).
       const double unbiased = s.count() > 1 ? sq / static_cast<double>(s.count() - 1) : var;
@@ -276,14 +353,6 @@ BatchNormResult CpuBackendImpl::BatchNormImpl(const Tensor& x, const Tensor& gam
     mean[ch] = m;
     rstd[ch] = r;
     const C scale = r * gv[ch], shift = bv[ch];
-#ifdef AMPD_HAS_AVX512_KERNELS
-    if constexpr (std::is_same_v<C, float>) {
-      if (wide) {
-        NormalizeChannelAvx512(s, xv.data(), ch, m, scale, shift, y.data());
-        return;
-      }
-    }
-#endif
     s.ForEach(ch, [&](int64_t i) { y[i] = (xv[i] - m) * scale + shift; });
   });
   return {y.Finish(), mean.Finish(), rstd.Finish()};
@@ -300,27 +369,20 @@ template <typename C>
 BatchNormGrads CpuBackendImpl::BatchNormBackwardImpl(const Tensor& x, const Tensor& gamma,
                                                      const Tensor& mean, const Tensor& rstd,
                                                      const Tensor& dy, bool training) {
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if constexpr (std::is_same_v<C, float>) {
+    if (UseAvx512Kernels()) return BatchNormBackwardAvx512(x, gamma, mean, rstd, dy, training);
+  }
+#endif
   const Channels s(x);
   Values<C> xv(x), gv(gamma), mv(mean), rv(rstd), dv(dy);
   Output<C> dx(x.shape(), x.dtype());
   std::vector<double> dg(s.c), db(s.c);
-  bool wide = false;  // the AVX-512 rows (f32 only)
-#ifdef AMPD_HAS_AVX512_KERNELS
-  if constexpr (std::is_same_v<C, float>) wide = UseAvx512Kernels();
-#endif
   ParallelFor(s.c, x.numel() >= kParallelMin, [&](int64_t ch) {
     const C m = mv[ch], r = rv[ch];
-    double sum_dy = 0, sum_dy_xhat = 0;
-#ifdef AMPD_HAS_AVX512_KERNELS
-    if constexpr (std::is_same_v<C, float>) {
-      if (wide) GradSumsChannelAvx512(s, xv.data(), dv.data(), ch, m, r, &sum_dy, &sum_dy_xhat);
-    }
-#endif
-    if (!wide) {
-      std::tie(sum_dy, sum_dy_xhat) = ChannelSums(
-          s, ch, [&](int64_t i) { return static_cast<double>(dv[i]); },
-          [&](int64_t i) { return static_cast<double>(dv[i]) * ((xv[i] - m) * r); });
-    }
+    const auto [sum_dy, sum_dy_xhat] = ChannelSums(
+        s, ch, [&](int64_t i) { return static_cast<double>(dv[i]); },
+        [&](int64_t i) { return static_cast<double>(dv[i]) * ((xv[i] - m) * r); });
     dg[ch] = sum_dy_xhat;
     db[ch] = sum_dy;
     const C scale = r * gv[ch];
@@ -331,14 +393,6 @@ BatchNormGrads CpuBackendImpl::BatchNormBackwardImpl(const Tensor& x, const Tens
     // dx = gamma * rstd * (dy - mean(dy) - xhat * mean(dy * xhat)).
     const C inv = static_cast<C>(1.0 / static_cast<double>(s.count()));
     const C a = static_cast<C>(sum_dy) * inv, b = static_cast<C>(sum_dy_xhat) * inv;
-#ifdef AMPD_HAS_AVX512_KERNELS
-    if constexpr (std::is_same_v<C, float>) {
-      if (wide) {
-        GradInputChannelAvx512(s, xv.data(), dv.data(), ch, m, r, scale, a, b, dx.data());
-        return;
-      }
-    }
-#endif
     s.ForEach(ch, [&](int64_t i) { dx[i] = scale * (dv[i] - a - (xv[i] - m) * r * b); });
   });
   return {dx.Finish(), Tensor::FromDoubles(dg, {s.c}, gamma.dtype()),

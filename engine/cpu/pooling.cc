@@ -184,6 +184,53 @@ AMPD_AVX512 void MaxPool2x2BackwardRowAvx512(const float* r0, const float* r1, c
     StoreFirst(d1 + 2 * ow + 16, hi, _mm512_permutex2var_ps(gk[2], hi_idx, gk[3]), limit);
   }
 }
+
+// The 2x2 stride-2 max pool on the AVX-512 rows, a plane at a time: a bf16
+// or f16 plane is widened into a buffer and its output rounded once (as the
+// portable path's whole-tensor copies would), so such activations cost
+// their own size in memory traffic.
+Tensor MaxPool2x2Avx512(const Tensor& x, const Pool2dGeometry& g, DType out) {
+  const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
+  const std::vector<int64_t> ys = backend::Pool2dOutputShape(x.shape(), g);
+  const int64_t OH = ys[2], OW = ys[3];
+  Tensor y = Tensor::Uninitialized(ys, out);
+  ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
+    std::vector<float> in(x.dtype() == DType::kF32 ? 0 : H * W),
+        res(out == DType::kF32 ? 0 : OH * OW);
+    const float* plane = LoadBlock(x, p * H * W, H * W, in.data());
+    float* yp = DestBlock(y, p * OH * OW, res.data());
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      MaxPool2x2RowAvx512(plane + 2 * oh * W, plane + (2 * oh + 1) * W, OW, yp + oh * OW,
+                          yp + OH * OW);
+    }
+    StoreBlock(yp, y, p * OH * OW, OH * OW);
+  });
+  return y;
+}
+
+Tensor MaxPool2x2BackwardAvx512(const Tensor& x, const Tensor& dy) {
+  const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
+  const int64_t OH = dy.dim(2), OW = dy.dim(3);
+  Tensor dx = Tensor::Uninitialized(x.shape(), x.dtype());
+  ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
+    const bool wide_x = x.dtype() == DType::kF32;
+    std::vector<float> in(wide_x ? 0 : H * W), grad(dy.dtype() == DType::kF32 ? 0 : OH * OW),
+        res(wide_x ? 0 : H * W);
+    const float* plane = LoadBlock(x, p * H * W, H * W, in.data());
+    const float* dp = LoadBlock(dy, p * OH * OW, OH * OW, grad.data());
+    float* dxp = DestBlock(dx, p * H * W, res.data());
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      float* d0 = dxp + 2 * oh * W;
+      float* d1 = d0 + W;
+      MaxPool2x2BackwardRowAvx512(plane + 2 * oh * W, plane + (2 * oh + 1) * W, dp + oh * OW, OW,
+                                  d0, d1, dxp + H * W);
+      if (W > 2 * OW) d0[W - 1] = d1[W - 1] = 0.0f;
+    }
+    if (H > 2 * OH) std::fill(dxp + 2 * OH * W, dxp + H * W, 0.0f);
+    StoreBlock(dxp, dx, p * H * W, H * W);
+  });
+  return dx;
+}
 #endif
 
 }  // namespace
@@ -194,6 +241,11 @@ Tensor CpuBackendImpl::Pool2d(const Tensor& x, const Pool2dGeometry& g, DType ou
 
 template <typename C>
 Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DType out) {
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if constexpr (std::is_same_v<C, float>) {
+    if (Is2x2Stride2Max(g) && UseAvx512Kernels()) return MaxPool2x2Avx512(x, g, out);
+  }
+#endif
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const std::vector<int64_t> ys = backend::Pool2dOutputShape(x.shape(), g);
   const int64_t OH = ys[2], OW = ys[3];
@@ -269,6 +321,11 @@ Tensor CpuBackendImpl::Pool2dBackward(const Tensor& x, const Tensor& dy, const P
 template <typename C>
 Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
                                           const Pool2dGeometry& g) {
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if constexpr (std::is_same_v<C, float>) {
+    if (Is2x2Stride2Max(g) && UseAvx512Kernels()) return MaxPool2x2BackwardAvx512(x, dy);
+  }
+#endif
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t OH = dy.dim(2), OW = dy.dim(3);
   Values<C> xv(x), dv(dy);

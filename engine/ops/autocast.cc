@@ -117,12 +117,19 @@ Tensor CastForAutocast(const Tensor& t, DType dtype) {
 
 }  // namespace
 
-OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs) : op_(op) {
+OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs)
+    : OpDispatch(op, std::move(inputs), {}) {}
+
+OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs,
+                       std::vector<const Tensor*> read_as_is)
+    : op_(op) {
   ThreadState& s = State();
   bool any_f64 = false;
   DType widest = DType::kF32;
   bool first = true;
-  for (Tensor* t : inputs) {
+  std::vector<const Tensor*> all(read_as_is.begin(), read_as_is.end());
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  for (const Tensor* t : all) {
     if (!IsFloating(*t)) continue;
     input_dtypes_.push_back(t->dtype());
     any_f64 |= t->dtype() == DType::kF64;

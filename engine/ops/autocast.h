@@ -114,6 +114,11 @@ class PlanRecorder {
 class OpDispatch {
  public:
   OpDispatch(OpId op, std::vector<Tensor*> inputs);
+  // `read_as_is`: inputs that count toward the dtypes (recorded, and in the
+  // widest) but are never cast, because the op's kernels read them in any
+  // floating dtype and widen them to compute_dtype() themselves (batch
+  // norm's activations: no whole-tensor f32 copy).
+  OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const Tensor*> read_as_is);
   DType compute_dtype() const { return compute_; }
   CastPolicy policy() const { return policy_; }
   void Finish(const Tensor& output);

@@ -14,11 +14,14 @@ using backend::Kernel;
 
 Tensor BatchNorm(Tensor x, Tensor gamma, Tensor beta, const Tensor& running_mean,
                  const Tensor& running_var, bool training, double momentum, double eps) {
-  const DType x_dtype = x.dtype();
-  OpDispatch d(OpId::kBatchNorm, {&x, &gamma, &beta});
-  // As layer_norm: f32 out under autocast; outside it (Apex O2's f16
-  // activations with f32 norm parameters) the activation's dtype.
-  const DType out = AutocastEnabled() ? d.compute_dtype() : x_dtype;
+  // Batch norm computes in f32 (statistics and normalisation; f64 for f64)
+  // whatever x's dtype, and writes x's dtype: PyTorch's batch norm, on the
+  // CPU and under cuDNN, takes bf16/f16 input with f32 parameters and is in
+  // neither autocast list. So x is not cast: the kernels widen it a row at
+  // a time, and bf16 activations stay bf16 through ReLU and pooling to the
+  // next convolution. The parameters follow the policy (f32).
+  const DType out = x.dtype();
+  OpDispatch d(OpId::kBatchNorm, {&gamma, &beta}, {&x});
   BatchNormResult r = Kernel<BatchNormKernel>(x.device())(x, gamma, beta, running_mean, running_var,
                                                           training, momentum, eps, out);
   d.Finish(r.y);

@@ -206,6 +206,34 @@ TEST(CnnKernelsTest, TwoByTwoMaxPoolTakesTheFirstMaximumOfEveryWindow) {
   cpu::AllowAvx512Kernels(true);
 }
 
+// bf16 activations (as under autocast) through the 2x2 max pool: the
+// AVX-512 path widens a plane at a time instead of the whole tensor and
+// rounds once, so it gives the portable path's bits.
+TEST(CnnKernelsTest, TwoByTwoMaxPoolOnBf16IsBitwiseThePortablePath) {
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{2, 3, 7, 9}, {2, 2, 5, 37}, {3, 4, 28, 28}}) {
+    SCOPED_TRACE(::testing::Message() << "W " << shape[3]);
+    const Tensor x = To(Random(shape, 31), DType::kBF16);
+    const Tensor dy = To(Random({shape[0], shape[1], shape[2] / 2, shape[3] / 2}, 32), DType::kBF16);
+    Pool2dGeometry g;
+    g.op = OpId::kMaxPool2d;
+    g.kernel[0] = g.kernel[1] = g.stride[0] = g.stride[1] = 2;
+    std::vector<float> y[2], dx[2];
+    for (bool wide : {false, true}) {
+      cpu::AllowAvx512Kernels(wide);
+      const Tensor out = Kernel<Pool2dKernel>(Device::kCpu)(x, g, DType::kBF16);
+      const Tensor grad = Kernel<Pool2dBackwardKernel>(Device::kCpu)(x, dy, g);
+      EXPECT_EQ(out.dtype(), DType::kBF16);
+      EXPECT_EQ(grad.dtype(), DType::kBF16);
+      y[wide] = out.ToFloats();
+      dx[wide] = grad.ToFloats();
+    }
+    cpu::AllowAvx512Kernels(true);
+    EXPECT_EQ(y[1], y[0]);
+    EXPECT_EQ(dx[1], dx[0]);
+  }
+}
+
 TEST(CnnKernelsTest, AvgPoolCountsPaddingUnlessToldNot) {
   Tensor x = Plane({1, 2, 3, 4}, 2, 2);
   Pool2dGeometry g;
@@ -286,12 +314,16 @@ TEST(CnnKernelsTest, BatchNormBf16InputKeepsF32Statistics) {
 // every kind of tail.
 TEST(CnnKernelsTest, BatchNormAvx512RowsAreBitwiseThePortableLoops) {
   for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
-           {64, 3}, {6, 3, 1, 5}, {4, 5, 7, 7}, {3, 2, 28, 28}}) {
+           {64, 3}, {6, 3, 1, 5}, {4, 5, 7, 7}, {3, 2, 28, 28}})
+    for (DType dtype : {DType::kF32, DType::kBF16})
     for (bool training : {true, false}) {
       SCOPED_TRACE(::testing::Message() << shape[0] << "x" << shape[1] << " inner "
-                                        << shape.size() << (training ? " training" : " eval"));
+                                        << shape.size() << (training ? " training" : " eval")
+                                        << (dtype == DType::kBF16 ? " bf16" : " f32"));
       const int64_t c = shape[1];
-      const Tensor x = Random(shape, 21), dy = Random(shape, 22);
+      // bf16 activations with f32 parameters, as under autocast: widened a
+      // row at a time on the AVX-512 path, the output rounded once.
+      const Tensor x = To(Random(shape, 21), dtype), dy = To(Random(shape, 22), dtype);
       const Tensor gamma = Random({c}, 23), beta = Random({c}, 24);
       struct Out {
         std::vector<float> y, mean, rstd, rm, rv, dx, dgamma, dbeta;
@@ -300,7 +332,7 @@ TEST(CnnKernelsTest, BatchNormAvx512RowsAreBitwiseThePortableLoops) {
         cpu::AllowAvx512Kernels(wide);
         Tensor rm = Random({c}, 25), rv = Tensor::Full({c}, DType::kF32, 1.5);
         BatchNormResult r = Kernel<BatchNormKernel>(Device::kCpu)(x, gamma, beta, rm, rv, training,
-                                                                  0.1, 1e-5, DType::kF32);
+                                                                  0.1, 1e-5, dtype);
         auto g = Kernel<BatchNormBackwardKernel>(Device::kCpu)(x, gamma, r.mean, r.rstd, dy,
                                                                training);
         cpu::AllowAvx512Kernels(true);
@@ -317,7 +349,6 @@ TEST(CnnKernelsTest, BatchNormAvx512RowsAreBitwiseThePortableLoops) {
       EXPECT_EQ(wide.dgamma, portable.dgamma);
       EXPECT_EQ(wide.dbeta, portable.dbeta);
     }
-  }
 }
 
 }  // namespace

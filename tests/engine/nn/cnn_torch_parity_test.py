@@ -5,8 +5,10 @@ Runs cnn_parity_dump (argv[1]) for 32-true and bf16-mixed, loads the initial
 parameters it wrote (nn.Sequential names) into the same model built from
 torch.nn layers, replays its 10 SGD steps (lr 0.05, momentum 0.9) in training
 mode, and compares every step's loss and the batch norm running statistics
-after the last step: 1e-5 relative in 32-true, 2e-2 in bf16-mixed (under
-torch.autocast("cpu", bfloat16)). Exit 0 on success; prints "SKIPPED ..."
+after the last step: 1e-5 relative in 32-true, 1e-4 in bf16-mixed (under
+torch.autocast("cpu", bfloat16), whose batch norm, like ampd's, computes in
+f32 and keeps the bf16 activation's dtype: with batch norm writing f32, as
+ampd's did, the losses were 6e-4 apart). Exit 0 on success; prints "SKIPPED ..."
 and exits 3 when torch is missing. The trained weights file ampd exports
 loads into the torch model with strict=True and gives ampd's eval logits.
 """
@@ -65,7 +67,7 @@ def main():
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
 
     failures = []
-    for precision, tol in (("32-true", 1e-5), ("bf16-mixed", 2e-2)):
+    for precision, tol in (("32-true", 1e-5), ("bf16-mixed", 1e-4)):
         out = tempfile.mkdtemp()
         subprocess.run([dump, out, precision], check=True)
         model = build()
@@ -119,7 +121,7 @@ def main():
         want = torch.tensor([float(l) for l in open(os.path.join(out, "eval_logits.txt"))])
         rel = ((got - want).abs().max() / want.abs().max()).item()
         print(f"{precision} eval logits from the exported weights: rel {rel:.2e}")
-        if rel > (1e-5 if precision == "32-true" else 5e-2):
+        if rel > (1e-5 if precision == "32-true" else 1e-4):
             failures.append(f"{precision}: eval logits from the exported weights off by {rel:.2e}")
     for f in failures:
         print("FAIL " + f)

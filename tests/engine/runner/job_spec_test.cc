@@ -268,8 +268,14 @@ TEST(JobSpecTest, ExplainShowsEveryLayerOfTheCnnWithItsDtypes) {
       EXPECT_EQ(e.compute_dtype, DType::kBF16) << e.op << " " << e.layer;  // autocast's list
     }
     if (e.op == "batch_norm") {
+      // f32 arithmetic on the bf16 activation, written back in bf16 (as
+      // PyTorch's batch norm under autocast); ReLU and pooling stay bf16.
       EXPECT_EQ(e.compute_dtype, DType::kF32) << e.layer;
-      EXPECT_EQ(e.output_dtype, DType::kF32) << e.layer;
+      EXPECT_EQ(e.output_dtype, DType::kBF16) << e.layer;
+      EXPECT_EQ(e.input_dtypes, (std::vector<DType>{DType::kBF16, DType::kF32, DType::kF32}));
+    }
+    if (e.op == "relu" || e.op == "max_pool2d") {
+      EXPECT_EQ(e.output_dtype, DType::kBF16) << e.op;
     }
     if (e.op == "conv2d" && e.layer == "0") {
       EXPECT_EQ(e.output_bytes, int64_t{128} * 32 * 28 * 28 * 2);  // [128, 32, 28, 28] bf16
