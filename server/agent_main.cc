@@ -165,15 +165,14 @@ class Agent {
       if (f.sha256().size() != 64 ||
           f.sha256().find_first_not_of("0123456789abcdef") != std::string::npos ||
           f.path().find_first_of("\t\n") != std::string::npos) {
-        return absl::InternalError(absl::StrCat("the server sent a bad data file entry for ",
-                                                f.path()));
+        return absl::InternalError(
+            absl::StrCat("the server sent a bad data file entry for ", f.path()));
       }
       const std::string local = dir + "/" + f.sha256();
       const auto size = std::filesystem::file_size(local, ec);
       if (ec || static_cast<int64_t>(size) != f.size_bytes()) {
         if (absl::Status got = FetchDataFile(s.job(), f, local); !got.ok()) return got;
-        Say(absl::StrCat("job ", s.job(), ": fetched ", f.path(), " (", f.size_bytes(),
-                         " bytes)"));
+        Say(absl::StrCat("job ", s.job(), ": fetched ", f.path(), " (", f.size_bytes(), " bytes)"));
       }
       absl::StrAppend(&map, f.path(), "\t", local, "\n");
     }
@@ -190,8 +189,7 @@ class Agent {
     v1::FetchDataFileRequest req;
     req.set_job(job);
     req.set_path(f.path());
-    std::unique_ptr<grpc::ClientReader<v1::DataFileChunk>> reader =
-        stub_->FetchDataFile(&ctx, req);
+    std::unique_ptr<grpc::ClientReader<v1::DataFileChunk>> reader = stub_->FetchDataFile(&ctx, req);
     engine::io::Sha256 received;
     std::string sent_sha;
     v1::DataFileChunk chunk;
@@ -214,17 +212,17 @@ class Agent {
     if (!out) return fail(absl::InternalError(absl::StrCat("writing ", partial, " failed")));
     const std::string got = received.FinishHex();
     if (got != sent_sha) {
-      return fail(absl::DataLossError(
-          absl::StrCat(f.path(), " arrived damaged (SHA-256 mismatch)")));
+      return fail(
+          absl::DataLossError(absl::StrCat(f.path(), " arrived damaged (SHA-256 mismatch)")));
     }
     if (got != f.sha256()) {
-      return fail(absl::FailedPreconditionError(absl::StrCat(
-          f.path(), " changed on the server after the job's ranks were placed")));
+      return fail(absl::FailedPreconditionError(
+          absl::StrCat(f.path(), " changed on the server after the job's ranks were placed")));
     }
     std::error_code ec;
     std::filesystem::rename(partial, local, ec);
-    if (ec) return fail(absl::InternalError(absl::StrCat("cannot rename ", partial, ": ",
-                                                         ec.message())));
+    if (ec)
+      return fail(absl::InternalError(absl::StrCat("cannot rename ", partial, ": ", ec.message())));
     return absl::OkStatus();
   }
 

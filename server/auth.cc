@@ -56,8 +56,7 @@ absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& p
   return auth;
 }
 
-absl::StatusOr<Authenticator> Authenticator::FromClientCertificates(
-    const std::string& roles_file) {
+absl::StatusOr<Authenticator> Authenticator::FromClientCertificates(const std::string& roles_file) {
   Authenticator auth;
   auth.mode_ = Mode::kClientCert;
   if (roles_file.empty()) return auth;

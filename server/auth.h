@@ -51,7 +51,7 @@ class Authenticator {
 
   enum class Mode { kNone, kTokens, kClientCert };
   Mode mode_ = Mode::kNone;
-  std::map<std::string, Principal> tokens_;  // sha256 hex -> principal
+  std::map<std::string, Principal> tokens_;      // sha256 hex -> principal
   std::map<std::string, Principal> cert_roles_;  // certificate identity -> principal
 };
 

@@ -389,19 +389,17 @@ absl::Status JobManager::CheckSlots(const engine::runner::ResolvedJob& job, bool
     // One process per device, all on this server (agents lend CPU slots).
     const int devices = engine::dist::NcclDeviceCount();
     if (job.workers > devices) {
-      return Precondition(
-          "resources.workers",
-          absl::StrCat("the job asks for ", job.workers,
-                       " CUDA workers, one per device; this server has ",
-                       devices == 0 ? std::string("no CUDA devices NCCL can use")
-                                    : absl::StrCat(devices, " CUDA device(s)")));
+      return Precondition("resources.workers",
+                          absl::StrCat("the job asks for ", job.workers,
+                                       " CUDA workers, one per device; this server has ",
+                                       devices == 0 ? std::string("no CUDA devices NCCL can use")
+                                                    : absl::StrCat(devices, " CUDA device(s)")));
     }
     if (job.workers > slots) {
-      return Precondition(
-          "resources.workers",
-          absl::StrCat("the job asks for ", job.workers,
-                       " CUDA workers, all on this server; it has ", slots,
-                       " worker slots (--cpu_workers), so it could never start"));
+      return Precondition("resources.workers",
+                          absl::StrCat("the job asks for ", job.workers,
+                                       " CUDA workers, all on this server; it has ", slots,
+                                       " worker slots (--cpu_workers), so it could never start"));
     }
   }
   const int agent_slots = AgentSlots(false);

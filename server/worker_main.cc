@@ -118,9 +118,8 @@ int WorkerMain(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> store;
   if (flags.count("store_server")) {
     std::string error;
-    std::shared_ptr<grpc::Channel> channel =
-        agents::AgentChannel(flags["store_server"],
-                             {flags["tls_ca"], flags["tls_cert"], flags["tls_key"]}, &error);
+    std::shared_ptr<grpc::Channel> channel = agents::AgentChannel(
+        flags["store_server"], {flags["tls_ca"], flags["tls_cert"], flags["tls_key"]}, &error);
     if (!channel) return Fail(error);
     const char* token = std::getenv("AMPD_TOKEN");
     store = agents::GrpcStore(channel, token ? token : "", flags["job"], attempt);
@@ -176,9 +175,9 @@ int WorkerMain(int argc, char** argv) {
       config.device == engine::Device::kCuda
           ? absl::StrCat("on CUDA device ", visible && *visible ? visible : "0", " over NCCL")
           : std::string("on the CPU over Gloo");
-  std::printf("worker %d of %d: job %s, %lld steps %s%s\n", rank, world_size,
-              flags["job"].c_str(), static_cast<long long>((*trainer)->total_steps()),
-              where.c_str(), resume ? absl::StrCat(", resuming at step ", resume_step).c_str() : "");
+  std::printf("worker %d of %d: job %s, %lld steps %s%s\n", rank, world_size, flags["job"].c_str(),
+              static_cast<long long>((*trainer)->total_steps()), where.c_str(),
+              resume ? absl::StrCat(", resuming at step ", resume_step).c_str() : "");
   std::fflush(stdout);
   auto result = (*trainer)->Run(nullptr);
   if (!result.ok()) return Fail(std::string(result.status().message()));

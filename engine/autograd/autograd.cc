@@ -149,9 +149,9 @@ void Backward(const Tensor& root, const Tensor& grad, const LeafGradHook& on_lea
       }
     }
   }
-  run.grads.emplace(root.impl(), grad.defined() ? grad
-                                                : Tensor::Full(root.shape(), root.dtype(), 1.0,
-                                                               root.device()));
+  run.grads.emplace(
+      root.impl(),
+      grad.defined() ? grad : Tensor::Full(root.shape(), root.dtype(), 1.0, root.device()));
   NoGradGuard no_grad;
   // Reverse topological order: a tensor comes after every node that uses
   // it. One already processed early (InputGradReady) has no gradient left.
@@ -159,8 +159,7 @@ void Backward(const Tensor& root, const Tensor& grad, const LeafGradHook& on_lea
 }
 
 bool InputGradReady(size_t input, const Tensor& grad) {
-  if (current.run == nullptr || input >= current.node->inputs.size() ||
-      (*current.early)[input]) {
+  if (current.run == nullptr || input >= current.node->inputs.size() || (*current.early)[input]) {
     return false;
   }
   (*current.early)[input] = 1;

@@ -89,8 +89,7 @@ void Blend(const Tensor& running, int64_t ch, double momentum, double value) {
 #ifdef AMPD_HAS_AVX512_KERNELS
 // The eight running sums of ChannelSums are the eight double lanes of one
 // register: element j of a row joins lane j % 8, as there.
-#define AMPD_BN_AVX512 \
-  __attribute__((target("avx512f,avx512vl"), optimize("fp-contract=off")))
+#define AMPD_BN_AVX512 __attribute__((target("avx512f,avx512vl"), optimize("fp-contract=off")))
 
 AMPD_BN_AVX512 inline __m512d Load8(const float* p, int64_t n) {
   const __mmask8 m = n >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << n) - 1u);
@@ -181,8 +180,8 @@ inline const float* Row(const Tensor& t, const Channels& s, int64_t i, int64_t c
 }
 
 // Channel ch's sum, then its sum of squared deviations from sum / count.
-AMPD_BN_AVX512 void ChannelMomentsAvx512(const Channels& s, const Tensor& x, int64_t ch,
-                                         float* buf, double* sum, double* sq) {
+AMPD_BN_AVX512 void ChannelMomentsAvx512(const Channels& s, const Tensor& x, int64_t ch, float* buf,
+                                         double* sum, double* sq) {
   __m512d acc = _mm512_setzero_pd();
   for (int64_t i = 0; i < s.n; ++i) SumRow(Row(x, s, i, ch, buf), s.inner, &acc);
   *sum = Total(acc);
@@ -221,8 +220,7 @@ AMPD_BN_AVX512 void GradInputChannelAvx512(const Channels& s, const Tensor& x, c
   for (int64_t i = 0; i < s.n; ++i) {
     const int64_t base = (i * s.c + ch) * s.inner;
     float* dst = DestBlock(dx, base, out);
-    GradInputRow(Row(x, s, i, ch, xbuf), Row(dy, s, i, ch, dbuf), s.inner, m, r, scale, a, b,
-                 dst);
+    GradInputRow(Row(x, s, i, ch, xbuf), Row(dy, s, i, ch, dbuf), s.inner, m, r, scale, a, b, dst);
     StoreBlock(dst, dx, base, s.inner);
   }
 }
@@ -300,7 +298,6 @@ BatchNormGrads BatchNormBackwardAvx512(const Tensor& x, const Tensor& gamma, con
           Tensor::FromDoubles(db, {s.c}, gamma.dtype())};
 }
 #endif
-
 
 }  // namespace
 

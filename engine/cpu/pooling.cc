@@ -160,8 +160,7 @@ AMPD_AVX512 void MaxPool2x2RowAvx512(const float* r0, const float* r1, int64_t O
 // Its backward: each window's four values get d where the forward took the
 // maximum and 0 elsewhere.
 AMPD_AVX512 void MaxPool2x2BackwardRowAvx512(const float* r0, const float* r1, const float* drow,
-                                             int64_t OW, float* d0, float* d1,
-                                             const float* limit) {
+                                             int64_t OW, float* d0, float* d1, const float* limit) {
   const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(8));
   for (int64_t ow = 0; ow < OW; ow += 16) {

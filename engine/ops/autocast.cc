@@ -120,8 +120,7 @@ Tensor CastForAutocast(const Tensor& t, DType dtype) {
 OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs)
     : OpDispatch(op, std::move(inputs), {}) {}
 
-OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs,
-                       std::vector<const Tensor*> read_as_is)
+OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const Tensor*> read_as_is)
     : op_(op) {
   ThreadState& s = State();
   bool any_f64 = false;

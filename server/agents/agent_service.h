@@ -3,9 +3,9 @@
 
 // AgentService (proto/ampd/v1/agent_service.proto): agents' sessions, their
 // reports, the rendezvous store of the jobs their ranks belong to, the
-// checkpoints those ranks resume from and the files their specs name. A job's store is the directory its
-// local ranks use (jobs/ID/workers/rendezvous, Gloo's file store), so every
-// rank of a job meets in one place wherever it runs.
+// checkpoints those ranks resume from and the files their specs name. A job's store is the
+// directory its local ranks use (jobs/ID/workers/rendezvous, Gloo's file store), so every rank of a
+// job meets in one place wherever it runs.
 
 #include <memory>
 #include <string>

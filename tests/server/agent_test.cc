@@ -409,8 +409,7 @@ TEST_F(AgentTest, TheAgentFetchesTheFilesAJobNamesOnce) {
   EXPECT_EQ(data, csv);
   EXPECT_EQ(fetch(running.id(), "uploads/ddp/other.csv", &data).error_code(),
             grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(fetch(running.id(), "../../ampd.db", &data).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(fetch(running.id(), "../../ampd.db", &data).error_code(), grpc::StatusCode::NOT_FOUND);
   v1::CancelJobRequest cancel;
   cancel.set_name(running.name());
   v1::Job cancelled;

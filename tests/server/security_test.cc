@@ -329,10 +329,10 @@ TEST(SecurityTest, MtlsAgentsAreCertificatesTheRolesFileNames) {
   const std::string address = "localhost:" + std::to_string(server.port());
   auto agent = [&](const std::string& who) {
     return std::make_unique<AgentProcess>(
-        std::vector<std::string>{"--server=" + address, "--name=" + who,
-                                 "--data_dir=" + TmpDir() + "/agent-" + who,
-                                 "--tls_ca=" + c.Path("ca.pem"), "--tls_cert=" + c.Path(who + ".pem"),
-                                 "--tls_key=" + c.Path(who + ".key"), "--reconnect_ms=0"},
+        std::vector<std::string>{
+            "--server=" + address, "--name=" + who, "--data_dir=" + TmpDir() + "/agent-" + who,
+            "--tls_ca=" + c.Path("ca.pem"), "--tls_cert=" + c.Path(who + ".pem"),
+            "--tls_key=" + c.Path(who + ".key"), "--reconnect_ms=0"},
         std::map<std::string, std::string>{});
   };
   std::unique_ptr<AgentProcess> user = agent("alice");

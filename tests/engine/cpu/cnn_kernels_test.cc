@@ -214,7 +214,8 @@ TEST(CnnKernelsTest, TwoByTwoMaxPoolOnBf16IsBitwiseThePortablePath) {
        std::vector<std::vector<int64_t>>{{2, 3, 7, 9}, {2, 2, 5, 37}, {3, 4, 28, 28}}) {
     SCOPED_TRACE(::testing::Message() << "W " << shape[3]);
     const Tensor x = To(Random(shape, 31), DType::kBF16);
-    const Tensor dy = To(Random({shape[0], shape[1], shape[2] / 2, shape[3] / 2}, 32), DType::kBF16);
+    const Tensor dy =
+        To(Random({shape[0], shape[1], shape[2] / 2, shape[3] / 2}, 32), DType::kBF16);
     Pool2dGeometry g;
     g.op = OpId::kMaxPool2d;
     g.kernel[0] = g.kernel[1] = g.stride[0] = g.stride[1] = 2;
@@ -313,42 +314,42 @@ TEST(CnnKernelsTest, BatchNormBf16InputKeepsF32Statistics) {
 // of 1 (an [N, C] input), 5, 49 and 784 values cover whole vectors and
 // every kind of tail.
 TEST(CnnKernelsTest, BatchNormAvx512RowsAreBitwiseThePortableLoops) {
-  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
-           {64, 3}, {6, 3, 1, 5}, {4, 5, 7, 7}, {3, 2, 28, 28}})
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{64, 3}, {6, 3, 1, 5}, {4, 5, 7, 7}, {3, 2, 28, 28}})
     for (DType dtype : {DType::kF32, DType::kBF16})
-    for (bool training : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << shape[0] << "x" << shape[1] << " inner "
-                                        << shape.size() << (training ? " training" : " eval")
-                                        << (dtype == DType::kBF16 ? " bf16" : " f32"));
-      const int64_t c = shape[1];
-      // bf16 activations with f32 parameters, as under autocast: widened a
-      // row at a time on the AVX-512 path, the output rounded once.
-      const Tensor x = To(Random(shape, 21), dtype), dy = To(Random(shape, 22), dtype);
-      const Tensor gamma = Random({c}, 23), beta = Random({c}, 24);
-      struct Out {
-        std::vector<float> y, mean, rstd, rm, rv, dx, dgamma, dbeta;
-      };
-      auto run = [&](bool wide) {
-        cpu::AllowAvx512Kernels(wide);
-        Tensor rm = Random({c}, 25), rv = Tensor::Full({c}, DType::kF32, 1.5);
-        BatchNormResult r = Kernel<BatchNormKernel>(Device::kCpu)(x, gamma, beta, rm, rv, training,
-                                                                  0.1, 1e-5, dtype);
-        auto g = Kernel<BatchNormBackwardKernel>(Device::kCpu)(x, gamma, r.mean, r.rstd, dy,
-                                                               training);
-        cpu::AllowAvx512Kernels(true);
-        return Out{r.y.ToFloats(),  r.mean.ToFloats(), r.rstd.ToFloats(),   rm.ToFloats(),
-                   rv.ToFloats(),   g.dx.ToFloats(),   g.dgamma.ToFloats(), g.dbeta.ToFloats()};
-      };
-      const Out portable = run(false), wide = run(true);
-      EXPECT_EQ(wide.y, portable.y);
-      EXPECT_EQ(wide.mean, portable.mean);
-      EXPECT_EQ(wide.rstd, portable.rstd);
-      EXPECT_EQ(wide.rm, portable.rm);
-      EXPECT_EQ(wide.rv, portable.rv);
-      EXPECT_EQ(wide.dx, portable.dx);
-      EXPECT_EQ(wide.dgamma, portable.dgamma);
-      EXPECT_EQ(wide.dbeta, portable.dbeta);
-    }
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << shape[0] << "x" << shape[1] << " inner "
+                                          << shape.size() << (training ? " training" : " eval")
+                                          << (dtype == DType::kBF16 ? " bf16" : " f32"));
+        const int64_t c = shape[1];
+        // bf16 activations with f32 parameters, as under autocast: widened a
+        // row at a time on the AVX-512 path, the output rounded once.
+        const Tensor x = To(Random(shape, 21), dtype), dy = To(Random(shape, 22), dtype);
+        const Tensor gamma = Random({c}, 23), beta = Random({c}, 24);
+        struct Out {
+          std::vector<float> y, mean, rstd, rm, rv, dx, dgamma, dbeta;
+        };
+        auto run = [&](bool wide) {
+          cpu::AllowAvx512Kernels(wide);
+          Tensor rm = Random({c}, 25), rv = Tensor::Full({c}, DType::kF32, 1.5);
+          BatchNormResult r = Kernel<BatchNormKernel>(Device::kCpu)(x, gamma, beta, rm, rv,
+                                                                    training, 0.1, 1e-5, dtype);
+          auto g =
+              Kernel<BatchNormBackwardKernel>(Device::kCpu)(x, gamma, r.mean, r.rstd, dy, training);
+          cpu::AllowAvx512Kernels(true);
+          return Out{r.y.ToFloats(), r.mean.ToFloats(), r.rstd.ToFloats(),   rm.ToFloats(),
+                     rv.ToFloats(),  g.dx.ToFloats(),   g.dgamma.ToFloats(), g.dbeta.ToFloats()};
+        };
+        const Out portable = run(false), wide = run(true);
+        EXPECT_EQ(wide.y, portable.y);
+        EXPECT_EQ(wide.mean, portable.mean);
+        EXPECT_EQ(wide.rstd, portable.rstd);
+        EXPECT_EQ(wide.rm, portable.rm);
+        EXPECT_EQ(wide.rv, portable.rv);
+        EXPECT_EQ(wide.dx, portable.dx);
+        EXPECT_EQ(wide.dgamma, portable.dgamma);
+        EXPECT_EQ(wide.dbeta, portable.dbeta);
+      }
 }
 
 }  // namespace

@@ -364,7 +364,8 @@ TEST(OpsGradTest, AWeightsGradientIsFinalBeforeItsLayersInputGradientIsComputed)
     SCOPED_TRACE(autocast ? "bf16 autocast" : "f32");
     Tensor x = Random({8, 5}, 1), w1 = Random({6, 5}, 2), b1 = Random({6}, 3);
     Tensor w2 = Random({3, 6}, 4), b2 = Random({3}, 5);
-    Tensor img = Random({2, 1, 6, 6}, 6), k1 = Random({2, 1, 3, 3}, 7), k2 = Random({2, 2, 3, 3}, 8);
+    Tensor img = Random({2, 1, 6, 6}, 6), k1 = Random({2, 1, 3, 3}, 7),
+           k2 = Random({2, 2, 3, 3}, 8);
     for (Tensor* p : {&w1, &b1, &w2, &b2, &k1, &k2}) p->set_requires_grad(true);
     Conv2dGeometry geo;
     geo.padding[0] = geo.padding[1] = 1;

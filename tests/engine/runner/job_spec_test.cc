@@ -380,9 +380,9 @@ TEST(JobSpecTest, ResourcesAskForDataParallelWorkersAndAreCheckedByName) {
   EXPECT_TRUE(job->external_workers);
   // A CUDA job's ranks run on the server, one per device (whether it has
   // enough devices is the server's question): none join from a launcher.
-  EXPECT_TRUE(ValidateJobSpec(Parse(R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})"),
-                              {})
-                  .empty());
+  EXPECT_TRUE(
+      ValidateJobSpec(Parse(R"({"resources": {"workers": 2}, "device": "DEVICE_CUDA"})"), {})
+          .empty());
   EXPECT_EQ(Fields(ValidateJobSpec(Parse(R"({"resources": {"workers": 2, "externalWorkers": true},
                                              "device": "DEVICE_CUDA"})"),
                                    {})),

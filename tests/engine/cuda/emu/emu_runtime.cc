@@ -421,9 +421,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 cudaError_t cudaSetDevice(int device) {
   Lock lock(Mu());
   EMU_RETURN_IF_STICKY();
-  return device >= 0 && device < EmulatedDevices()
-             ? cudaSuccess
-             : Fail(cudaErrorInvalidValue, "no such device");
+  return device >= 0 && device < EmulatedDevices() ? cudaSuccess
+                                                   : Fail(cudaErrorInvalidValue, "no such device");
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {

@@ -95,8 +95,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   std::random_device rd;
   std::memset(id->internal, 0, sizeof(id->internal));
   std::snprintf(id->internal, sizeof(id->internal), "/tmp/ampd-nccl-emu-%d-%u-%u-%llu",
-                static_cast<int>(getpid()), rd(), rd(),
-                static_cast<unsigned long long>(counter++));
+                static_cast<int>(getpid()), rd(), rd(), static_cast<unsigned long long>(counter++));
   if (mkdir(id->internal, 0700) != 0) return ncclSystemError;
   return ncclSuccess;
 }
@@ -109,8 +108,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   c->size = nranks;
   c->rank = rank;
   // Every rank says how many ranks it expects; a mismatch is the callers' bug.
-  if (!WriteWhole(c->File("join", rank), std::to_string(nranks)) ||
-      !WaitForAll(c->All("join"))) {
+  if (!WriteWhole(c->File("join", rank), std::to_string(nranks)) || !WaitForAll(c->All("join"))) {
     delete c;
     return ncclSystemError;
   }

@@ -1,10 +1,10 @@
 // A stand-in for NCCL's <nccl.h> (the part ampd uses), for the CPU emulator
 // of CUDA: the ranks of one communicator are threads or processes of one
-// machine, meeting in a directory under /tmp that the unique id names. A collective waits for its stream (its inputs are then
-// final), meets the other ranks, and writes every rank's result before any
-// returns: eager where NCCL is asynchronous, which only makes it stricter
-// (ampd waits for the stream right after each collective anyway). Buffers
-// must be device memory (cudaMalloc), as on a GPU. See nccl_emu.cc.
+// machine, meeting in a directory under /tmp that the unique id names. A collective waits for its
+// stream (its inputs are then final), meets the other ranks, and writes every rank's result before
+// any returns: eager where NCCL is asynchronous, which only makes it stricter (ampd waits for the
+// stream right after each collective anyway). Buffers must be device memory (cudaMalloc), as on a
+// GPU. See nccl_emu.cc.
 #ifndef AMPD_CUDA_EMU_NCCL_H_
 #define AMPD_CUDA_EMU_NCCL_H_
 
