@@ -1,6 +1,8 @@
 #include "server/auth.h"
 
 #include <fstream>
+#include <functional>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -20,13 +22,13 @@ bool ParseRole(const std::string& role, Principal* p) {
   return true;
 }
 
-}  // namespace
-
-absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& path) {
+// fn(fields, "FLAG: PATH:LINE: ") for each line of a whitespace-separated
+// file with '#' comments (blank lines skipped); the first error stops it.
+absl::Status ForEachLine(
+    const std::string& flag, const std::string& path,
+    const std::function<absl::Status(const std::vector<std::string>&, const std::string&)>& fn) {
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("tokens_file: cannot read ", path));
-  Authenticator auth;
-  auth.mode_ = Mode::kTokens;
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
   std::string line;
   int line_number = 0;
   while (std::getline(in, line)) {
@@ -36,23 +38,40 @@ absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& p
     std::vector<std::string> parts =
         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (parts.empty()) continue;
-    const std::string where = absl::StrCat("tokens_file: ", path, ":", line_number, ": ");
-    if (parts.size() != 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "expected \"SHA256HEX PRINCIPAL ROLE\""));
+    if (absl::Status s = fn(parts, absl::StrCat(flag, ": ", path, ":", line_number, ": "));
+        !s.ok()) {
+      return s;
     }
-    std::string digest = absl::AsciiStrToLower(parts[0]);
-    if (digest.size() != 64 || digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "the first field must be the token's SHA-256 (64 hex characters)"));
-    }
-    Principal p{parts[1]};
-    if (!ParseRole(parts[2], &p)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
-    }
-    auth.tokens_[digest] = std::move(p);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& path) {
+  Authenticator auth;
+  auth.mode_ = Mode::kTokens;
+  absl::Status read = ForEachLine(
+      "tokens_file", path, [&](const std::vector<std::string>& parts, const std::string& where) {
+        if (parts.size() != 3) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, "expected \"SHA256HEX PRINCIPAL ROLE\""));
+        }
+        std::string digest = absl::AsciiStrToLower(parts[0]);
+        if (digest.size() != 64 ||
+            digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, "the first field must be the token's SHA-256 (64 hex characters)"));
+        }
+        Principal p{parts[1]};
+        if (!ParseRole(parts[2], &p)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
+        }
+        auth.tokens_[digest] = std::move(p);
+        return absl::OkStatus();
+      });
+  if (!read.ok()) return read;
   return auth;
 }
 
@@ -60,33 +79,23 @@ absl::StatusOr<Authenticator> Authenticator::FromClientCertificates(const std::s
   Authenticator auth;
   auth.mode_ = Mode::kClientCert;
   if (roles_file.empty()) return auth;
-  std::ifstream in(roles_file);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("client_cert_roles: cannot read ", roles_file));
-  }
-  std::string line;
-  int line_number = 0;
-  while (std::getline(in, line)) {
-    ++line_number;
-    const size_t hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    std::vector<std::string> parts =
-        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
-    if (parts.empty()) continue;
-    const std::string where =
-        absl::StrCat("client_cert_roles: ", roles_file, ":", line_number, ": ");
-    Principal p{parts[0]};
-    if (parts.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "expected \"IDENTITY ROLE\""));
-    }
-    if (!ParseRole(parts[1], &p)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
-    }
-    if (!auth.cert_roles_.emplace(parts[0], p).second) {
-      return absl::InvalidArgumentError(absl::StrCat(where, parts[0], " is listed twice"));
-    }
-  }
+  absl::Status read = ForEachLine(
+      "client_cert_roles", roles_file,
+      [&](const std::vector<std::string>& parts, const std::string& where) {
+        Principal p{parts[0]};
+        if (parts.size() != 2) {
+          return absl::InvalidArgumentError(absl::StrCat(where, "expected \"IDENTITY ROLE\""));
+        }
+        if (!ParseRole(parts[1], &p)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
+        }
+        if (!auth.cert_roles_.emplace(parts[0], p).second) {
+          return absl::InvalidArgumentError(absl::StrCat(where, parts[0], " is listed twice"));
+        }
+        return absl::OkStatus();
+      });
+  if (!read.ok()) return read;
   return auth;
 }
 

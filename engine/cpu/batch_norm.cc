@@ -86,6 +86,18 @@ void Blend(const Tensor& running, int64_t ch, double momentum, double value) {
     r = static_cast<float>((1 - momentum) * r + momentum * value);
   }
 }
+// The batch's (biased) variance from its sum of squared deviations, after
+// moving the running statistics toward the batch mean and the unbiased
+// variance (PyTorch's).
+double BatchVariance(const Channels& s, int64_t ch, double mu, double sq,
+                     const Tensor& running_mean, const Tensor& running_var, double momentum) {
+  const double var = sq / static_cast<double>(s.count());
+  const double unbiased = s.count() > 1 ? sq / static_cast<double>(s.count() - 1) : var;
+  Blend(running_mean, ch, momentum, mu);
+  Blend(running_var, ch, momentum, unbiased);
+  return var;
+}
+
 #ifdef AMPD_HAS_AVX512_KERNELS
 // The eight running sums of ChannelSums are the eight double lanes of one
 // register: element j of a row joins lane j % 8, as there.
@@ -242,10 +254,7 @@ BatchNormResult BatchNormAvx512(const Tensor& x, const Tensor& gamma, const Tens
       double sum = 0, sq = 0;
       ChannelMomentsAvx512(s, x, ch, buf.data(), &sum, &sq);
       mu = sum / static_cast<double>(s.count());
-      var = sq / static_cast<double>(s.count());
-      const double unbiased = s.count() > 1 ? sq / static_cast<double>(s.count() - 1) : var;
-      Blend(running_mean, ch, momentum, mu);
-      Blend(running_var, ch, momentum, unbiased);
+      var = BatchVariance(s, ch, mu, sq, running_mean, running_var, momentum);
     } else {
       mu = rm[ch];
       var = rv[ch];
@@ -337,11 +346,7 @@ BatchNormResult CpuBackendImpl::BatchNormImpl(const Tensor& x, const Tensor& gam
         const double d = xv[i] - mu;
         return d * d;
       });
-      var = sq / static_cast<double>(s.count());
-      // The running variance is the unbiased one (PyTorch's).
-      const double unbiased = s.count() > 1 ? sq / static_cast<double>(s.count() - 1) : var;
-      Blend(running_mean, ch, momentum, mu);
-      Blend(running_var, ch, momentum, unbiased);
+      var = BatchVariance(s, ch, mu, sq, running_mean, running_var, momentum);
     } else {
       mu = rm[ch];
       var = rv[ch];
