@@ -1,77 +1,19 @@
 #include "server/auth.h"
 
-#include <fstream>
-#include <functional>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "engine/io/sha256.h"
 
 namespace ampd::server {
 
-namespace {
-
-// "user", "admin" or "agent" as a principal's flags.
-bool ParseRole(const std::string& role, Principal* p) {
-  if (role != "user" && role != "admin" && role != "agent") return false;
-  p->admin = role == "admin";
-  p->agent = role == "agent";
-  return true;
-}
-
-// fn(fields, "FLAG: PATH:LINE: ") for each line of a whitespace-separated
-// file with '#' comments (blank lines skipped); the first error stops it.
-absl::Status ForEachLine(
-    const std::string& flag, const std::string& path,
-    const std::function<absl::Status(const std::vector<std::string>&, const std::string&)>& fn) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  std::string line;
-  int line_number = 0;
-  while (std::getline(in, line)) {
-    ++line_number;
-    const size_t hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    std::vector<std::string> parts =
-        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
-    if (parts.empty()) continue;
-    if (absl::Status s = fn(parts, absl::StrCat(flag, ": ", path, ":", line_number, ": "));
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<Authenticator> Authenticator::FromTokensFile(const std::string& path) {
+  absl::StatusOr<std::map<std::string, Principal>> tokens = ReadTokensFile(path);
+  if (!tokens.ok()) return tokens.status();
   Authenticator auth;
   auth.mode_ = Mode::kTokens;
-  absl::Status read = ForEachLine(
-      "tokens_file", path, [&](const std::vector<std::string>& parts, const std::string& where) {
-        if (parts.size() != 3) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, "expected \"SHA256HEX PRINCIPAL ROLE\""));
-        }
-        std::string digest = absl::AsciiStrToLower(parts[0]);
-        if (digest.size() != 64 ||
-            digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, "the first field must be the token's SHA-256 (64 hex characters)"));
-        }
-        Principal p{parts[1]};
-        if (!ParseRole(parts[2], &p)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
-        }
-        auth.tokens_[digest] = std::move(p);
-        return absl::OkStatus();
-      });
-  if (!read.ok()) return read;
+  auth.tokens_ = *std::move(tokens);
   return auth;
 }
 
@@ -79,23 +21,9 @@ absl::StatusOr<Authenticator> Authenticator::FromClientCertificates(const std::s
   Authenticator auth;
   auth.mode_ = Mode::kClientCert;
   if (roles_file.empty()) return auth;
-  absl::Status read = ForEachLine(
-      "client_cert_roles", roles_file,
-      [&](const std::vector<std::string>& parts, const std::string& where) {
-        Principal p{parts[0]};
-        if (parts.size() != 2) {
-          return absl::InvalidArgumentError(absl::StrCat(where, "expected \"IDENTITY ROLE\""));
-        }
-        if (!ParseRole(parts[1], &p)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, "role must be \"user\", \"admin\" or \"agent\""));
-        }
-        if (!auth.cert_roles_.emplace(parts[0], p).second) {
-          return absl::InvalidArgumentError(absl::StrCat(where, parts[0], " is listed twice"));
-        }
-        return absl::OkStatus();
-      });
-  if (!read.ok()) return read;
+  absl::StatusOr<std::map<std::string, Principal>> roles = ReadCertRolesFile(roles_file);
+  if (!roles.ok()) return roles.status();
+  auth.cert_roles_ = *std::move(roles);
   return auth;
 }
 

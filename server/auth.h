@@ -15,23 +15,15 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "server/principal_files.h"
 
 namespace ampd::server {
-
-struct Principal {
-  std::string name;
-  bool admin = false;
-  // An `ampd agent` (lends worker slots: AgentService only).
-  bool agent = false;
-  // Whether `owner` (a job's or profile's) is visible to this principal.
-  bool CanSee(const std::string& owner) const { return admin || owner == name; }
-};
 
 class Authenticator {
  public:
   // No authentication: everyone is "local", an admin.
   Authenticator() = default;
-  // Parses a tokens file: lines "SHA256HEX PRINCIPAL ROLE", '#' comments.
+  // Reads a tokens file (principal_files.h).
   static absl::StatusOr<Authenticator> FromTokensFile(const std::string& path);
   // Certificate identities are users, except those a roles file (lines
   // "IDENTITY ROLE", '#' comments; "" = none) names admin or agent.
