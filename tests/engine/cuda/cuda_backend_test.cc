@@ -504,32 +504,37 @@ TEST_F(CudaBackendTest, Pool2dForwardAndBackward) {
 }
 
 TEST_F(CudaBackendTest, BatchNormTrainingAndEval) {
-  for (DType d : kLowAndF32) {
-    for (bool training : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << DTypeName(d) << (training ? " training" : " eval"));
-      Tensor x = Random({6, 5, 7, 3}, d, 49, -1, 3);
-      // Norm parameters in f32 (keep_norms_fp32) and running statistics in f32.
-      Tensor gamma = Random({5}, DType::kF32, 50, 0.5, 1.5), beta = Random({5}, DType::kF32, 51);
-      Tensor rm = Random({5}, DType::kF32, 52), rv = Random({5}, DType::kF32, 53, 0.5, 2);
-      Tensor grm = G(rm), grv = G(rv);
-      BatchNormResult c =
-          Cpu<BatchNormKernel>()(x, gamma, beta, rm, rv, training, 0.1, 1e-5, DType::kF32);
-      BatchNormResult g = Gpu<BatchNormKernel>()(G(x), G(gamma), G(beta), grm, grv, training, 0.1,
-                                                 1e-5, DType::kF32);
-      ExpectClose(g.y, c.y, 2e-5, "batch norm y");
-      ExpectClose(g.mean, c.mean, 1e-6, "batch norm mean");
-      ExpectClose(g.rstd, c.rstd, 1e-6, "batch norm rstd");
-      ExpectClose(grm, rm, 1e-6, "running mean");
-      ExpectClose(grv, rv, 1e-6, "running var");
-      Tensor dy = Random(x.shape(), d, 54);
-      BatchNormGrads cg = Cpu<BatchNormBackwardKernel>()(x, gamma, c.mean, c.rstd, dy, training);
-      BatchNormGrads gg =
-          Gpu<BatchNormBackwardKernel>()(G(x), G(gamma), g.mean, g.rstd, G(dy), training);
-      ExpectClose(gg.dx, cg.dx, Tol(d) * 2, "batch norm dx");
-      ExpectClose(gg.dgamma, cg.dgamma, 1e-5, "batch norm dgamma");
-      ExpectClose(gg.dbeta, cg.dbeta, 1e-5, "batch norm dbeta");
-    }
-  }
+  // Out in f32, and in the activation's dtype (what autocast asks of batch
+  // norm: f32 arithmetic on bf16/f16 activations, written back in their
+  // dtype, as PyTorch's).
+  for (DType d : kLowAndF32)
+    for (DType out : {DType::kF32, d})
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << DTypeName(d) << " out " << DTypeName(out)
+                                          << (training ? " training" : " eval"));
+        Tensor x = Random({6, 5, 7, 3}, d, 49, -1, 3);
+        // Norm parameters in f32 (keep_norms_fp32) and running statistics in f32.
+        Tensor gamma = Random({5}, DType::kF32, 50, 0.5, 1.5), beta = Random({5}, DType::kF32, 51);
+        Tensor rm = Random({5}, DType::kF32, 52), rv = Random({5}, DType::kF32, 53, 0.5, 2);
+        Tensor grm = G(rm), grv = G(rv);
+        BatchNormResult c =
+            Cpu<BatchNormKernel>()(x, gamma, beta, rm, rv, training, 0.1, 1e-5, out);
+        BatchNormResult g =
+            Gpu<BatchNormKernel>()(G(x), G(gamma), G(beta), grm, grv, training, 0.1, 1e-5, out);
+        EXPECT_EQ(g.y.dtype(), out);
+        ExpectClose(g.y, c.y, out == DType::kF32 ? 2e-5 : Tol(out), "batch norm y");
+        ExpectClose(g.mean, c.mean, 1e-6, "batch norm mean");
+        ExpectClose(g.rstd, c.rstd, 1e-6, "batch norm rstd");
+        ExpectClose(grm, rm, 1e-6, "running mean");
+        ExpectClose(grv, rv, 1e-6, "running var");
+        Tensor dy = Random(x.shape(), d, 54);
+        BatchNormGrads cg = Cpu<BatchNormBackwardKernel>()(x, gamma, c.mean, c.rstd, dy, training);
+        BatchNormGrads gg =
+            Gpu<BatchNormBackwardKernel>()(G(x), G(gamma), g.mean, g.rstd, G(dy), training);
+        ExpectClose(gg.dx, cg.dx, Tol(d) * 2, "batch norm dx");
+        ExpectClose(gg.dgamma, cg.dgamma, 1e-5, "batch norm dgamma");
+        ExpectClose(gg.dbeta, cg.dbeta, 1e-5, "batch norm dbeta");
+      }
 }
 
 TEST_F(CudaBackendTest, FusedSoftmaxCrossEntropy) {
