@@ -98,6 +98,88 @@ double BatchVariance(const Channels& s, int64_t ch, double mu, double sq,
   return var;
 }
 
+// Rows of channel ch: (i * c + ch) * inner for image i. A row of a bf16 or
+// f16 tensor is widened into `buf` (exactly, as a whole-tensor copy would),
+// so those inputs cost their own size in memory traffic, not a copy's.
+inline const float* Row(const Tensor& t, const Channels& s, int64_t i, int64_t ch, float* buf) {
+  return LoadBlock(t, (i * s.c + ch) * s.inner, s.inner, buf);
+}
+
+double PairwiseTotal(const double* v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// Whether the AVX-512 rows run (this CPU has them and no test forbids them).
+bool WideRows() {
+#ifdef AMPD_HAS_AVX512_KERNELS
+  return UseAvx512Kernels();
+#else
+  return false;
+#endif
+}
+
+// The portable rows, as ChannelSums and the per-element loops of the
+// generic path compute them (element j of a row joins sum j % 8).
+void ChannelMomentsPortable(const Channels& s, const Tensor& x, int64_t ch, float* buf, double* sum,
+                            double* sq) {
+  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < s.n; ++i) {
+    const float* r = Row(x, s, i, ch, buf);
+    for (int64_t j = 0; j < s.inner; ++j) a[j % 8] += static_cast<double>(r[j]);
+  }
+  *sum = PairwiseTotal(a);
+  const double mu = *sum / static_cast<double>(s.count());
+  double b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < s.n; ++i) {
+    const float* r = Row(x, s, i, ch, buf);
+    for (int64_t j = 0; j < s.inner; ++j) {
+      const double d = r[j] - mu;
+      b[j % 8] += d * d;
+    }
+  }
+  *sq = PairwiseTotal(b);
+}
+
+void NormalizeChannelPortable(const Channels& s, const Tensor& x, int64_t ch, float m, float scale,
+                              float shift, const Tensor& y, float* buf, float* out) {
+  for (int64_t i = 0; i < s.n; ++i) {
+    const int64_t base = (i * s.c + ch) * s.inner;
+    const float* r = Row(x, s, i, ch, buf);
+    float* dst = DestBlock(y, base, out);
+    for (int64_t j = 0; j < s.inner; ++j) dst[j] = (r[j] - m) * scale + shift;
+    StoreBlock(dst, y, base, s.inner);
+  }
+}
+
+void GradSumsChannelPortable(const Channels& s, const Tensor& x, const Tensor& dy, int64_t ch,
+                             float m, float r, float* xbuf, float* dbuf, double* sum_dy,
+                             double* sum_dy_xhat) {
+  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < s.n; ++i) {
+    const float* xr = Row(x, s, i, ch, xbuf);
+    const float* dr = Row(dy, s, i, ch, dbuf);
+    for (int64_t j = 0; j < s.inner; ++j) {
+      a[j % 8] += static_cast<double>(dr[j]);
+      b[j % 8] += static_cast<double>(dr[j]) * ((xr[j] - m) * r);
+    }
+  }
+  *sum_dy = PairwiseTotal(a);
+  *sum_dy_xhat = PairwiseTotal(b);
+}
+
+void GradInputChannelPortable(const Channels& s, const Tensor& x, const Tensor& dy, int64_t ch,
+                              float m, float r, float scale, float a, float b, const Tensor& dx,
+                              float* xbuf, float* dbuf, float* out) {
+  for (int64_t i = 0; i < s.n; ++i) {
+    const int64_t base = (i * s.c + ch) * s.inner;
+    const float* xr = Row(x, s, i, ch, xbuf);
+    const float* dr = Row(dy, s, i, ch, dbuf);
+    float* dst = DestBlock(dx, base, out);
+    for (int64_t j = 0; j < s.inner; ++j) dst[j] = scale * (dr[j] - a - (xr[j] - m) * r * b);
+    StoreBlock(dst, dx, base, s.inner);
+  }
+}
+
 #ifdef AMPD_HAS_AVX512_KERNELS
 // The eight running sums of ChannelSums are the eight double lanes of one
 // register: element j of a row joins lane j % 8, as there.
@@ -184,13 +266,6 @@ AMPD_BN_AVX512 double Total(__m512d v) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
-// Rows of channel ch: (i * c + ch) * inner for image i. A row of a bf16 or
-// f16 tensor is widened into `buf` (exactly, as a whole-tensor copy would),
-// so those inputs cost their own size in memory traffic, not a copy's.
-inline const float* Row(const Tensor& t, const Channels& s, int64_t i, int64_t ch, float* buf) {
-  return LoadBlock(t, (i * s.c + ch) * s.inner, s.inner, buf);
-}
-
 // Channel ch's sum, then its sum of squared deviations from sum / count.
 AMPD_BN_AVX512 void ChannelMomentsAvx512(const Channels& s, const Tensor& x, int64_t ch, float* buf,
                                          double* sum, double* sq) {
@@ -237,11 +312,15 @@ AMPD_BN_AVX512 void GradInputChannelAvx512(const Channels& s, const Tensor& x, c
   }
 }
 
-// Batch norm's forward and backward on the AVX-512 rows: the portable
-// BatchNormImpl<float> / BatchNormBackwardImpl<float>, step for step.
-BatchNormResult BatchNormAvx512(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                const Tensor& running_mean, const Tensor& running_var,
-                                bool training, double momentum, double eps, DType out) {
+#endif
+
+// Batch norm's forward and backward in f32, a row at a time: the generic
+// BatchNormImpl's steps, on the AVX-512 rows when `wide`, else the portable
+// ones (the same bits). A bf16 or f16 activation is widened a row at a time,
+// never copied whole.
+BatchNormResult BatchNormRows(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const Tensor& running_mean, const Tensor& running_var, bool training,
+                              double momentum, double eps, DType out, bool wide) {
   const Channels s(x);
   const std::vector<float> gv = gamma.ToFloats(), bv = beta.ToFloats();
   const std::vector<double> rm = running_mean.ToDoubles(), rv = running_var.ToDoubles();
@@ -252,7 +331,10 @@ BatchNormResult BatchNormAvx512(const Tensor& x, const Tensor& gamma, const Tens
     double mu = 0, var = 0;
     if (training) {
       double sum = 0, sq = 0;
-      ChannelMomentsAvx512(s, x, ch, buf.data(), &sum, &sq);
+#ifdef AMPD_HAS_AVX512_KERNELS
+      if (wide) ChannelMomentsAvx512(s, x, ch, buf.data(), &sum, &sq);
+#endif
+      if (!wide) ChannelMomentsPortable(s, x, ch, buf.data(), &sum, &sq);
       mu = sum / static_cast<double>(s.count());
       var = BatchVariance(s, ch, mu, sq, running_mean, running_var, momentum);
     } else {
@@ -262,14 +344,21 @@ BatchNormResult BatchNormAvx512(const Tensor& x, const Tensor& gamma, const Tens
     const float m = static_cast<float>(mu), r = static_cast<float>(1.0 / std::sqrt(var + eps));
     mean[ch] = m;
     rstd[ch] = r;
-    NormalizeChannelAvx512(s, x, ch, m, r * gv[ch], bv[ch], y, buf.data(), tmp.data());
+#ifdef AMPD_HAS_AVX512_KERNELS
+    if (wide) {
+      NormalizeChannelAvx512(s, x, ch, m, r * gv[ch], bv[ch], y, buf.data(), tmp.data());
+      return;
+    }
+#endif
+    NormalizeChannelPortable(s, x, ch, m, r * gv[ch], bv[ch], y, buf.data(), tmp.data());
   });
   return {y, Tensor::FromVector(mean, {s.c}, DType::kF32),
           Tensor::FromVector(rstd, {s.c}, DType::kF32)};
 }
 
-BatchNormGrads BatchNormBackwardAvx512(const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                       const Tensor& rstd, const Tensor& dy, bool training) {
+BatchNormGrads BatchNormBackwardRows(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& dy, bool training,
+                                     bool wide) {
   const Channels s(x);
   const std::vector<float> gv = gamma.ToFloats(), mv = mean.ToFloats(), rv = rstd.ToFloats();
   Tensor dx = Tensor::Uninitialized(x.shape(), x.dtype());
@@ -278,7 +367,14 @@ BatchNormGrads BatchNormBackwardAvx512(const Tensor& x, const Tensor& gamma, con
     std::vector<float> xbuf(s.inner), dbuf(s.inner), out(s.inner);
     const float m = mv[ch], r = rv[ch];
     double sum_dy = 0, sum_dy_xhat = 0;
-    GradSumsChannelAvx512(s, x, dy, ch, m, r, xbuf.data(), dbuf.data(), &sum_dy, &sum_dy_xhat);
+#ifdef AMPD_HAS_AVX512_KERNELS
+    if (wide) {
+      GradSumsChannelAvx512(s, x, dy, ch, m, r, xbuf.data(), dbuf.data(), &sum_dy, &sum_dy_xhat);
+    }
+#endif
+    if (!wide) {
+      GradSumsChannelPortable(s, x, dy, ch, m, r, xbuf.data(), dbuf.data(), &sum_dy, &sum_dy_xhat);
+    }
     dg[ch] = sum_dy_xhat;
     db[ch] = sum_dy;
     const float scale = r * gv[ch];
@@ -289,8 +385,7 @@ BatchNormGrads BatchNormBackwardAvx512(const Tensor& x, const Tensor& gamma, con
       b = static_cast<float>(sum_dy_xhat) * inv;
     }
     if (!training) {
-      // dx = dy * scale: GradInputRow with the statistics' terms zero is
-      // not the same rounding, so the plain row.
+      // dx = dy * scale (the statistics are constants in eval).
       for (int64_t i = 0; i < s.n; ++i) {
         const int64_t base = (i * s.c + ch) * s.inner;
         float* dst = DestBlock(dx, base, out.data());
@@ -300,14 +395,19 @@ BatchNormGrads BatchNormBackwardAvx512(const Tensor& x, const Tensor& gamma, con
       }
       return;
     }
-    GradInputChannelAvx512(s, x, dy, ch, m, r, scale, a, b, dx, xbuf.data(), dbuf.data(),
-                           out.data());
+#ifdef AMPD_HAS_AVX512_KERNELS
+    if (wide) {
+      GradInputChannelAvx512(s, x, dy, ch, m, r, scale, a, b, dx, xbuf.data(), dbuf.data(),
+                             out.data());
+      return;
+    }
+#endif
+    GradInputChannelPortable(s, x, dy, ch, m, r, scale, a, b, dx, xbuf.data(), dbuf.data(),
+                             out.data());
   });
   return {dx, Tensor::FromDoubles(dg, {s.c}, gamma.dtype()),
           Tensor::FromDoubles(db, {s.c}, gamma.dtype())};
 }
-#endif
-
 }  // namespace
 
 BatchNormResult CpuBackendImpl::BatchNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -324,14 +424,10 @@ BatchNormResult CpuBackendImpl::BatchNormImpl(const Tensor& x, const Tensor& gam
                                               const Tensor& beta, const Tensor& running_mean,
                                               const Tensor& running_var, bool training,
                                               double momentum, double eps, DType out) {
-#ifdef AMPD_HAS_AVX512_KERNELS
   if constexpr (std::is_same_v<C, float>) {
-    if (UseAvx512Kernels()) {
-      return BatchNormAvx512(x, gamma, beta, running_mean, running_var, training, momentum, eps,
-                             out);
-    }
+    return BatchNormRows(x, gamma, beta, running_mean, running_var, training, momentum, eps, out,
+                         WideRows());
   }
-#endif
   const Channels s(x);
   const DType stat = std::is_same_v<C, double> ? DType::kF64 : DType::kF32;
   Values<C> xv(x), gv(gamma), bv(beta);
@@ -371,11 +467,9 @@ template <typename C>
 BatchNormGrads CpuBackendImpl::BatchNormBackwardImpl(const Tensor& x, const Tensor& gamma,
                                                      const Tensor& mean, const Tensor& rstd,
                                                      const Tensor& dy, bool training) {
-#ifdef AMPD_HAS_AVX512_KERNELS
   if constexpr (std::is_same_v<C, float>) {
-    if (UseAvx512Kernels()) return BatchNormBackwardAvx512(x, gamma, mean, rstd, dy, training);
+    return BatchNormBackwardRows(x, gamma, mean, rstd, dy, training, WideRows());
   }
-#endif
   const Channels s(x);
   Values<C> xv(x), gv(gamma), mv(mean), rv(rstd), dv(dy);
   Output<C> dx(x.shape(), x.dtype());

@@ -184,11 +184,13 @@ AMPD_AVX512 void MaxPool2x2BackwardRowAvx512(const float* r0, const float* r1, c
   }
 }
 
-// The 2x2 stride-2 max pool on the AVX-512 rows, a plane at a time: a bf16
-// or f16 plane is widened into a buffer and its output rounded once (as the
-// portable path's whole-tensor copies would), so such activations cost
-// their own size in memory traffic.
-Tensor MaxPool2x2Avx512(const Tensor& x, const Pool2dGeometry& g, DType out) {
+#endif
+
+// The 2x2 stride-2 max pool a plane at a time, on the AVX-512 rows when
+// `wide`, else the portable loops (the same bits). A bf16 or f16 plane is
+// widened into a buffer and its output rounded once, as whole-tensor copies
+// would, so such activations cost their own size in memory traffic.
+Tensor MaxPool2x2Planes(const Tensor& x, const Pool2dGeometry& g, DType out, bool wide) {
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const std::vector<int64_t> ys = backend::Pool2dOutputShape(x.shape(), g);
   const int64_t OH = ys[2], OW = ys[3];
@@ -199,30 +201,65 @@ Tensor MaxPool2x2Avx512(const Tensor& x, const Pool2dGeometry& g, DType out) {
     const float* plane = LoadBlock(x, p * H * W, H * W, in.data());
     float* yp = DestBlock(y, p * OH * OW, res.data());
     for (int64_t oh = 0; oh < OH; ++oh) {
-      MaxPool2x2RowAvx512(plane + 2 * oh * W, plane + (2 * oh + 1) * W, OW, yp + oh * OW,
-                          yp + OH * OW);
+      const float* r0 = plane + 2 * oh * W;
+      const float* r1 = r0 + W;
+      float* row = yp + oh * OW;
+#ifdef AMPD_HAS_AVX512_KERNELS
+      if (wide) {
+        MaxPool2x2RowAvx512(r0, r1, OW, row, yp + OH * OW);
+        continue;
+      }
+#endif
+      AMPD_SIMD
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        float m;
+        First2x2Max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &m);
+        row[ow] = m;
+      }
     }
     StoreBlock(yp, y, p * OH * OW, OH * OW);
   });
   return y;
 }
 
-Tensor MaxPool2x2BackwardAvx512(const Tensor& x, const Tensor& dy) {
+// Its backward: each window's four values get d where the forward took the
+// first maximum and 0 elsewhere; an odd last row or column, in no window, 0.
+Tensor MaxPool2x2BackwardPlanes(const Tensor& x, const Tensor& dy, bool wide) {
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t OH = dy.dim(2), OW = dy.dim(3);
   Tensor dx = Tensor::Uninitialized(x.shape(), x.dtype());
   ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
-    const bool wide_x = x.dtype() == DType::kF32;
-    std::vector<float> in(wide_x ? 0 : H * W), grad(dy.dtype() == DType::kF32 ? 0 : OH * OW),
-        res(wide_x ? 0 : H * W);
+    const bool f32 = x.dtype() == DType::kF32;
+    std::vector<float> in(f32 ? 0 : H * W), grad(dy.dtype() == DType::kF32 ? 0 : OH * OW),
+        res(f32 ? 0 : H * W);
     const float* plane = LoadBlock(x, p * H * W, H * W, in.data());
     const float* dp = LoadBlock(dy, p * OH * OW, OH * OW, grad.data());
     float* dxp = DestBlock(dx, p * H * W, res.data());
     for (int64_t oh = 0; oh < OH; ++oh) {
+      const float* r0 = plane + 2 * oh * W;
+      const float* r1 = r0 + W;
+      const float* drow = dp + oh * OW;
       float* d0 = dxp + 2 * oh * W;
       float* d1 = d0 + W;
-      MaxPool2x2BackwardRowAvx512(plane + 2 * oh * W, plane + (2 * oh + 1) * W, dp + oh * OW, OW,
-                                  d0, d1, dxp + H * W);
+      bool done = false;
+#ifdef AMPD_HAS_AVX512_KERNELS
+      if (wide) {
+        MaxPool2x2BackwardRowAvx512(r0, r1, drow, OW, d0, d1, dxp + H * W);
+        done = true;
+      }
+#endif
+      if (!done) {
+        AMPD_SIMD
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float m;
+          const int k = First2x2Max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &m);
+          const float d = drow[ow];
+          d0[2 * ow] = k == 0 ? d : 0.0f;
+          d0[2 * ow + 1] = k == 1 ? d : 0.0f;
+          d1[2 * ow] = k == 2 ? d : 0.0f;
+          d1[2 * ow + 1] = k == 3 ? d : 0.0f;
+        }
+      }
       if (W > 2 * OW) d0[W - 1] = d1[W - 1] = 0.0f;
     }
     if (H > 2 * OH) std::fill(dxp + 2 * OH * W, dxp + H * W, 0.0f);
@@ -230,7 +267,14 @@ Tensor MaxPool2x2BackwardAvx512(const Tensor& x, const Tensor& dy) {
   });
   return dx;
 }
+
+bool WideRows() {
+#ifdef AMPD_HAS_AVX512_KERNELS
+  return UseAvx512Kernels();
+#else
+  return false;
 #endif
+}
 
 }  // namespace
 
@@ -240,11 +284,9 @@ Tensor CpuBackendImpl::Pool2d(const Tensor& x, const Pool2dGeometry& g, DType ou
 
 template <typename C>
 Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DType out) {
-#ifdef AMPD_HAS_AVX512_KERNELS
   if constexpr (std::is_same_v<C, float>) {
-    if (Is2x2Stride2Max(g) && UseAvx512Kernels()) return MaxPool2x2Avx512(x, g, out);
+    if (Is2x2Stride2Max(g)) return MaxPool2x2Planes(x, g, out, WideRows());
   }
-#endif
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const std::vector<int64_t> ys = backend::Pool2dOutputShape(x.shape(), g);
   const int64_t OH = ys[2], OW = ys[3];
@@ -258,17 +300,8 @@ Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DTyp
         const C* r0 = plane + 2 * oh * W;
         const C* r1 = r0 + W;
         C* out = yp + oh * OW;
-        int64_t first = 0;
-#ifdef AMPD_HAS_AVX512_KERNELS
-        if constexpr (std::is_same_v<C, float>) {
-          if (UseAvx512Kernels()) {
-            MaxPool2x2RowAvx512(r0, r1, OW, out, yp + OH * OW);
-            first = OW;
-          }
-        }
-#endif
         AMPD_SIMD
-        for (int64_t ow = first; ow < OW; ++ow) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
           C m;
           First2x2Max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &m);
           out[ow] = m;
@@ -320,11 +353,9 @@ Tensor CpuBackendImpl::Pool2dBackward(const Tensor& x, const Tensor& dy, const P
 template <typename C>
 Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
                                           const Pool2dGeometry& g) {
-#ifdef AMPD_HAS_AVX512_KERNELS
   if constexpr (std::is_same_v<C, float>) {
-    if (Is2x2Stride2Max(g) && UseAvx512Kernels()) return MaxPool2x2BackwardAvx512(x, dy);
+    if (Is2x2Stride2Max(g)) return MaxPool2x2BackwardPlanes(x, dy, WideRows());
   }
-#endif
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t OH = dy.dim(2), OW = dy.dim(3);
   Values<C> xv(x), dv(dy);
@@ -344,17 +375,8 @@ Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
         C* d0 = dxp + 2 * oh * W;
         C* d1 = d0 + W;
         const C* drow = dp + oh * OW;
-        int64_t first = 0;
-#ifdef AMPD_HAS_AVX512_KERNELS
-        if constexpr (std::is_same_v<C, float>) {
-          if (UseAvx512Kernels()) {
-            MaxPool2x2BackwardRowAvx512(r0, r1, drow, OW, d0, d1, dxp + H * W);
-            first = OW;
-          }
-        }
-#endif
         AMPD_SIMD
-        for (int64_t ow = first; ow < OW; ++ow) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
           C m;
           const int k = First2x2Max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &m);
           const C d = drow[ow];
