@@ -58,4 +58,21 @@ AMPD_AVX512 inline __mmask16 FirstLanes(int64_t n) {
 }  // namespace ampd::engine::cpu
 
 #endif  // __x86_64__
+
+#include "engine/cpu/vector_isa.h"
+
+namespace ampd::engine::cpu {
+
+// Whether a kernel with AVX-512 rows takes them: built into this binary
+// (x86-64 with GCC) and UseAvx512Kernels() now; else its portable rows.
+inline bool UseAvx512Rows() {
+#ifdef AMPD_HAS_AVX512_KERNELS
+  return UseAvx512Kernels();
+#else
+  return false;
+#endif
+}
+
+}  // namespace ampd::engine::cpu
+
 #endif  // AMPD_ENGINE_CPU_AVX512_MATH_H_

@@ -109,15 +109,6 @@ double PairwiseTotal(const double* v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-// Whether the AVX-512 rows run (this CPU has them and no test forbids them).
-bool WideRows() {
-#ifdef AMPD_HAS_AVX512_KERNELS
-  return UseAvx512Kernels();
-#else
-  return false;
-#endif
-}
-
 // The portable rows, as ChannelSums and the per-element loops of the
 // generic path compute them (element j of a row joins sum j % 8).
 void ChannelMomentsPortable(const Channels& s, const Tensor& x, int64_t ch, float* buf, double* sum,
@@ -426,7 +417,7 @@ BatchNormResult CpuBackendImpl::BatchNormImpl(const Tensor& x, const Tensor& gam
                                               double momentum, double eps, DType out) {
   if constexpr (std::is_same_v<C, float>) {
     return BatchNormRows(x, gamma, beta, running_mean, running_var, training, momentum, eps, out,
-                         WideRows());
+                         UseAvx512Rows());
   }
   const Channels s(x);
   const DType stat = std::is_same_v<C, double> ? DType::kF64 : DType::kF32;
@@ -468,7 +459,7 @@ BatchNormGrads CpuBackendImpl::BatchNormBackwardImpl(const Tensor& x, const Tens
                                                      const Tensor& mean, const Tensor& rstd,
                                                      const Tensor& dy, bool training) {
   if constexpr (std::is_same_v<C, float>) {
-    return BatchNormBackwardRows(x, gamma, mean, rstd, dy, training, WideRows());
+    return BatchNormBackwardRows(x, gamma, mean, rstd, dy, training, UseAvx512Rows());
   }
   const Channels s(x);
   Values<C> xv(x), gv(gamma), mv(mean), rv(rstd), dv(dy);

@@ -268,14 +268,6 @@ Tensor MaxPool2x2BackwardPlanes(const Tensor& x, const Tensor& dy, bool wide) {
   return dx;
 }
 
-bool WideRows() {
-#ifdef AMPD_HAS_AVX512_KERNELS
-  return UseAvx512Kernels();
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 Tensor CpuBackendImpl::Pool2d(const Tensor& x, const Pool2dGeometry& g, DType out) {
@@ -285,7 +277,7 @@ Tensor CpuBackendImpl::Pool2d(const Tensor& x, const Pool2dGeometry& g, DType ou
 template <typename C>
 Tensor CpuBackendImpl::Pool2dImpl(const Tensor& x, const Pool2dGeometry& g, DType out) {
   if constexpr (std::is_same_v<C, float>) {
-    if (Is2x2Stride2Max(g)) return MaxPool2x2Planes(x, g, out, WideRows());
+    if (Is2x2Stride2Max(g)) return MaxPool2x2Planes(x, g, out, UseAvx512Rows());
   }
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const std::vector<int64_t> ys = backend::Pool2dOutputShape(x.shape(), g);
@@ -354,7 +346,7 @@ template <typename C>
 Tensor CpuBackendImpl::Pool2dBackwardImpl(const Tensor& x, const Tensor& dy,
                                           const Pool2dGeometry& g) {
   if constexpr (std::is_same_v<C, float>) {
-    if (Is2x2Stride2Max(g)) return MaxPool2x2BackwardPlanes(x, dy, WideRows());
+    if (Is2x2Stride2Max(g)) return MaxPool2x2BackwardPlanes(x, dy, UseAvx512Rows());
   }
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t OH = dy.dim(2), OW = dy.dim(3);
