@@ -1,13 +1,12 @@
 #include "server/principal_files.h"
 
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/flag_file.h"
 
 namespace ampd::server {
 namespace {
@@ -40,14 +39,6 @@ absl::Status ForEachLine(
     }
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> Slurp(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 absl::Status BadRole(const std::string& where) {
@@ -105,13 +96,13 @@ absl::StatusOr<std::map<std::string, Principal>> ParseCertRoles(const std::strin
 }
 
 absl::StatusOr<std::map<std::string, Principal>> ReadTokensFile(const std::string& path) {
-  absl::StatusOr<std::string> content = Slurp("tokens_file", path);
+  absl::StatusOr<std::string> content = ReadFlagFile("tokens_file", path);
   if (!content.ok()) return content.status();
   return ParseTokens(*content, path);
 }
 
 absl::StatusOr<std::map<std::string, Principal>> ReadCertRolesFile(const std::string& path) {
-  absl::StatusOr<std::string> content = Slurp("client_cert_roles", path);
+  absl::StatusOr<std::string> content = ReadFlagFile("client_cert_roles", path);
   if (!content.ok()) return content.status();
   return ParseCertRoles(*content, path);
 }

@@ -1,26 +1,16 @@
 #include "server/server.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/flag_file.h"
 #include "server/log.h"
 
 namespace ampd::server {
 
 namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // TLS or plaintext credentials for the listening port, per the options.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const ServerOptions& o) {
@@ -45,13 +35,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const S
     return grpc::InsecureServerCredentials();
   }
   grpc::SslServerCredentialsOptions ssl;
-  absl::StatusOr<std::string> cert = ReadPem("tls_cert", o.tls_cert);
+  absl::StatusOr<std::string> cert = ReadFlagFile("tls_cert", o.tls_cert);
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem("tls_key", o.tls_key);
+  absl::StatusOr<std::string> key = ReadFlagFile("tls_key", o.tls_key);
   if (!key.ok()) return key.status();
   ssl.pem_key_cert_pairs.push_back({*key, *cert});
   if (!o.tls_client_ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem("tls_client_ca", o.tls_client_ca);
+    absl::StatusOr<std::string> ca = ReadFlagFile("tls_client_ca", o.tls_client_ca);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *ca;
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;

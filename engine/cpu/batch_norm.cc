@@ -1,8 +1,11 @@
 // The CPU backend: batch norm forward and backward, one channel per task.
-// Per-channel sums are taken in double in a fixed order (ChannelSums), so the
-// statistics do not depend on the thread count. On AVX-512 the f32 rows run
-// 8 doubles or 16 floats wide in that same order and with the same
-// roundings (no fused multiply-adds): bitwise the portable loops' results.
+// Per-channel sums are taken in double in a fixed order (element j of a row
+// joins sum j % 8), so the statistics do not depend on the thread count.
+// f32, bf16 and f16 activations go a row at a time (BatchNormRows: a bf16
+// row is widened into a buffer, never the whole tensor), on AVX-512 8
+// doubles or 16 floats wide with the portable rows' sums, order and
+// roundings (no fused multiply-adds), so bitwise the same; f64 (gradient
+// checks) takes the element loops of BatchNormImpl<double>.
 
 #include "engine/backend/kernels/batch_norm.h"
 
@@ -406,8 +409,8 @@ BatchNormResult CpuBackendImpl::BatchNorm(const Tensor& x, const Tensor& gamma, 
                                           bool training, double momentum, double eps, DType out) {
   return UsesDouble(x) ? BatchNormImpl<double>(x, gamma, beta, running_mean, running_var, training,
                                                momentum, eps, out)
-                       : BatchNormImpl<float>(x, gamma, beta, running_mean, running_var, training,
-                                              momentum, eps, out);
+                       : BatchNormRows(x, gamma, beta, running_mean, running_var, training,
+                                       momentum, eps, out, UseAvx512Rows());
 }
 
 template <typename C>
@@ -415,10 +418,6 @@ BatchNormResult CpuBackendImpl::BatchNormImpl(const Tensor& x, const Tensor& gam
                                               const Tensor& beta, const Tensor& running_mean,
                                               const Tensor& running_var, bool training,
                                               double momentum, double eps, DType out) {
-  if constexpr (std::is_same_v<C, float>) {
-    return BatchNormRows(x, gamma, beta, running_mean, running_var, training, momentum, eps, out,
-                         UseAvx512Rows());
-  }
   const Channels s(x);
   const DType stat = std::is_same_v<C, double> ? DType::kF64 : DType::kF32;
   Values<C> xv(x), gv(gamma), bv(beta);
@@ -451,16 +450,13 @@ BatchNormGrads CpuBackendImpl::BatchNormBackward(const Tensor& x, const Tensor& 
                                                  const Tensor& mean, const Tensor& rstd,
                                                  const Tensor& dy, bool training) {
   return UsesDouble(x) ? BatchNormBackwardImpl<double>(x, gamma, mean, rstd, dy, training)
-                       : BatchNormBackwardImpl<float>(x, gamma, mean, rstd, dy, training);
+                       : BatchNormBackwardRows(x, gamma, mean, rstd, dy, training, UseAvx512Rows());
 }
 
 template <typename C>
 BatchNormGrads CpuBackendImpl::BatchNormBackwardImpl(const Tensor& x, const Tensor& gamma,
                                                      const Tensor& mean, const Tensor& rstd,
                                                      const Tensor& dy, bool training) {
-  if constexpr (std::is_same_v<C, float>) {
-    return BatchNormBackwardRows(x, gamma, mean, rstd, dy, training, UseAvx512Rows());
-  }
   const Channels s(x);
   Values<C> xv(x), gv(gamma), mv(mean), rv(rstd), dv(dy);
   Output<C> dx(x.shape(), x.dtype());

@@ -78,7 +78,8 @@ grpc::Status AgentServiceImpl::ReportWorker(grpc::ServerContext* ctx,
 }
 
 grpc::Status AgentServiceImpl::CheckRuns(const grpc::ServerContext* ctx, const std::string& job,
-                                         int64_t attempt, const std::string& key) const {
+                                         int64_t attempt, const std::string& key,
+                                         Principal* caller) const {
   Principal who;
   if (grpc::Status a = auth_->CheckAgent(ctx, &who); !a.ok()) return a;
   if (!SafeName(job, false)) return InvalidField("job", "not a job id");
@@ -90,6 +91,7 @@ grpc::Status AgentServiceImpl::CheckRuns(const grpc::ServerContext* ctx, const s
                         absl::StrCat("no agent of \"", who.name, "\" runs attempt ", attempt,
                                      " of job ", job, " now"));
   }
+  if (caller != nullptr) *caller = std::move(who);
   return grpc::Status::OK;
 }
 
@@ -163,9 +165,8 @@ grpc::Status AgentServiceImpl::FetchCheckpoint(grpc::ServerContext* ctx,
 grpc::Status AgentServiceImpl::FetchDataFile(grpc::ServerContext* ctx,
                                              const v1::FetchDataFileRequest* request,
                                              grpc::ServerWriter<v1::DataFileChunk>* writer) {
-  if (grpc::Status s = CheckRuns(ctx, request->job(), -1, "data"); !s.ok()) return s;
   Principal who;
-  if (grpc::Status a = auth_->CheckAgent(ctx, &who); !a.ok()) return a;
+  if (grpc::Status s = CheckRuns(ctx, request->job(), -1, "data", &who); !s.ok()) return s;
   // Only a path the job's spec names, where the server resolved it for the
   // job's owner: an agent cannot read anything else through this.
   const std::optional<std::string> path =

@@ -38,9 +38,10 @@ class AgentServiceImpl final : public ampd::v1::AgentService::Service {
                              grpc::ServerWriter<ampd::v1::DataFileChunk>* writer) override;
 
  private:
-  // The caller may use this job attempt's store (its agent runs ranks of it).
+  // The caller may use this job attempt's store (its agent runs ranks of
+  // it); *caller (if given) gets who it is.
   grpc::Status CheckRuns(const grpc::ServerContext* ctx, const std::string& job, int64_t attempt,
-                         const std::string& key) const;
+                         const std::string& key, Principal* caller = nullptr) const;
 
   absl::StatusOr<std::shared_ptr<engine::dist::RendezvousStore>> JobStore(
       const std::string& job) const;

@@ -1,9 +1,7 @@
 #include "server/agents/grpc_store.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "server/flag_file.h"
 
 namespace ampd::server::agents {
 namespace {
@@ -79,20 +77,18 @@ std::shared_ptr<grpc::Channel> AgentChannel(const std::string& server, const Age
     return grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
   }
   auto read = [&](const char* flag, const std::string& path, std::string* out) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      *error = absl::StrCat("--", flag, ": cannot read ", path);
+    absl::StatusOr<std::string> pem = ReadFlagFile(flag, path);
+    if (!pem.ok()) {
+      *error = std::string(pem.status().message());
       return false;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    *out = ss.str();
+    *out = *std::move(pem);
     return true;
   };
   grpc::SslCredentialsOptions ssl;
-  if (!read("tls_ca", tls.ca, &ssl.pem_root_certs)) return nullptr;
-  if (!tls.cert.empty() && (!read("tls_cert", tls.cert, &ssl.pem_cert_chain) ||
-                            !read("tls_key", tls.key, &ssl.pem_private_key))) {
+  if (!read("--tls_ca", tls.ca, &ssl.pem_root_certs)) return nullptr;
+  if (!tls.cert.empty() && (!read("--tls_cert", tls.cert, &ssl.pem_cert_chain) ||
+                            !read("--tls_key", tls.key, &ssl.pem_private_key))) {
     return nullptr;
   }
   return grpc::CreateCustomChannel(server, grpc::SslCredentials(ssl), args);
