@@ -4,20 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "engine/backend/quant_map.h"
 #include "engine/cpu/avx512_math.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// As in core/half.cc: GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized
-// on their own placeholders; silenced across the include only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define AMPD_QUANT_X86 1
-#endif
+#include "engine/cpu/quant_vbmi.h"
 
 namespace ampd::engine::cpu {
 namespace {
@@ -25,49 +16,42 @@ namespace {
 using backend::CodeTable;
 using backend::CodeTableFor;
 using backend::kQuantBlock;
-
-// The permute coders' tables of one map (PermuteTablesFor).
-struct PermuteTables {
-  // The 255 decision thresholds (CodeTable::threshold) as an implicit binary
-  // search tree: node k (1..255) at depth d = floor(log2 k), j = k - 2^d,
-  // splits at threshold[(2j + 1) * 2^(7 - d) - 1]; children 2k and 2k + 1.
-  // Slot 0 is unused.
-  alignas(64) float node[256];
-  // plane[b][c] = byte b (little-endian) of map[c]'s bits.
-  alignas(64) uint8_t plane[4][256];
-  // The order DequantizeBlockVbmi permutes 64 codes into (see there).
-  alignas(64) uint8_t code_order[64];
-};
+using vbmi::OrderedKey;
+using vbmi::PermuteTables;
+using vbmi::PermuteTablesFor;
 
 const PermuteTables* BuildPermuteTables(const std::array<float, 256>& map) {
   const CodeTable* table = CodeTableFor(map);
   if (table == nullptr) return nullptr;
-  auto* t = new PermuteTables;
+  auto t = std::make_unique<PermuteTables>();
+  int32_t key[256];
+  for (int c = 0; c < 255; ++c) {
+    if (table->threshold[c] == 0.0f) return nullptr;  // -0 and +0 would compare apart
+    key[c] = OrderedKey(table->threshold[c]);
+    if (c > 0 && (key[c] >> 16) <= (key[c - 1] >> 16)) return nullptr;
+  }
   t->node[0] = 0;
   for (int k = 1; k < 256; ++k) {
     int depth = 0;
     while ((k >> (depth + 1)) != 0) ++depth;
     const int j = k - (1 << depth);
-    t->node[k] = table->threshold[((2 * j + 1) << (7 - depth)) - 1];
+    t->node[k] = static_cast<int16_t>(key[((2 * j + 1) << (7 - depth)) - 1] >> 16);
   }
   for (int c = 0; c < 256; ++c) {
-    uint32_t bits;
+    uint32_t bits, threshold_bits;
     std::memcpy(&bits, &map[c], 4);
-    for (int b = 0; b < 4; ++b) t->plane[b][c] = static_cast<uint8_t>(bits >> (8 * b));
+    std::memcpy(&threshold_bits, &table->threshold[c], 4);  // threshold[255] = +inf
+    for (int b = 0; b < 4; ++b) {
+      t->plane[b][c] = static_cast<uint8_t>(bits >> (8 * b));
+      t->threshold_plane[b][c] = static_cast<uint8_t>(threshold_bits >> (8 * b));
+    }
   }
   for (int p = 0; p < 64; ++p) {
     t->code_order[p] = static_cast<uint8_t>(((p >> 2) & 3) * 16 + (p >> 4) * 4 + (p & 3));
+    t->low_bytes[p] = static_cast<uint8_t>(2 * p);
+    t->low_bytes_in_code_order[p] = static_cast<uint8_t>(2 * t->code_order[p]);
   }
-  return t;
-}
-
-// The tables of DynamicMap() or UnsignedDynamicMap(); null for other maps.
-const PermuteTables* PermuteTablesFor(const std::array<float, 256>& map) {
-  static const PermuteTables* signed_tables = BuildPermuteTables(backend::DynamicMap());
-  static const PermuteTables* unsigned_tables = BuildPermuteTables(backend::UnsignedDynamicMap());
-  if (&map == &backend::DynamicMap()) return signed_tables;
-  if (&map == &backend::UnsignedDynamicMap()) return unsigned_tables;
-  return nullptr;
+  return t.release();
 }
 
 #ifdef AMPD_QUANT_X86
@@ -178,144 +162,69 @@ __attribute__((target("avx2"))) void DequantizeBlockAvx2(const std::array<float,
   for (; i < len; ++i) x[i] = map[codes[i]] * absmax;
 }
 
-// The codes of N x 16 values: eight levels of the search tree, each a
-// compare with the lanes' node thresholds, fetched by permutes from
-// registers (depth 0: a broadcast; 1-3: one 16-entry table; 4: another; 5:
-// 32 entries; 6: 64; 7: 128). A lane goes right when x > threshold, so it
-// ends at 256 + the number of thresholds below x: the nearest code, ties to
-// the smaller (NearestCode); a NaN lane compares false throughout and gets
-// code 0. The N searches are independent and interleaved, level by level:
-// one search is a chain of eight permute-compare-add latencies, and a whole
-// quantization block (N = 16) in flight hides them (on Zen 5: 0.55 ns a
-// value with N = 4, as the gathers; 0.38 with 8; 0.33 with 16).
-//
-// Descend: k = 2k + (x > threshold), one level.
-__attribute__((target("avx512f"), always_inline)) inline __m512i Descend(__m512i k, __m512 x,
-                                                                         __m512 threshold) {
-  const __m512i twice = _mm512_add_epi32(k, k);
-  return _mm512_mask_add_epi32(twice, _mm512_cmp_ps_mask(x, threshold, _CMP_GT_OQ), twice,
-                               _mm512_set1_epi32(1));
-}
-
-template <int N>
-__attribute__((target("avx512f"), always_inline)) inline void SearchCodes(const float* node,
-                                                                          const __m512* x,
-                                                                          __m512i* k) {
-  const __m512 root = _mm512_set1_ps(node[1]);
-  const __m512 top = _mm512_load_ps(node);  // nodes 1..15
-#pragma GCC unroll 16
-  for (int v = 0; v < N; ++v) k[v] = Descend(_mm512_set1_epi32(1), x[v], root);
-#pragma GCC unroll 3
-  for (int depth = 1; depth < 4; ++depth) {
-#pragma GCC unroll 16
-    for (int v = 0; v < N; ++v) k[v] = Descend(k[v], x[v], _mm512_permutexvar_ps(k[v], top));
+// BlockAbsmaxAvx512's max (NaNs dropped alike); *finite = no NaN or
+// infinity among the values (x * 0 + sum is NaN once one was).
+__attribute__((target("avx512f"))) float BlockAbsmaxFinite(const float* x, int64_t len,
+                                                           bool* finite) {
+  __m512 vmax = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
+  const __m512 zero = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+    odd = _mm512_fmadd_ps(v, zero, odd);
   }
-  const __m512 t16 = _mm512_load_ps(node + 16);  // k in 16..31: low 4 bits
-#pragma GCC unroll 16
-  for (int v = 0; v < N; ++v) k[v] = Descend(k[v], x[v], _mm512_permutexvar_ps(k[v], t16));
-  const __m512 t32 = _mm512_load_ps(node + 32), t48 = _mm512_load_ps(node + 48);
-#pragma GCC unroll 16
-  for (int v = 0; v < N; ++v) {  // k in 32..63: low 5 bits
-    k[v] = Descend(k[v], x[v], _mm512_permutex2var_ps(t32, k[v], t48));
+  float m = _mm512_reduce_max_ps(vmax);
+  bool ok = _mm512_cmp_ps_mask(odd, odd, _CMP_UNORD_Q) == 0;
+  for (; i < len; ++i) {
+    m = std::max(m, std::fabs(x[i]));
+    ok = ok && std::isfinite(x[i]);
   }
-  const __m512i bit5 = _mm512_set1_epi32(32), bit6 = _mm512_set1_epi32(64);
-#pragma GCC unroll 16
-  for (int v = 0; v < N; ++v) {  // k in 64..127: bit 5 picks the half
-    const __m512 a =
-        _mm512_permutex2var_ps(_mm512_load_ps(node + 64), k[v], _mm512_load_ps(node + 80));
-    const __m512 b =
-        _mm512_permutex2var_ps(_mm512_load_ps(node + 96), k[v], _mm512_load_ps(node + 112));
-    k[v] = Descend(k[v], x[v], _mm512_mask_blend_ps(_mm512_test_epi32_mask(k[v], bit5), a, b));
-  }
-#pragma GCC unroll 16
-  for (int v = 0; v < N; ++v) {  // k in 128..255: bits 5 and 6 pick the quarter
-    const __m512 a0 =
-        _mm512_permutex2var_ps(_mm512_load_ps(node + 128), k[v], _mm512_load_ps(node + 144));
-    const __m512 a1 =
-        _mm512_permutex2var_ps(_mm512_load_ps(node + 160), k[v], _mm512_load_ps(node + 176));
-    const __m512 a2 =
-        _mm512_permutex2var_ps(_mm512_load_ps(node + 192), k[v], _mm512_load_ps(node + 208));
-    const __m512 a3 =
-        _mm512_permutex2var_ps(_mm512_load_ps(node + 224), k[v], _mm512_load_ps(node + 240));
-    const __mmask16 b5 = _mm512_test_epi32_mask(k[v], bit5);
-    const __mmask16 b6 = _mm512_test_epi32_mask(k[v], bit6);
-    k[v] = Descend(k[v], x[v],
-                   _mm512_mask_blend_ps(b6, _mm512_mask_blend_ps(b5, a0, a1),
-                                        _mm512_mask_blend_ps(b5, a2, a3)));
-  }
-  // k[v] = 256 + code: the low byte is the code
+  *finite = ok;
+  return m;
 }
 
 // One block by the search: the absmax as QuantizeBlockAvx512 takes it, then
-// the codes of a whole block in one interleaved search (a partial block: 16
-// at a time). A block whose 1 / absmax overflows (absmax below
-// 2^-128) takes the table's codes, as the reference does.
-__attribute__((target("avx512f"))) void QuantizeBlockSearch(const CodeTable& t,
-                                                            const PermuteTables& pt, const float* x,
-                                                            int64_t len, uint8_t* codes,
-                                                            float* absmax) {
-  const float m = *absmax = BlockAbsmaxAvx512(x, len);
-  int64_t i = 0;
+// the codes of a whole block in one interleaved search (CodeGroups), a
+// partial one 64 at a time, a tail of fewer than 64 by the table. A block with a NaN or an
+// infinity, or whose 1 / absmax overflows (absmax below 2^-128), takes the table's codes
+// throughout, as the reference does.
+__attribute__((target(AMPD_QUANT_VBMI_ISA))) void QuantizeBlockSearch(const CodeTable& t,
+                                                                      const PermuteTables& pt,
+                                                                      const float* x, int64_t len,
+                                                                      uint8_t* codes,
+                                                                      float* absmax) {
+  bool finite;
+  const float m = *absmax = BlockAbsmaxFinite(x, len, &finite);
   if (m == 0) {
     std::fill_n(codes, len, t.Code(0.0f));
     return;
   }
   const float inv = 1.0f / m;
-  if (!(inv <= std::numeric_limits<float>::max())) {
-    for (i = 0; i < len; ++i) codes[i] = t.Code(x[i] * inv);
+  int64_t i = 0;
+  if (!finite || !(inv <= std::numeric_limits<float>::max())) {
+    for (; i < len; ++i) codes[i] = t.Code(x[i] * inv);
     return;
   }
   const __m512 vinv = _mm512_set1_ps(inv);
-  for (i = 0; i + 256 <= len; i += 256) {
-    __m512 v[16];
-    __m512i k[16];
-    for (int r = 0; r < 16; ++r) v[r] = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * r), vinv);
-    SearchCodes<16>(pt.node, v, k);
-    for (int r = 0; r < 16; ++r) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i + 16 * r), _mm512_cvtepi32_epi8(k[r]));
-    }
-  }
-  for (; i < len; i += 16) {
-    const __mmask16 rest = FirstLanes(len - i);
-    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(rest, x + i), vinv);
-    __m512i k;
-    SearchCodes<1>(pt.node, &v, &k);
-    _mm512_mask_cvtepi32_storeu_epi8(codes + i, rest, k);
-  }
+  for (; i + 256 <= len; i += 256) vbmi::CodeGroups<4>(pt, x + i, vinv, codes + i);
+  for (; i + 64 <= len; i += 64) vbmi::CodeGroups<1>(pt, x + i, vinv, codes + i);
+  for (; i < len; ++i) codes[i] = t.Code(x[i] * inv);
 }
 
-// 64 values from 64 codes: byte b of each value is looked up in plane b (two
-// vpermi2b over its halves, the code's top bit choosing), and the four byte
-// vectors are interleaved into dwords. The interleave (unpacks within each
-// 128-bit lane) leaves value r * 16 + 4 * lane + e in register r, so the
-// codes are first permuted by that transposition of 4-value groups (an
-// involution), and the four registers come out in order.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void DequantizeBlockVbmi(
-    const PermuteTables& t, const uint8_t* codes, float absmax, int64_t len, float* x) {
-  const __m512i perm = _mm512_load_si512(t.code_order);
+// 64 values at a time from their codes' byte planes (Lookup64).
+__attribute__((target(AMPD_QUANT_VBMI_ISA))) void DequantizeBlockVbmi(const PermuteTables& t,
+                                                                      const uint8_t* codes,
+                                                                      float absmax, int64_t len,
+                                                                      float* x) {
   const __m512 a = _mm512_set1_ps(absmax);
   int64_t i = 0;
   for (; i + 64 <= len; i += 64) {
-    const __m512i c = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(codes + i));
-    const __mmask64 high = _mm512_movepi8_mask(c);
-    __m512i byte[4];
-    for (int b = 0; b < 4; ++b) {
-      const uint8_t* plane = t.plane[b];
-      const __m512i lo =
-          _mm512_permutex2var_epi8(_mm512_load_si512(plane), c, _mm512_load_si512(plane + 64));
-      const __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(plane + 128), c,
-                                                  _mm512_load_si512(plane + 192));
-      byte[b] = _mm512_mask_blend_epi8(high, lo, hi);
-    }
-    const __m512i lo01 = _mm512_unpacklo_epi8(byte[0], byte[1]);
-    const __m512i hi01 = _mm512_unpackhi_epi8(byte[0], byte[1]);
-    const __m512i lo23 = _mm512_unpacklo_epi8(byte[2], byte[3]);
-    const __m512i hi23 = _mm512_unpackhi_epi8(byte[2], byte[3]);
-    const __m512i value[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
-                              _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
-    for (int r = 0; r < 4; ++r) {
-      _mm512_storeu_ps(x + i + 16 * r, _mm512_mul_ps(_mm512_castsi512_ps(value[r]), a));
-    }
+    const vbmi::Dwords4 v = vbmi::Lookup64(t.plane, t.code_order, _mm512_loadu_si512(codes + i));
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_castsi512_ps(v.r0), a));
+    _mm512_storeu_ps(x + i + 16, _mm512_mul_ps(_mm512_castsi512_ps(v.r1), a));
+    _mm512_storeu_ps(x + i + 32, _mm512_mul_ps(_mm512_castsi512_ps(v.r2), a));
+    _mm512_storeu_ps(x + i + 48, _mm512_mul_ps(_mm512_castsi512_ps(v.r3), a));
   }
   for (; i < len; ++i) {
     uint32_t bits = 0;
@@ -350,15 +259,24 @@ QuantPath Resolve(QuantPath path) {
 
 }  // namespace
 
+const PermuteTables* vbmi::PermuteTablesFor(const std::array<float, 256>& map) {
+  static const PermuteTables* signed_tables = BuildPermuteTables(backend::DynamicMap());
+  static const PermuteTables* unsigned_tables = BuildPermuteTables(backend::UnsignedDynamicMap());
+  if (&map == &backend::DynamicMap()) return signed_tables;
+  if (&map == &backend::UnsignedDynamicMap()) return unsigned_tables;
+  return nullptr;
+}
+
 bool HasQuantPath(QuantPath path) {
 #ifdef AMPD_QUANT_X86
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  static const bool vbmi =
-      avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
+  static const bool has_vbmi =
+      avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2");
   switch (path) {
     case QuantPath::kAvx512Vbmi:
-      return vbmi;
+      return has_vbmi;
     case QuantPath::kAvx512:
       return avx512;
     case QuantPath::kAvx2:
@@ -392,8 +310,8 @@ void QuantizeBlocks(const std::array<float, 256>& map, const float* x, int64_t n
     backend::QuantizeBlockwise(map, x, n, codes, absmax);
     return;
   }
-  if (use == QuantPath::kAvx512Vbmi) {
-    const PermuteTables* pt = PermuteTablesFor(map);
+  const PermuteTables* pt = use == QuantPath::kAvx512Vbmi ? PermuteTablesFor(map) : nullptr;
+  if (pt != nullptr) {
     for (int64_t b = 0; b * kQuantBlock < n; ++b) {
       const int64_t begin = b * kQuantBlock;
       QuantizeBlockSearch(*table, *pt, x + begin, std::min(kQuantBlock, n - begin), codes + begin,
@@ -401,7 +319,7 @@ void QuantizeBlocks(const std::array<float, 256>& map, const float* x, int64_t n
     }
     return;
   }
-  auto* block = use == QuantPath::kAvx512 ? &QuantizeBlockAvx512 : &QuantizeBlockAvx2;
+  auto* block = use == QuantPath::kAvx2 ? &QuantizeBlockAvx2 : &QuantizeBlockAvx512;
   for (int64_t b = 0; b * kQuantBlock < n; ++b) {
     const int64_t begin = b * kQuantBlock;
     block(*table, x + begin, std::min(kQuantBlock, n - begin), codes + begin, absmax + b);

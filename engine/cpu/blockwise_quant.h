@@ -2,15 +2,17 @@
 #define AMPD_ENGINE_CPU_BLOCKWISE_QUANT_H_
 
 // Blockwise 8-bit (de)quantization of optimizer states on the CPU
-// (backend/quant_map.h). Where the processor has AVX-512 VBMI (Ice Lake,
-// Zen 4 and later) no lookup is a gather: a code is a binary search over the
-// map's 255 decision thresholds held in registers (vpermps / vpermi2ps, 16
-// lanes), and a value is assembled from four byte-plane lookups of 64 codes
-// at a time (vpermi2b). Elsewhere the lookups are gathers from the maps'
-// code tables, 16 lanes with AVX-512F, 8 with AVX2, scalar loads otherwise
-// (gathers are slow on AMD's cores: about 24 cycles for 16 lanes on Zen 5).
-// Every path gives the codes and values of backend::QuantizeBlockwise /
-// DequantizeBlockwise bit for bit (tests/engine/cpu:blockwise_quant_test).
+// (backend/quant_map.h). Where the processor has AVX-512 VBMI and VBMI2 (Ice
+// Lake, Zen 4 and later) no lookup is a gather (quant_vbmi.h): a code is a
+// binary search over the map's decision thresholds' high 16 bits held in
+// registers (vpermi2w, 32 lanes), finished by one compare with the next
+// threshold, and a value is assembled from four byte-plane lookups of 64
+// codes at a time (vpermi2b). Elsewhere the lookups are gathers from the
+// maps' code tables, 16 lanes with AVX-512F, 8 with AVX2, scalar loads
+// otherwise (gathers are slow on AMD's cores: about 24 cycles for 16 lanes on
+// Zen 5). Every path gives the codes and values of
+// backend::QuantizeBlockwise / DequantizeBlockwise bit for bit
+// (tests/engine/cpu:blockwise_quant_test).
 
 #include <array>
 #include <cstdint>

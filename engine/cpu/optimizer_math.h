@@ -49,6 +49,17 @@ class AdamWBlockMath {
     }
   }
 
+  // The constants Update uses, for kernels that fuse its arithmetic with
+  // more (the 8-bit step's AVX-512 block, optimizers8bit.cc), operation for
+  // operation.
+  struct Coefficients {
+    float step_size, bc2_sqrt, decay, beta1, beta2, eps, one_minus_beta1, one_minus_beta2;
+  };
+  Coefficients coefficients() const {
+    return {step_size_, bc2_sqrt_, decay_,           beta1_,
+            beta2_,     eps_,      one_minus_beta1_, one_minus_beta2_};
+  }
+
  private:
   // The loop above 16 lanes at a time, with the same operations in the same
   // order and no contraction into FMAs: bit for bit the portable result

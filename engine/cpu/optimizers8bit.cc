@@ -9,6 +9,7 @@
 // step counter are read directly, and the model copy is written per block.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/quant_map.h"
@@ -16,6 +17,8 @@
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 #include "engine/cpu/optimizer_math.h"
+#include "engine/cpu/quant_vbmi.h"
+#include "engine/cpu/vector_isa.h"
 
 namespace ampd::engine::cpu {
 namespace {
@@ -30,6 +33,102 @@ using backend::UnsignedDynamicMap;
 static_assert(kBlock % kQuantBlock == 0, "a CPU block holds whole quantization blocks");
 
 using FusedArgs = DeviceAmp::FusedStepArgs;
+
+#ifdef AMPD_QUANT_X86
+// One whole quantization block (kQuantBlock values) of AdamW with 8-bit
+// states, fused, where the CPU has the VBMI coder and AVX-512 kernels are on.
+// The arithmetic is AdamWBlockMath::UpdateAvx512's operation for operation
+// (fp-contract=off likewise), and the codes are QuantizeBlocks', so the
+// results are the unfused step's bit for bit
+// (tests/engine/cpu:vector_kernels_test). What fusing buys:
+//  - the old states are decoded straight into the moment update, and the new
+//    absmax values taken on the way, with no separate passes;
+//  - the parameter update (two divisions and a square root a value, on
+//    Zen 5 slower than coding it) is interleaved with the coding of the same
+//    64 values, which does not depend on it: the divider and the permute
+//    units work at the same time.
+// A block with a non-finite moment or an extreme absmax is coded by
+// QuantizeBlocks, which takes the reference's codes there.
+#define AMPD_ADAMW8_ISA AMPD_QUANT_VBMI_ISA
+#define AMPD_ADAMW8_ATTRS __attribute__((target(AMPD_ADAMW8_ISA), optimize("fp-contract=off")))
+
+using Coefficients = AdamWBlockMath::Coefficients;
+
+// The new moments of 16 values (UpdateAvx512's first two lines); their
+// absolute maxima and a NaN detector (x * 0 is NaN for infinities) updated.
+AMPD_ADAMW8_ATTRS __attribute__((always_inline)) inline void Moments16(const Coefficients& k,
+                                                                       __m512 g, __m512 m0,
+                                                                       __m512 v0, float* m,
+                                                                       float* v, __m512* m_max,
+                                                                       __m512* v_max, __m512* odd) {
+  const __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(k.beta1), m0),
+                                  _mm512_mul_ps(_mm512_set1_ps(k.one_minus_beta1), g));
+  const __m512 vi =
+      _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(k.beta2), v0),
+                    _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(k.one_minus_beta2), g), g));
+  _mm512_store_ps(m, mi);
+  _mm512_store_ps(v, vi);
+  *m_max = _mm512_max_ps(*m_max, _mm512_abs_ps(mi));
+  *v_max = _mm512_max_ps(*v_max, _mm512_abs_ps(vi));
+  *odd = _mm512_fmadd_ps(vi, _mm512_setzero_ps(), _mm512_fmadd_ps(mi, _mm512_setzero_ps(), *odd));
+}
+
+// The new parameters of 16 values (UpdateAvx512's last two lines).
+AMPD_ADAMW8_ATTRS __attribute__((always_inline)) inline void Params16(const Coefficients& k,
+                                                                      const float* p,
+                                                                      const float* m,
+                                                                      const float* v, float* out) {
+  const __m512 denom =
+      _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(_mm512_load_ps(v)), _mm512_set1_ps(k.bc2_sqrt)),
+                    _mm512_set1_ps(k.eps));
+  const __m512 pi = _mm512_sub_ps(
+      _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_set1_ps(k.decay)),
+      _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(k.step_size), _mm512_load_ps(m)), denom));
+  _mm512_storeu_ps(out, pi);
+}
+
+// g, p, out: the block's kQuantBlock values (out may alias p); mc/ma, vc/va:
+// its codes and absmax, read and replaced.
+AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::PermuteTables& mt,
+                                          const vbmi::PermuteTables& vt, const float* g,
+                                          const float* p, float* out, uint8_t* mc, float* ma,
+                                          uint8_t* vc, float* va) {
+  alignas(64) float m[kQuantBlock], v[kQuantBlock];
+  const __m512 m_scale = _mm512_set1_ps(*ma), v_scale = _mm512_set1_ps(*va);
+  __m512 m_max = _mm512_setzero_ps(), v_max = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
+  for (int64_t q = 0; q < kQuantBlock; q += 64) {
+    const vbmi::Dwords4 mo = vbmi::Lookup64(mt.plane, mt.code_order, _mm512_loadu_si512(mc + q));
+    const vbmi::Dwords4 vo = vbmi::Lookup64(vt.plane, vt.code_order, _mm512_loadu_si512(vc + q));
+    const __m512i m_bits[4] = {mo.r0, mo.r1, mo.r2, mo.r3};
+    const __m512i v_bits[4] = {vo.r0, vo.r1, vo.r2, vo.r3};
+    for (int r = 0; r < 4; ++r) {
+      const int64_t at = q + 16 * r;
+      Moments16(k, _mm512_loadu_ps(g + at), _mm512_mul_ps(_mm512_castsi512_ps(m_bits[r]), m_scale),
+                _mm512_mul_ps(_mm512_castsi512_ps(v_bits[r]), v_scale), m + at, v + at, &m_max,
+                &v_max, &odd);
+    }
+  }
+  const float m_abs = _mm512_reduce_max_ps(m_max), v_abs = _mm512_reduce_max_ps(v_max);
+  const float m_inv = 1.0f / m_abs, v_inv = 1.0f / v_abs;
+  const bool codable = _mm512_cmp_ps_mask(odd, odd, _CMP_UNORD_Q) == 0 && m_abs > 0 && v_abs > 0 &&
+                       m_inv <= std::numeric_limits<float>::max() &&
+                       v_inv <= std::numeric_limits<float>::max();
+  if (!codable) {
+    QuantizeBlocks(DynamicMap(), m, kQuantBlock, mc, ma);
+    QuantizeBlocks(UnsignedDynamicMap(), v, kQuantBlock, vc, va);
+    for (int64_t i = 0; i < kQuantBlock; i += 16) Params16(k, p + i, m + i, v + i, out + i);
+    return;
+  }
+  *ma = m_abs;
+  *va = v_abs;
+  const __m512 m_invs = _mm512_set1_ps(m_inv), v_invs = _mm512_set1_ps(v_inv);
+  const vbmi::Tree m_tree = vbmi::LoadTree(mt.node), v_tree = vbmi::LoadTree(vt.node);
+  for (int64_t q = 0; q < kQuantBlock; q += 64) {
+    vbmi::CodePair64(mt, m_tree, m + q, m_invs, mc + q, vt, v_tree, v + q, v_invs, vc + q);
+    for (int64_t i = q; i < q + 64; i += 16) Params16(k, p + i, m + i, v + i, out + i);
+  }
+}
+#endif  // AMPD_QUANT_X86
 
 bool Skipped(const FusedArgs& args) {
   return args.found_inf.defined() && args.found_inf.data<float>()[0] != 0.0f;
@@ -48,6 +147,15 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
   float* va = v_absmax.data<float>();
   const auto& signed_map = DynamicMap();
   const auto& unsigned_map = UnsignedDynamicMap();
+#ifdef AMPD_QUANT_X86
+  const AdamWBlockMath::Coefficients coefficients = math.coefficients();
+  // The fused block needs the VBMI coder's tables for both maps.
+  const vbmi::PermuteTables* fused = nullptr;
+  const vbmi::PermuteTables* vt = vbmi::PermuteTablesFor(unsigned_map);
+  if (UseAvx512Kernels() && HasQuantPath(QuantPath::kAvx512Vbmi) && vt != nullptr) {
+    fused = vbmi::PermuteTablesFor(signed_map);
+  }
+#endif
   ForBlocks(param.numel(), [&](int64_t begin, int64_t len) {
     float g_buf[kBlock], p_buf[kBlock];
     const float* gs = LoadBlock(grad, begin, len, g_buf);
@@ -58,6 +166,13 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
     for (int64_t q = 0; q < len; q += kQuantBlock) {
       float m[kQuantBlock], v[kQuantBlock];
       const int64_t at = begin + q, qb = at / kQuantBlock, qlen = std::min(kQuantBlock, len - q);
+#ifdef AMPD_QUANT_X86
+      if (fused != nullptr && qlen == kQuantBlock) {
+        AdamW8bitBlockVbmi(coefficients, *fused, *vt, gs + q, ps + q, out + q, mc + at, ma + qb,
+                           vc + at, va + qb);
+        continue;
+      }
+#endif
       DequantizeBlocks(signed_map, mc + at, ma + qb, qlen, m);
       DequantizeBlocks(unsigned_map, vc + at, va + qb, qlen, v);
       math.Update(gs + q, ps + q, m, v, out + q, qlen);

@@ -265,5 +265,36 @@ TEST_F(VectorKernelsTest, AdamWStepsAreBitwiseThePortableOnes) {
   }
 }
 
+// The fused 8-bit block (optimizers8bit.cc) hands blocks it cannot code
+// itself to QuantizeBlocks: a block of zero gradients (absmax 0 throughout)
+// and one whose squares overflow (an infinite second moment). Both paths
+// still agree bit for bit, and the ordinary blocks around them too.
+TEST_F(VectorKernelsTest, EightBitAdamWBlocksWithZeroOrInfiniteMomentsAreThePortableOnes) {
+  const int64_t n = 2048;
+  backend::DeviceAmp::AdamWHyper h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  h.step = 1;
+  std::vector<double> g = RandomValues(n, 31, 0.1);
+  for (int64_t i = 256; i < 512; ++i) g[i] = 0;                          // block 1: zeros
+  for (int64_t i = 1024; i < 1280; ++i) g[i] = (i % 2 ? 1 : -1) * 1e30;  // block 4: g^2 = inf
+  auto run = [&] {
+    Tensor p = Tensor::FromDoubles(RandomValues(n, 30), {n}, DType::kF32);
+    const int64_t blocks = backend::QuantBlocks(n);
+    Tensor mc = Tensor::Zeros({n}, DType::kU8), vc = Tensor::Zeros({n}, DType::kU8);
+    Tensor ma = Tensor::Zeros({blocks}, DType::kF32), va = Tensor::Zeros({blocks}, DType::kF32);
+    backend::Kernel<backend::AdamW8bitStepKernel>(Device::kCpu)(
+        p, Tensor::FromDoubles(g, {n}, DType::kF32), mc, ma, vc, va, h,
+        backend::DeviceAmp::FusedStepArgs{});
+    return std::vector<std::vector<double>>{p.ToDoubles(), mc.ToDoubles(), vc.ToDoubles(),
+                                            ma.ToDoubles(), va.ToDoubles()};
+  };
+  const auto [vector, portable] = BothPaths(run);
+  EXPECT_EQ(vector, portable);
+  EXPECT_EQ(vector[3][1], 0.0) << "the zero block's first moment";
+  EXPECT_TRUE(std::isinf(vector[4][4])) << "the overflowing block's second moment";
+  for (double x : vector[0]) ASSERT_TRUE(std::isfinite(x));
+}
+
 }  // namespace
 }  // namespace ampd::engine::cpu
