@@ -43,10 +43,12 @@ using FusedArgs = DeviceAmp::FusedStepArgs;
 // (tests/engine/cpu:vector_kernels_test). What fusing buys:
 //  - the old states are decoded straight into the moment update, and the new
 //    absmax values taken on the way, with no separate passes;
-//  - the parameter update (two divisions and a square root a value, on
-//    Zen 5 slower than coding it) is interleaved with the coding of the same
-//    64 values, which does not depend on it: the divider and the permute
-//    units work at the same time.
+//  - the parameter update (two divisions and a square root a value: on Zen 5
+//    about a cycle a value) is issued with the moments, and the coding,
+//    which does not depend on it, follows: the divider works while the
+//    permute units code (measured: 3-5 % faster than updating the
+//    parameters after each 64 values' codes, 12 % faster than a loop that
+//    pipelines whole blocks, which spills).
 // A block with a non-finite moment or an extreme absmax is coded by
 // QuantizeBlocks, which takes the reference's codes there.
 #define AMPD_ADAMW8_ISA AMPD_QUANT_VBMI_ISA
@@ -106,6 +108,7 @@ AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::Per
       Moments16(k, _mm512_loadu_ps(g + at), _mm512_mul_ps(_mm512_castsi512_ps(m_bits[r]), m_scale),
                 _mm512_mul_ps(_mm512_castsi512_ps(v_bits[r]), v_scale), m + at, v + at, &m_max,
                 &v_max, &odd);
+      Params16(k, p + at, m + at, v + at, out + at);
     }
   }
   const float m_abs = _mm512_reduce_max_ps(m_max), v_abs = _mm512_reduce_max_ps(v_max);
@@ -116,7 +119,6 @@ AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::Per
   if (!codable) {
     QuantizeBlocks(DynamicMap(), m, kQuantBlock, mc, ma);
     QuantizeBlocks(UnsignedDynamicMap(), v, kQuantBlock, vc, va);
-    for (int64_t i = 0; i < kQuantBlock; i += 16) Params16(k, p + i, m + i, v + i, out + i);
     return;
   }
   *ma = m_abs;
@@ -125,7 +127,6 @@ AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::Per
   const vbmi::Tree m_tree = vbmi::LoadTree(mt.node), v_tree = vbmi::LoadTree(vt.node);
   for (int64_t q = 0; q < kQuantBlock; q += 64) {
     vbmi::CodePair64(mt, m_tree, m + q, m_invs, mc + q, vt, v_tree, v + q, v_invs, vc + q);
-    for (int64_t i = q; i < q + 64; i += 16) Params16(k, p + i, m + i, v + i, out + i);
   }
 }
 #endif  // AMPD_QUANT_X86
