@@ -78,6 +78,22 @@ class Backend : public core::DeviceMemory, public DeviceAmp {
   // GPU's data-sheet dense bf16 rate. 0: unknown (MFU is not reported).
   virtual double PeakFlops() { return 0; }
 
+  // Hand-offs between the calling thread's stream and another device
+  // library's (NCCL's communication stream), for work that overlaps:
+  //  - MarkStream: a marker of the work queued on that stream so far (an
+  //    opaque handle: a timed cudaEvent_t on CUDA, reused kStreamMarkers
+  //    markers later);
+  //  - WaitForMarker: that stream waits, on the device, for a marker the
+  //    other library recorded on its own stream; the host does not wait.
+  // Backends without streams (the CPU) have neither: UNIMPLEMENTED.
+  static constexpr int kStreamMarkers = 256;
+  virtual absl::StatusOr<void*> MarkStream() {
+    return absl::UnimplementedError(name() + " has no streams to mark");
+  }
+  virtual absl::Status WaitForMarker(void* marker) {
+    return absl::UnimplementedError(name() + " has no streams to wait on");
+  }
+
  protected:
   core::DeviceMemory& amp_memory() final { return *this; }
 };

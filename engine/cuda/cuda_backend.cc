@@ -157,6 +157,33 @@ ThreadContext& CudaBackend::Ctx() {
   return ctx;
 }
 
+absl::StatusOr<void*> CudaBackend::MarkStream() {
+  ThreadContext& c = Ctx();
+  if (!Ok()) return c.error;
+  const size_t slot = c.next_marker++ % kStreamMarkers;
+  if (c.markers.size() <= slot) {
+    Event e = nullptr;
+    if (std::string err = EventCreateTimed(&e); !err.empty()) {
+      return absl::InternalError("CUDA: " + err);
+    }
+    c.markers.push_back(e);
+  }
+  if (std::string err = EventRecord(c.markers[slot], c.stream); !err.empty()) {
+    return absl::InternalError("CUDA: " + err);
+  }
+  return c.markers[slot];
+}
+
+absl::Status CudaBackend::WaitForMarker(void* marker) {
+  ThreadContext& c = Ctx();
+  if (!Ok()) return c.error;
+  if (marker == nullptr) return absl::InvalidArgumentError("WaitForMarker: no marker");
+  if (std::string err = StreamWaitEvent(c.stream, marker); !err.empty()) {
+    return absl::InternalError("CUDA: " + err);
+  }
+  return absl::OkStatus();
+}
+
 bool CudaBackend::EnsureReadback(size_t bytes) {
   ThreadContext& c = Ctx();
   if (c.readback_bytes >= bytes) return true;

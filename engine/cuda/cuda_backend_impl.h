@@ -65,6 +65,10 @@ struct ThreadContext {
   // The 8-bit optimizer states' code maps (signed, then unsigned), uploaded
   // on this thread's stream when first needed.
   Tensor quant_maps;
+  // MarkStream's timed events, a ring of Backend::kStreamMarkers (made as
+  // needed).
+  std::vector<Event> markers;
+  size_t next_marker = 0;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -78,6 +82,8 @@ class CudaBackend final : public backend::Backend {
   std::string name() const override { return "cuda"; }
 
   absl::Status Ready() override;
+  absl::StatusOr<void*> MarkStream() override;
+  absl::Status WaitForMarker(void* marker) override;
   absl::Status Health() override { return Ctx().error; }
 
   AllocatorStats stats() const { return allocator_.stats(); }

@@ -68,6 +68,23 @@ std::string EventSynchronize(Event e) {
   return Err("cudaEventSynchronize", cudaEventSynchronize(static_cast<cudaEvent_t>(e)));
 }
 
+std::string EventCreateTimed(Event* e) {
+  cudaEvent_t event = nullptr;
+  std::string err =
+      Err("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&event, cudaEventDefault));
+  *e = event;
+  return err;
+}
+
+std::string EventElapsedMs(Event start, Event end, float* ms) {
+  return Err("cudaEventElapsedTime",
+             cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+}
+
+std::string StreamWaitEvent(Stream s, Event e) {
+  return Err("cudaStreamWaitEvent", cudaStreamWaitEvent(S(s), static_cast<cudaEvent_t>(e), 0));
+}
+
 std::string StreamCreate(Stream* s) {
   cudaStream_t stream = nullptr;
   std::string e =

@@ -34,6 +34,14 @@ using Event = void*;                // cudaEvent_t
 std::string EventCreate(Event* e);  // timing disabled: cheap to record
 std::string EventRecord(Event e, Stream s);
 std::string EventSynchronize(Event e);
+// An event that also records when it was reached (cudaEventElapsedTime),
+// for the device time of overlapped work.
+std::string EventCreateTimed(Event* e);
+// end - start in ms; both reached (a host wait covered them).
+std::string EventElapsedMs(Event start, Event end, float* ms);
+// Work queued on s after this waits, on the device, for e's latest record
+// (possibly on another stream).
+std::string StreamWaitEvent(Stream s, Event e);
 std::string StreamCreate(Stream* s);
 std::string StreamSynchronize(Stream s);
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/dist/nccl_comm.h"
 
@@ -13,6 +14,11 @@ struct Comm {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   float* scratch = nullptr;  // the barrier's one float
+  // Timed events around each overlapped group since TakeTimes (reused from
+  // step to step), and the stream's latest RecordDone.
+  std::vector<cudaEvent_t> starts, ends;
+  size_t groups = 0;
+  cudaEvent_t done = nullptr;
 };
 
 namespace {
@@ -107,6 +113,90 @@ std::string Broadcast(Comm* c, float* data, int64_t n, int root) {
 
 std::string Barrier(Comm* c) { return AllReduce(c, c->scratch, 1, false); }
 
+namespace {
+
+// pool[i], created (timed) when missing.
+std::string PooledEvent(std::vector<cudaEvent_t>* pool, size_t i, cudaEvent_t* e) {
+  while (pool->size() <= i) {
+    cudaEvent_t made = nullptr;
+    if (std::string err =
+            CudaErr("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&made, cudaEventDefault));
+        !err.empty()) {
+      return err;
+    }
+    pool->push_back(made);
+  }
+  *e = (*pool)[i];
+  return "";
+}
+
+}  // namespace
+
+std::string AllReduceSumAfter(Comm* c, void* ready, float* const* data, const int64_t* n,
+                              int count) {
+  cudaSetDevice(c->device);
+  cudaEvent_t start = nullptr, end = nullptr;
+  if (std::string e = PooledEvent(&c->starts, c->groups, &start); !e.empty()) return e;
+  if (std::string e = PooledEvent(&c->ends, c->groups, &end); !e.empty()) return e;
+  if (ready != nullptr) {
+    if (std::string e = CudaErr("cudaStreamWaitEvent",
+                                cudaStreamWaitEvent(c->stream, static_cast<cudaEvent_t>(ready), 0));
+        !e.empty()) {
+      return e;
+    }
+  }
+  if (std::string e = CudaErr("cudaEventRecord", cudaEventRecord(start, c->stream)); !e.empty()) {
+    return e;
+  }
+  if (std::string e = NcclErr("ncclGroupStart", ncclGroupStart()); !e.empty()) return e;
+  std::string failed;
+  for (int i = 0; i < count && failed.empty(); ++i) {
+    if (n[i] == 0) continue;
+    failed = NcclErr("ncclAllReduce", ncclAllReduce(data[i], data[i], static_cast<size_t>(n[i]),
+                                                    ncclFloat32, ncclSum, c->comm, c->stream));
+  }
+  // A group once started is always ended, even after a failed call.
+  if (std::string e = NcclErr("ncclGroupEnd", ncclGroupEnd()); failed.empty()) failed = e;
+  if (!failed.empty()) return failed;
+  ++c->groups;
+  return CudaErr("cudaEventRecord", cudaEventRecord(end, c->stream));
+}
+
+std::string RecordDone(Comm* c, void** done) {
+  cudaSetDevice(c->device);
+  if (c->done == nullptr) {
+    if (std::string e = CudaErr("cudaEventCreateWithFlags",
+                                cudaEventCreateWithFlags(&c->done, cudaEventDefault));
+        !e.empty()) {
+      return e;
+    }
+  }
+  *done = c->done;
+  return CudaErr("cudaEventRecord", cudaEventRecord(c->done, c->stream));
+}
+
+std::string TakeTimes(Comm* c, void* since, float* collective_ms, float* tail_ms) {
+  cudaSetDevice(c->device);
+  *collective_ms = 0;
+  *tail_ms = 0;
+  const size_t groups = c->groups;
+  c->groups = 0;
+  for (size_t i = 0; i < groups; ++i) {
+    float ms = 0;
+    if (std::string e =
+            CudaErr("cudaEventElapsedTime", cudaEventElapsedTime(&ms, c->starts[i], c->ends[i]));
+        !e.empty()) {
+      return e;
+    }
+    *collective_ms += ms;
+  }
+  if (since != nullptr && c->done != nullptr) {
+    return CudaErr("cudaEventElapsedTime",
+                   cudaEventElapsedTime(tail_ms, static_cast<cudaEvent_t>(since), c->done));
+  }
+  return "";
+}
+
 std::string ToDevice(Comm* c, float* dst, const float* src, int64_t n) {
   cudaSetDevice(c->device);
   std::string e =
@@ -141,6 +231,9 @@ void Destroy(Comm* c) {
   if (c->comm != nullptr) ncclCommDestroy(c->comm);
   if (c->scratch != nullptr) cudaFree(c->scratch);
   if (c->stream != nullptr) cudaStreamDestroy(c->stream);
+  for (cudaEvent_t e : c->starts) cudaEventDestroy(e);
+  for (cudaEvent_t e : c->ends) cudaEventDestroy(e);
+  if (c->done != nullptr) cudaEventDestroy(c->done);
   delete c;
 }
 

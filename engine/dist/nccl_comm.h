@@ -29,6 +29,20 @@ std::string Init(int device, int size, int rank, const std::string& id, Comm** c
 std::string AllReduce(Comm* comm, float* device_data, int64_t n, bool max);
 std::string Broadcast(Comm* comm, float* device_data, int64_t n, int root);
 std::string Barrier(Comm* comm);  // an all-reduce of one float
+// Overlapped collectives (these return once queued, not completed): a wait,
+// on the communicator's stream, for `ready` (a cudaEvent_t recorded on
+// another stream of the device; null: none), then a sum all-reduce of each
+// of the `count` buffers data[i][0..n[i]), as one NCCL group, timed.
+std::string AllReduceSumAfter(Comm* comm, void* ready, float* const* data, const int64_t* n,
+                              int count);
+// A timed event recorded now on the communicator's stream (reused by the
+// next call), for another stream to wait on.
+std::string RecordDone(Comm* comm, void** done);
+// Once the host has waited for the work they cover: the device time of the
+// AllReduceSumAfter groups since the previous call (ms, summed), and from
+// `since` (a timed event recorded on another stream; null: none) to the
+// last RecordDone.
+std::string TakeTimes(Comm* comm, void* since, float* collective_ms, float* tail_ms);
 // Copies between the host and the communicator's device (tests, and small
 // host values such as a step's loss).
 std::string ToDevice(Comm* comm, float* device_dst, const float* host_src, int64_t n);

@@ -22,6 +22,15 @@ std::string Init(int, int, int, const std::string&, Comm** comm) {
 std::string AllReduce(Comm*, float*, int64_t, bool) { return kNone; }
 std::string Broadcast(Comm*, float*, int64_t, int) { return kNone; }
 std::string Barrier(Comm*) { return kNone; }
+std::string AllReduceSumAfter(Comm*, void*, float* const*, const int64_t*, int) { return kNone; }
+std::string RecordDone(Comm*, void** done) {
+  *done = nullptr;
+  return kNone;
+}
+std::string TakeTimes(Comm*, void*, float* collective_ms, float* tail_ms) {
+  *collective_ms = *tail_ms = 0;
+  return kNone;
+}
 std::string ToDevice(Comm*, float*, const float*, int64_t) { return kNone; }
 std::string ToHost(Comm*, float*, const float*, int64_t) { return kNone; }
 std::string DeviceAlloc(Comm*, float**, int64_t) { return kNone; }

@@ -1,6 +1,7 @@
 #include "engine/dist/nccl_process_group.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/dist/nccl_comm.h"
@@ -48,6 +49,31 @@ class Group : public NcclProcessGroup {
   }
   absl::Status ToHost(float* dst, const float* src, int64_t n) override {
     return Check(nccl::ToHost(comm_, dst, src, n), rank_);
+  }
+
+  absl::Status AllReduceSumAfter(void* ready, const std::vector<DeviceBuffer>& buffers) override {
+    std::vector<float*> data;
+    std::vector<int64_t> n;
+    for (const DeviceBuffer& b : buffers) {
+      if (b.n < 0) return absl::InvalidArgumentError("all-reduce of a negative element count");
+      data.push_back(b.data);
+      n.push_back(b.n);
+    }
+    return Check(
+        nccl::AllReduceSumAfter(comm_, ready, data.data(), n.data(), static_cast<int>(data.size())),
+        rank_);
+  }
+  absl::StatusOr<void*> RecordDone() override {
+    void* done = nullptr;
+    if (absl::Status s = Check(nccl::RecordDone(comm_, &done), rank_); !s.ok()) return s;
+    return done;
+  }
+  absl::Status TakeTimes(void* since, double* collective_s, double* tail_s) override {
+    float collective_ms = 0, tail_ms = 0;
+    absl::Status s = Check(nccl::TakeTimes(comm_, since, &collective_ms, &tail_ms), rank_);
+    *collective_s = collective_ms / 1e3;
+    *tail_s = tail_ms / 1e3;
+    return s;
   }
 
  private:

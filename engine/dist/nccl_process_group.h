@@ -24,6 +24,7 @@ class NcclProcessGroup : public ProcessGroup {
  public:
   ~NcclProcessGroup() override = default;
   bool device_memory() const override { return true; }
+  bool overlaps_device_work() const override { return true; }
   // Device buffers and copies on this group's device (tests; small host
   // values such as a step's loss).
   virtual absl::StatusOr<float*> Alloc(int64_t n) = 0;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,6 +33,35 @@ class ProcessGroup {
   // data[0..n) = rank `root`'s, on every rank (DDP's buffer broadcast).
   virtual absl::Status Broadcast(float* data, int64_t n, int root) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Collectives that overlap the caller's device work (DDP's buckets during
+  // the backward), where overlaps_device_work() (NCCL): each returns once
+  // queued on the group's own stream. Elsewhere UNIMPLEMENTED.
+  virtual bool overlaps_device_work() const { return false; }
+  struct DeviceBuffer {
+    float* data;
+    int64_t n;
+  };
+  // Waits (on the device) for `ready`, a marker of the caller's stream
+  // (Backend::MarkStream), then sums each buffer over the ranks in place, as
+  // one group. The caller leaves the buffers alone until its stream has
+  // waited for a later RecordDone.
+  virtual absl::Status AllReduceSumAfter(void* ready, const std::vector<DeviceBuffer>& buffers) {
+    return absl::UnimplementedError("this process group does not overlap device work");
+  }
+  // A marker of everything queued on the group's stream (valid until the
+  // next call), for the caller's stream to wait on (Backend::WaitForMarker).
+  virtual absl::StatusOr<void*> RecordDone() {
+    return absl::UnimplementedError("this process group does not overlap device work");
+  }
+  // Once the caller has waited for its stream (which waited for the last
+  // RecordDone): the device seconds the AllReduceSumAfter groups since the
+  // previous call took, and the seconds from `since` (a marker of the
+  // caller's stream) to the last RecordDone, which the caller's stream
+  // waited for after it.
+  virtual absl::Status TakeTimes(void* since, double* collective_s, double* tail_s) {
+    return absl::UnimplementedError("this process group does not overlap device work");
+  }
 };
 
 // The rendezvous of a Gloo group: each rank publishes its address under

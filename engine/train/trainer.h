@@ -259,6 +259,15 @@ class Trainer {
   // The next batch, cut to this rank's share when data-parallel.
   void NextShard(data::Batch* b);
   absl::Status AverageOnDevice(const std::vector<Tensor>& grads, double* allreduce_s);
+  // Data-parallel on a device over NCCL, overlapping the backward: the last
+  // micro-batch's backward launches each bucket's all-reduce on NCCL's
+  // stream as soon as its gradients are final (the host never waits), then
+  // the loss's; the backend's stream waits for NCCL on the device.
+  // *backward_end: a marker of the backend's stream where the backward
+  // ended (for the hidden share, TakeTimes).
+  void EnsureDeviceBuckets();
+  absl::Status BackwardOverlappingAllReduce(const Tensor& scaled);
+  absl::Status FinishOverlappedAllReduce(void** backward_end);
   // Also gathers every rank's `compute_seconds` (in the loss's all-reduce,
   // so no extra collective) as per-rank samples/s into `rates`.
   absl::Status FinishAverage(const std::vector<Tensor>& grads, double compute_seconds,
@@ -320,6 +329,12 @@ class Trainer {
   std::unique_ptr<dist::GradientBuckets> buckets_;
   std::unique_ptr<dist::OverlappedReducer> reducer_;
   std::map<const TensorImpl*, int> param_index_;  // a parameter's leaf -> its index
+  // The device path's buckets (dist::AssignBuckets) and, in a step, how many
+  // of each's gradients are still to come and how many buckets are launched.
+  std::vector<std::vector<int>> device_buckets_;
+  std::vector<int> device_bucket_of_, device_remaining_;
+  std::vector<char> device_ready_;
+  int device_launched_ = 0;
   absl::Status dist_status_;
 };
 

@@ -2,7 +2,8 @@
 // NCCL, run on the CUDA emulator and its NCCL stand-in: 2 ranks (threads,
 // each with its own stream) against 1 with the same global batch, within
 // the bars; every rank ends with the same weights and loss scale;
-// a Gloo group on a GPU job is refused by name.
+// a Gloo group on a GPU job is refused by name; the buckets that overlap
+// the backward give what all-reduces after it give, bit for bit.
 
 #include <cmath>
 #include <functional>
@@ -45,7 +46,27 @@ struct RunResult {
   std::vector<std::vector<float>> first_param;  // per rank
 };
 
-RunResult Train(const std::string& precision, int workers, int64_t steps) {
+// The NCCL group without its overlap: the trainer then all-reduces after the
+// backward, the host waiting for each collective (its path for groups that
+// cannot overlap).
+class BlockingOnly : public dist::ProcessGroup {
+ public:
+  explicit BlockingOnly(dist::ProcessGroup* g) : g_(g) {}
+  int rank() const override { return g_->rank(); }
+  int size() const override { return g_->size(); }
+  bool device_memory() const override { return true; }
+  absl::Status AllReduceSum(float* d, int64_t n) override { return g_->AllReduceSum(d, n); }
+  absl::Status AllReduceMax(float* d, int64_t n) override { return g_->AllReduceMax(d, n); }
+  absl::Status Broadcast(float* d, int64_t n, int root) override {
+    return g_->Broadcast(d, n, root);
+  }
+  absl::Status Barrier() override { return g_->Barrier(); }
+
+ private:
+  dist::ProcessGroup* g_;
+};
+
+RunResult Train(const std::string& precision, int workers, int64_t steps, bool blocking = false) {
   RunResult run;
   run.scales.resize(workers);
   run.first_param.resize(workers);
@@ -55,6 +76,7 @@ RunResult Train(const std::string& precision, int workers, int64_t steps) {
     threads.emplace_back([&, r] {
       TrainerConfig c = Config(precision, steps);
       std::unique_ptr<dist::NcclProcessGroup> group;
+      std::unique_ptr<BlockingOnly> blocking_group;
       if (workers > 1) {
         dist::NcclOptions o;
         o.rank = r;
@@ -64,6 +86,10 @@ RunResult Train(const std::string& precision, int workers, int64_t steps) {
         ASSERT_TRUE(g.ok()) << g.status();
         group = *std::move(g);
         c.process_group = group.get();
+        if (blocking) {
+          blocking_group = std::make_unique<BlockingOnly>(group.get());
+          c.process_group = blocking_group.get();
+        }
       }
       absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c, &Data(), nullptr);
       ASSERT_TRUE(t.ok()) << t.status();
@@ -104,6 +130,8 @@ TEST(DdpDeviceEmuTest, TwoNcclRanksTrainAsOneWithTheSameGlobalBatch) {
       worst = std::max(worst, d);
       EXPECT_EQ(two.steps[s].skipped, one.steps[s].skipped) << precision << " step " << s;
       EXPECT_GT(two.steps[s].allreduce_s, 0) << precision;
+      EXPECT_GE(two.steps[s].allreduce_hidden, 0) << precision;
+      EXPECT_LE(two.steps[s].allreduce_hidden, 1) << precision;
     }
     if (std::string(precision) == "32-true") {
       EXPECT_LE(worst20, 1e-5) << precision;
@@ -118,6 +146,27 @@ TEST(DdpDeviceEmuTest, TwoNcclRanksTrainAsOneWithTheSameGlobalBatch) {
     EXPECT_EQ(two.scales[0], two.scales[1]) << precision;
     std::printf("%s: worst relative loss gap %.3g (first 20), %.3g (all %lld)\n", precision,
                 worst20, worst, static_cast<long long>(kSteps));
+  }
+}
+
+// The buckets launched during the backward (on NCCL's stream, behind
+// markers of the backend's) sum exactly what the all-reduces after the
+// backward sum: the same losses, weights and scales, bit for bit.
+TEST(DdpDeviceEmuTest, OverlappingTheBackwardChangesNoBit) {
+  ASSERT_TRUE(backend::BackendFor(Device::kCuda).ok());
+  constexpr int64_t kSteps = 12;
+  for (const char* precision : {"32-true", "bf16-mixed"}) {
+    const RunResult overlapped = Train(precision, 2, kSteps);
+    const RunResult blocking = Train(precision, 2, kSteps, /*blocking=*/true);
+    ASSERT_EQ(overlapped.steps.size(), blocking.steps.size()) << precision;
+    for (size_t s = 0; s < overlapped.steps.size(); ++s) {
+      EXPECT_EQ(overlapped.steps[s].loss, blocking.steps[s].loss) << precision << " step " << s;
+      EXPECT_EQ(blocking.steps[s].allreduce_hidden, 0) << "the blocking path hides nothing";
+    }
+    EXPECT_FALSE(overlapped.first_param[0].empty());
+    EXPECT_EQ(overlapped.first_param[0], blocking.first_param[0]) << precision;
+    EXPECT_EQ(overlapped.first_param[1], blocking.first_param[1]) << precision;
+    EXPECT_EQ(overlapped.scales, blocking.scales) << precision;
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,8 @@ struct CUevent_st {
   CUstream_st* stream = nullptr;
   uint64_t generation = 0;  // of the latest record
   bool pending = false;
+  bool timed = true;
+  std::chrono::steady_clock::time_point reached;  // when the latest record ran
 };
 
 struct CUstream_st {
@@ -108,6 +111,7 @@ void RunQueue(CUstream_st* s, CUevent_st* until) {
     if (item.work) item.work();
     if (item.event && item.event->generation == item.generation) {
       item.event->pending = false;
+      item.event->reached = std::chrono::steady_clock::now();
       if (item.event == until) return;
     }
   }
@@ -482,11 +486,56 @@ cudaError_t cudaFreeHost(void* p) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
   Lock lock(Mu());
   EMU_RETURN_IF_STICKY();
   St().events.push_back(std::make_unique<CUevent_st>());
+  St().events.back()->timed = (flags & cudaEventDisableTiming) == 0;
   *e = St().events.back().get();
+  return cudaSuccess;
+}
+
+// The event's memory stays until exit: records still queued may refer to it
+// (CUDA, too, releases a destroyed event's resources once it completes).
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (!e) return Fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: null event");
+  return cudaSuccess;
+}
+
+// As CUDA: both events timed and reached (else cudaErrorNotReady), and the
+// host time between the moments the emulator ran their records.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (!start || !end || !ms) return Fail(cudaErrorInvalidValue, "cudaEventElapsedTime: null");
+  if (!start->timed || !end->timed) {
+    return Fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event without timing");
+  }
+  if (start->generation == 0 || end->generation == 0 || start->pending || end->pending) {
+    return Fail(cudaErrorNotReady, "cudaEventElapsedTime: an event not reached yet");
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->reached - start->reached).count();
+  return cudaSuccess;
+}
+
+// The work queued on s after this runs once e's latest record (now) has:
+// when s runs, it first runs e's stream up to that record.
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+  Lock lock(Mu());
+  EMU_RETURN_IF_STICKY();
+  if (!e) return Fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: null event");
+  if (e->generation == 0 || !e->pending) return cudaSuccess;  // nothing to wait for
+  CUstream_st* target = cudaemu::Resolve(s);
+  CUstream_st* source = e->stream;
+  const uint64_t generation = e->generation;
+  if (source == target) return cudaSuccess;  // stream order covers it
+  target->queue.push_back(CUstream_st::Item{[e, source, generation] {
+                                              if (e->pending && e->generation == generation)
+                                                cudaemu::RunQueue(source, e);
+                                            },
+                                            nullptr, 0});
   return cudaSuccess;
 }
 
@@ -634,6 +683,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "invalid device pointer";
     case cudaErrorInvalidResourceHandle:
       return "invalid resource handle";
+    case cudaErrorNotReady:
+      return "device not ready";
     case cudaErrorIllegalAddress:
       return "an illegal memory access was encountered";
     case cudaErrorLaunchFailure:

@@ -236,6 +236,21 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
   return Collective(sendbuff, recvbuff, count, -1 - root, comm, stream);
 }
 
+namespace {
+thread_local int group_depth = 0;  // NCCL's groups nest, per thread
+}  // namespace
+
+ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return ncclInvalidUsage;  // an end without a start
+  --group_depth;
+  return ncclSuccess;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   // As NCCL's, without waiting for the peers: they may still be reading this
   // rank's last input, so it stays, with the join files and the directory

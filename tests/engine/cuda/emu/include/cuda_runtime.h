@@ -69,6 +69,7 @@ enum cudaError_t {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
 };
@@ -87,6 +88,7 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4,
 };
 constexpr unsigned int cudaStreamNonBlocking = 1;
+constexpr unsigned int cudaEventDefault = 0;
 constexpr unsigned int cudaEventDisableTiming = 2;
 
 struct cudaDeviceProp {
@@ -107,6 +109,9 @@ cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamDestroy(cudaStream_t s);

@@ -42,6 +42,10 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
+// Grouping only batches launches in NCCL; the stand-in runs each collective
+// as it is called, so these only check that they pair up.
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();
 const char* ncclGetErrorString(ncclResult_t result);
 
 #endif  // AMPD_CUDA_EMU_NCCL_H_
