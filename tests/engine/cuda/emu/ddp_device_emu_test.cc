@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
 #include "engine/dist/nccl_process_group.h"
 #include "engine/train/trainer.h"
@@ -66,7 +67,8 @@ class BlockingOnly : public dist::ProcessGroup {
   dist::ProcessGroup* g_;
 };
 
-RunResult Train(const std::string& precision, int workers, int64_t steps, bool blocking = false) {
+RunResult Train(const std::string& precision, int workers, int64_t steps, bool blocking = false,
+                int64_t grad_accumulation = 1) {
   RunResult run;
   run.scales.resize(workers);
   run.first_param.resize(workers);
@@ -75,6 +77,7 @@ RunResult Train(const std::string& precision, int workers, int64_t steps, bool b
   for (int r = 0; r < workers; ++r) {
     threads.emplace_back([&, r] {
       TrainerConfig c = Config(precision, steps);
+      c.training.grad_accumulation = grad_accumulation;
       std::unique_ptr<dist::NcclProcessGroup> group;
       std::unique_ptr<BlockingOnly> blocking_group;
       if (workers > 1) {
@@ -155,18 +158,23 @@ TEST(DdpDeviceEmuTest, TwoNcclRanksTrainAsOneWithTheSameGlobalBatch) {
 TEST(DdpDeviceEmuTest, OverlappingTheBackwardChangesNoBit) {
   ASSERT_TRUE(backend::BackendFor(Device::kCuda).ok());
   constexpr int64_t kSteps = 12;
-  for (const char* precision : {"32-true", "bf16-mixed"}) {
-    const RunResult overlapped = Train(precision, 2, kSteps);
-    const RunResult blocking = Train(precision, 2, kSteps, /*blocking=*/true);
-    ASSERT_EQ(overlapped.steps.size(), blocking.steps.size()) << precision;
+  struct Case {
+    const char* precision;
+    int64_t grad_accumulation;  // 2: only the last micro-batch's backward overlaps
+  };
+  for (const Case& k : {Case{"32-true", 1}, Case{"bf16-mixed", 1}, Case{"32-true", 2}}) {
+    SCOPED_TRACE(absl::StrCat(k.precision, ", accumulation ", k.grad_accumulation));
+    const RunResult overlapped = Train(k.precision, 2, kSteps, false, k.grad_accumulation);
+    const RunResult blocking = Train(k.precision, 2, kSteps, true, k.grad_accumulation);
+    ASSERT_EQ(overlapped.steps.size(), blocking.steps.size());
     for (size_t s = 0; s < overlapped.steps.size(); ++s) {
-      EXPECT_EQ(overlapped.steps[s].loss, blocking.steps[s].loss) << precision << " step " << s;
+      EXPECT_EQ(overlapped.steps[s].loss, blocking.steps[s].loss) << "step " << s;
       EXPECT_EQ(blocking.steps[s].allreduce_hidden, 0) << "the blocking path hides nothing";
     }
     EXPECT_FALSE(overlapped.first_param[0].empty());
-    EXPECT_EQ(overlapped.first_param[0], blocking.first_param[0]) << precision;
-    EXPECT_EQ(overlapped.first_param[1], blocking.first_param[1]) << precision;
-    EXPECT_EQ(overlapped.scales, blocking.scales) << precision;
+    EXPECT_EQ(overlapped.first_param[0], blocking.first_param[0]);
+    EXPECT_EQ(overlapped.first_param[1], blocking.first_param[1]);
+    EXPECT_EQ(overlapped.scales, blocking.scales);
   }
 }
 
