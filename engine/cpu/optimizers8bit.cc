@@ -57,6 +57,9 @@ using FusedArgs = DeviceAmp::FusedStepArgs;
 
 using Coefficients = AdamWBlockMath::Coefficients;
 constexpr int64_t kPrefetchAhead = 2 * kQuantBlock;
+// Values of each state coded at once: 2 x 64, eight searches interleaved (6 %
+// faster than 64, the search's latency better hidden; 256 spills).
+constexpr int kCodeGroups = 2;
 
 // A prefetch of base[index] (index may lie past the end: the address is
 // formed as an integer, and a prefetch never faults).
@@ -137,18 +140,21 @@ AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::Per
   *va = v_abs;
   const __m512 m_invs = _mm512_set1_ps(m_inv), v_invs = _mm512_set1_ps(v_inv);
   const vbmi::Tree m_tree = vbmi::LoadTree(mt.node), v_tree = vbmi::LoadTree(vt.node);
-  for (int64_t q = 0; q < kQuantBlock; q += 64) {
-    // The data of the block after next, a quarter at a time, so that memory
+  for (int64_t q = 0; q < kQuantBlock; q += 64 * kCodeGroups) {
+    // The data of the block after next, a share at a time, so that memory
     // keeps streaming while the permute units code (4-5 % faster on the
     // MLP's weights than the hardware prefetchers alone). Past the end of
     // the tensor these are hints that touch nothing (Prefetch).
-    for (int64_t i = q; i < q + 64; i += 16) {
+    for (int64_t i = q; i < q + 64 * kCodeGroups; i += 16) {
       Prefetch(g, kPrefetchAhead + i);
       Prefetch(p, kPrefetchAhead + i);
     }
-    Prefetch(mc, kPrefetchAhead + q);
-    Prefetch(vc, kPrefetchAhead + q);
-    vbmi::CodePair64(mt, m_tree, m + q, m_invs, mc + q, vt, v_tree, v + q, v_invs, vc + q);
+    for (int64_t i = q; i < q + 64 * kCodeGroups; i += 64) {
+      Prefetch(mc, kPrefetchAhead + i);
+      Prefetch(vc, kPrefetchAhead + i);
+    }
+    vbmi::CodePair<kCodeGroups>(mt, m_tree, m + q, m_invs, mc + q, vt, v_tree, v + q, v_invs,
+                                vc + q);
   }
 }
 #endif  // AMPD_QUANT_X86

@@ -219,20 +219,25 @@ __attribute__((target(AMPD_QUANT_VBMI_ISA), always_inline)) inline void CodeGrou
   for (int g = 0; g < G; ++g) Finish64(pt, k[2 * g], k[2 * g + 1], v + 4 * g, codes + 64 * g);
 }
 
-// The codes of 64 values of each of two maps (trees loaded), interleaved.
-__attribute__((target(AMPD_QUANT_VBMI_ISA), always_inline)) inline void CodePair64(
+// The codes of 64 x G values of each of two maps (trees loaded), all the
+// searches interleaved.
+template <int G>
+__attribute__((target(AMPD_QUANT_VBMI_ISA), always_inline)) inline void CodePair(
     const PermuteTables& pa, const Tree& ta, const float* xa, __m512 inv_a, uint8_t* codes_a,
     const PermuteTables& pb, const Tree& tb, const float* xb, __m512 inv_b, uint8_t* codes_b) {
-  __m512 v[8];
-  __m512i half[4], k[4];
-  half[0] = Halves32(xa, inv_a, &v[0], &v[1]);
-  half[1] = Halves32(xa + 32, inv_a, &v[2], &v[3]);
-  half[2] = Halves32(xb, inv_b, &v[4], &v[5]);
-  half[3] = Halves32(xb + 32, inv_b, &v[6], &v[7]);
-  SearchHalves<4, 2>(ta, tb, half, k);
-  Finish64(pa, k[0], k[1], v, codes_a);
-  Finish64(pb, k[2], k[3], v + 4, codes_b);
+  __m512 v[8 * G];
+  __m512i half[4 * G], k[4 * G];
+  for (int h = 0; h < 2 * G; ++h) {
+    half[h] = Halves32(xa + 32 * h, inv_a, &v[2 * h], &v[2 * h + 1]);
+    half[2 * G + h] = Halves32(xb + 32 * h, inv_b, &v[4 * G + 2 * h], &v[4 * G + 2 * h + 1]);
+  }
+  SearchHalves<4 * G, 2 * G>(ta, tb, half, k);
+  for (int g = 0; g < G; ++g) {
+    Finish64(pa, k[2 * g], k[2 * g + 1], v + 4 * g, codes_a + 64 * g);
+    Finish64(pb, k[2 * G + 2 * g], k[2 * G + 2 * g + 1], v + 4 * G + 4 * g, codes_b + 64 * g);
+  }
 }
+
 #endif  // AMPD_QUANT_X86
 
 }  // namespace ampd::engine::cpu::vbmi
