@@ -553,20 +553,19 @@ absl::Status Trainer::BackwardOverlappingAllReduce(const Tensor& scaled) {
   return status;
 }
 
-// Then the loss (cast to f32 on the backend's stream), and the backend's
-// stream waits, on the device, for everything NCCL has queued: the unscale
-// that follows reads the sums. The host has not waited once.
+// Then the loss (loss_shared_, cast to f32 on the backend's stream), and the
+// backend's stream waits, on the device, for everything NCCL has queued: the
+// unscale that follows reads the sums. The host has not waited once.
 absl::Status Trainer::FinishOverlappedAllReduce(void** backward_end) {
   dist::ProcessGroup* group = config_.process_group;
   Backend& be = *device_backend_;
+  // The backward's end (and the loss's cast): what the loss's all-reduce
+  // waits for, and where the exposed share of the all-reduce time starts.
   absl::StatusOr<void*> end = be.MarkStream();
   if (!end.ok()) return end.status();
   *backward_end = *end;
-  loss_shared_ = ops::Cast(loss_sum_.Detach(), DType::kF32);
-  absl::StatusOr<void*> ready = be.MarkStream();
-  if (!ready.ok()) return ready.status();
   if (absl::Status s =
-          group->AllReduceSumAfter(*ready, {{static_cast<float*>(loss_shared_.raw()), int64_t{1}}});
+          group->AllReduceSumAfter(*end, {{static_cast<float*>(loss_shared_.raw()), int64_t{1}}});
       !s.ok()) {
     return s;
   }
@@ -634,6 +633,8 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   double allreduce_s = 0;
   void* backward_end = nullptr;
   if (overlap) {
+    // Made even when a bucket failed: the closing read below reads it.
+    loss_shared_ = ops::Cast(loss_sum_.Detach(), DType::kF32);
     if (dist_status_.ok()) dist_status_ = FinishOverlappedAllReduce(&backward_end);
   } else if (data_parallel) {
     dist_status_ = AverageOnDevice(grads, &allreduce_s);
