@@ -60,7 +60,9 @@ __attribute__((target("avx512f"))) float BlockAbsmaxAvx512(const float* x, int64
   __m512 vmax = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= len; i += 16) {
-    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    // vmaxps returns its second operand when either is NaN: a NaN value is
+    // dropped, as the reference's std::max(m, |x|) drops it.
+    vmax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), vmax);
   }
   float m = _mm512_reduce_max_ps(vmax);
   for (; i < len; ++i) m = std::max(m, std::fabs(x[i]));
@@ -118,7 +120,7 @@ __attribute__((target("avx2"))) void QuantizeBlockAvx2(const CodeTable& t, const
   __m256 vmax = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= len; i += 8) {
-    vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask));
+    vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), vmax);  // NaN dropped
   }
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
@@ -171,7 +173,7 @@ __attribute__((target("avx512f"))) float BlockAbsmaxFinite(const float* x, int64
   int64_t i = 0;
   for (; i + 16 <= len; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
-    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+    vmax = _mm512_max_ps(_mm512_abs_ps(v), vmax);  // NaN dropped
     odd = _mm512_fmadd_ps(v, zero, odd);
   }
   float m = _mm512_reduce_max_ps(vmax);

@@ -85,8 +85,8 @@ AMPD_ADAMW8_ATTRS __attribute__((always_inline)) inline void Moments16(const Coe
                     _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(k.one_minus_beta2), g), g));
   _mm512_store_ps(m, mi);
   _mm512_store_ps(v, vi);
-  *m_max = _mm512_max_ps(*m_max, _mm512_abs_ps(mi));
-  *v_max = _mm512_max_ps(*v_max, _mm512_abs_ps(vi));
+  *m_max = _mm512_max_ps(_mm512_abs_ps(mi), *m_max);  // a NaN dropped, as QuantizeBlocks does
+  *v_max = _mm512_max_ps(_mm512_abs_ps(vi), *v_max);
   *odd = _mm512_fmadd_ps(vi, _mm512_setzero_ps(), _mm512_fmadd_ps(mi, _mm512_setzero_ps(), *odd));
 }
 

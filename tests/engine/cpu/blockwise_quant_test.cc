@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -164,6 +165,37 @@ TEST(BlockwiseQuantTest, ABlockWhoseInverseAbsmaxOverflowsTakesTheReferenceCodes
       QuantizeBlocks(*map, x.data(), n, got.data(), got_max.data(), path);
       EXPECT_EQ(got, want);
       EXPECT_EQ(got_max, want_max);
+    }
+  }
+}
+
+// Blocks holding a NaN or an infinity (states a non-finite gradient would
+// make, were it not refused first): every path still gives the reference's
+// codes and absmax, wherever in the block the odd value sits.
+TEST(BlockwiseQuantTest, NonFiniteValuesTakeTheReferencesCodes) {
+  const float odd[] = {
+      std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+      std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  for (const auto* map : {&DynamicMap(), &UnsignedDynamicMap()}) {
+    for (float bad : odd) {
+      for (int64_t at : {int64_t{0}, int64_t{17}, int64_t{255}, int64_t{256 + 100}}) {
+        std::vector<float> x = Values(map == &DynamicMap(), 600, 7);
+        x[at] = bad;
+        const int64_t n = static_cast<int64_t>(x.size());
+        std::vector<uint8_t> want(n), got(n);
+        std::vector<float> want_max(QuantBlocks(n)), got_max(QuantBlocks(n));
+        backend::QuantizeBlockwise(*map, x.data(), n, want.data(), want_max.data());
+        for (QuantPath path : SimdPaths()) {
+          SCOPED_TRACE(std::string(QuantPathName(path)) + " at " + std::to_string(at));
+          QuantizeBlocks(*map, x.data(), n, got.data(), got_max.data(), path);
+          EXPECT_EQ(got, want) << bad;
+          for (size_t b = 0; b < want_max.size(); ++b) {
+            EXPECT_TRUE(got_max[b] == want_max[b] ||
+                        (std::isnan(got_max[b]) && std::isnan(want_max[b])))
+                << bad << " block " << b << ": " << got_max[b] << " vs " << want_max[b];
+          }
+        }
+      }
     }
   }
 }
