@@ -69,6 +69,59 @@ AMPD_AVX512 void SumColumnSliceAvx512(const void* base, int64_t rows, int64_t co
       return SumColumnsAvx512<kBf16, 4>(base, rows, cols, c0, out);
   }
 }
+
+// ChunkedSum's squared sums of an f32 tensor, chunk for chunk and bit for
+// bit (Accumulate8<true>: lane j of a chunk's accumulator takes the chunk's
+// elements j, j + 8, ...; x * x is exact in double, so a fused multiply-add
+// rounds as the product-then-sum does), with kLockstep chunks advancing
+// together: one chunk's sum is a chain of dependent additions, four such
+// chains keep the adder busy (about 3x faster here).
+constexpr int64_t kLockstep = 4;
+
+// partial[c] for the chunks [c0, c0 + count) of x (n values), all full but
+// perhaps the last.
+AMPD_AVX512 void SquareSumsAvx512(const float* x, int64_t n, int64_t c0, int64_t count,
+                                  double* partial) {
+  __m512d acc[kLockstep];
+  for (int64_t k = 0; k < kLockstep; ++k) acc[k] = _mm512_setzero_pd();
+  const int64_t begin = c0 * kSumChunk;
+  const int64_t full = std::min(count, (n - begin) / kSumChunk);  // chunks of kSumChunk
+  if (full == kLockstep) {
+    for (int64_t i = 0; i < kSumChunk; i += 8) {
+#pragma GCC unroll 4
+      for (int64_t k = 0; k < kLockstep; ++k) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + begin + k * kSumChunk + i));
+        acc[k] = _mm512_fmadd_pd(v, v, acc[k]);
+      }
+    }
+  } else {
+    for (int64_t k = 0; k < full; ++k) {
+      for (int64_t i = 0; i < kSumChunk; i += 8) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + begin + k * kSumChunk + i));
+        acc[k] = _mm512_fmadd_pd(v, v, acc[k]);
+      }
+    }
+  }
+  for (int64_t k = 0; k < count; ++k) {
+    double a[8];
+    _mm512_storeu_pd(a, acc[k]);
+    if (k >= full) {  // the tensor's last, partial chunk
+      const int64_t start = begin + k * kSumChunk, len = n - start;
+      int64_t i = 0;
+      __m512d last = _mm512_setzero_pd();
+      for (; i + 8 <= len; i += 8) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + start + i));
+        last = _mm512_fmadd_pd(v, v, last);
+      }
+      _mm512_storeu_pd(a, last);
+      for (; i < len; ++i) {
+        const double v = x[start + i];
+        a[i % 8] += v * v;
+      }
+    }
+    partial[c0 + k] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  }
+}
 #endif
 
 }  // namespace
@@ -130,6 +183,20 @@ double CpuBackendImpl::SumOfSquares(const std::vector<Tensor>& tensors) {
       for (int64_t i = 0; i < t.numel(); ++i) s += v[i] * v[i];
       continue;
     }
+#ifdef AMPD_HAS_AVX512_KERNELS
+    if (t.dtype() == DType::kF32 && UseAvx512Kernels()) {
+      const int64_t n = t.numel(), chunks = (n + kSumChunk - 1) / kSumChunk;
+      std::vector<double> partial(chunks, 0.0);
+      ParallelFor((chunks + kLockstep - 1) / kLockstep, n >= kParallelMin, [&](int64_t g) {
+        SquareSumsAvx512(t.data<float>(), n, g * kLockstep,
+                         std::min(kLockstep, chunks - g * kLockstep), partial.data());
+      });
+      double sum = 0;  // ChunkedSum's order
+      for (double p : partial) sum += p;
+      s += sum;
+      continue;
+    }
+#endif
     s += ChunkedSum(t.numel(), [&](int64_t begin, int64_t len, float* buf, double* acc) {
       Accumulate8<true>(LoadBlock(t, begin, len, buf), len, acc);
     });

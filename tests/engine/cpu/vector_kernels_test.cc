@@ -220,6 +220,33 @@ TEST_F(VectorKernelsTest, ColumnSumsAreBitwiseThePortableOnesAndIndependentOfThr
   }
 }
 
+// Clipping's sum of squares (DeviceAmp::SumOfSquares) over f32 tensors: the
+// AVX-512 path, four chunks in lockstep, gives the portable chunked sum bit
+// for bit, for any number of chunks (a partial group, a partial last chunk,
+// a tail that is not a multiple of 8), on one thread and on all.
+TEST_F(VectorKernelsTest, SumOfSquaresIsBitwiseThePortableOne) {
+  backend::Backend* be = *backend::BackendFor(Device::kCpu);
+  std::vector<Tensor> tensors;
+  for (int64_t n : {int64_t{5}, int64_t{4096}, int64_t{32768}, int64_t{3 * 32768 + 4099},
+                    int64_t{9 * 32768}, int64_t{(1 << 17) + 1001}}) {
+    tensors.push_back(
+        Tensor::FromDoubles(RandomValues(n, static_cast<uint32_t>(n), 2.0), {n}, DType::kF32));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::vector<Tensor> one = {tensors[i]};
+    const auto [vector, portable] = BothPaths([&] { return be->SumOfSquares(one); });
+    EXPECT_EQ(vector, portable) << tensors[i].numel();
+    EXPECT_GT(vector, 0);
+  }
+  const auto [vector, portable] = BothPaths([&] { return be->SumOfSquares(tensors); });
+  EXPECT_EQ(vector, portable);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double one_thread = be->SumOfSquares(tensors);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one_thread, vector);
+}
+
 // Three AdamW steps (weight decay, bias corrections) on 5000 values (blocks
 // of 2048 and 256 and a partial 16-lane chunk), with
 // 32-bit states and with 8-bit ones, each run with the AVX-512 update and
