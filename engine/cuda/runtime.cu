@@ -77,8 +77,8 @@ std::string EventCreateTimed(Event* e) {
 }
 
 std::string EventElapsedMs(Event start, Event end, float* ms) {
-  return Err("cudaEventElapsedTime",
-             cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return Err("cudaEventElapsedTime", cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start),
+                                                          static_cast<cudaEvent_t>(end)));
 }
 
 std::string StreamWaitEvent(Stream s, Event e) {
