@@ -184,17 +184,109 @@ AMPD_AVX512 void MaxPool2x2BackwardRowAvx512(const float* r0, const float* r1, c
   }
 }
 
+// The bf16 rows' 16-bit loads and stores (AVX-512 BW and VL, which
+// Bf16RowsHere checks).
+#define AMPD_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+bool Bf16RowsHere() {
+  static const bool ok = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return ok;
+}
+
+// bf16 rows read and written as they are, with no f32 plane in between. A
+// dword of a row holds one window's left (low half) and right (high half)
+// bf16 values, so as floats left = dword << 16 and right = dword with its
+// low half cleared (bf16 -> f32 is exact).
+AMPD_AVX512 inline void Bf16Pairs16(const uint16_t* p, int64_t n, __m512* left, __m512* right) {
+  const __m512i v = _mm512_maskz_loadu_epi32(FirstLanes(n), p);
+  *left = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  *right =
+      _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// The bf16 bits of 16 floats that are bf16 values already (a maximum or a
+// gradient of bf16 inputs), in the dwords' low halves: their top halves,
+// with a NaN's quiet bit set, as core::F32ToBF16Bits rounds them (the
+// widened path's bits).
+AMPD_AVX512 inline __m512i Bf16Bits16(__m512 v) {
+  const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+  return _mm512_mask_or_epi32(top, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), top,
+                              _mm512_set1_epi32(0x0040));
+}
+
+// MaxPool2x2RowAvx512 on bf16 rows into a bf16 output row.
+AMPD_AVX512_BW void MaxPool2x2RowBf16(const uint16_t* r0, const uint16_t* r1, int64_t OW,
+                                      uint16_t* out) {
+  for (int64_t ow = 0; ow < OW; ow += 16) {
+    const int64_t n = std::min<int64_t>(16, OW - ow);
+    __m512 a, b, c, d;
+    Bf16Pairs16(r0 + 2 * ow, n, &a, &b);
+    Bf16Pairs16(r1 + 2 * ow, n, &c, &d);
+    __m512i k;
+    const __m512 m = First2x2Max16(a, b, c, d, &k);
+    _mm256_mask_storeu_epi16(out + ow, static_cast<__mmask16>(FirstLanes(n)),
+                             _mm512_cvtepi32_epi16(Bf16Bits16(m)));
+  }
+}
+
+// The dwords of one row of 16 windows' gradients: bits (bf16, low halves)
+// in the low half where the winner k is `left`, in the high half where it is
+// left + 1, 0 elsewhere.
+AMPD_AVX512 inline __m512i WinnerPair(__m512i k, __m512i bits, int left) {
+  const __m512i lo =
+      _mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(left)), bits);
+  const __m512i hi =
+      _mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(left + 1)), bits);
+  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
+// MaxPool2x2BackwardRowAvx512 on bf16 rows, gradients and results: each
+// window's gradient (bf16 bits) goes to the half of the dword its winner
+// sits in, 0 elsewhere.
+AMPD_AVX512_BW void MaxPool2x2BackwardRowBf16(const uint16_t* r0, const uint16_t* r1,
+                                              const uint16_t* drow, int64_t OW, uint16_t* d0,
+                                              uint16_t* d1) {
+  for (int64_t ow = 0; ow < OW; ow += 16) {
+    const int64_t n = std::min<int64_t>(16, OW - ow);
+    const __mmask16 lanes = FirstLanes(n);
+    __m512 a, b, c, d;
+    Bf16Pairs16(r0 + 2 * ow, n, &a, &b);
+    Bf16Pairs16(r1 + 2 * ow, n, &c, &d);
+    __m512i k;
+    First2x2Max16(a, b, c, d, &k);
+    const __m512 g = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, drow + ow)), 16));
+    const __m512i bits = Bf16Bits16(g);
+    _mm512_mask_storeu_epi32(d0 + 2 * ow, lanes, WinnerPair(k, bits, 0));
+    _mm512_mask_storeu_epi32(d1 + 2 * ow, lanes, WinnerPair(k, bits, 2));
+  }
+}
+
 #endif
 
 // The 2x2 stride-2 max pool a plane at a time, on the AVX-512 rows when
-// `wide`, else the portable loops (the same bits). A bf16 or f16 plane is
-// widened into a buffer and its output rounded once, as whole-tensor copies
-// would, so such activations cost their own size in memory traffic.
+// `wide`, else the portable loops (the same bits). bf16 activations in and
+// out (autocast's) are read and written as they are on the AVX-512 rows;
+// otherwise a bf16 or f16 plane is widened into a buffer and its output
+// rounded once, as whole-tensor copies would, so such activations cost
+// their own size in memory traffic.
 Tensor MaxPool2x2Planes(const Tensor& x, const Pool2dGeometry& g, DType out, bool wide) {
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const std::vector<int64_t> ys = backend::Pool2dOutputShape(x.shape(), g);
   const int64_t OH = ys[2], OW = ys[3];
   Tensor y = Tensor::Uninitialized(ys, out);
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if (wide && x.dtype() == DType::kBF16 && out == DType::kBF16 && Bf16RowsHere()) {
+    const uint16_t* xs = static_cast<const uint16_t*>(x.raw());
+    uint16_t* yo = static_cast<uint16_t*>(y.raw());
+    ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const uint16_t* r0 = xs + p * H * W + 2 * oh * W;
+        MaxPool2x2RowBf16(r0, r0 + W, OW, yo + (p * OH + oh) * OW);
+      }
+    });
+    return y;
+  }
+#endif
   ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
     std::vector<float> in(x.dtype() == DType::kF32 ? 0 : H * W),
         res(out == DType::kF32 ? 0 : OH * OW);
@@ -228,6 +320,24 @@ Tensor MaxPool2x2BackwardPlanes(const Tensor& x, const Tensor& dy, bool wide) {
   const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t OH = dy.dim(2), OW = dy.dim(3);
   Tensor dx = Tensor::Uninitialized(x.shape(), x.dtype());
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if (wide && x.dtype() == DType::kBF16 && dy.dtype() == DType::kBF16 && Bf16RowsHere()) {
+    const uint16_t* xs = static_cast<const uint16_t*>(x.raw());
+    const uint16_t* ds = static_cast<const uint16_t*>(dy.raw());
+    uint16_t* dxs = static_cast<uint16_t*>(dx.raw());
+    ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
+      uint16_t* dxp = dxs + p * H * W;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const uint16_t* r0 = xs + p * H * W + 2 * oh * W;
+        uint16_t* d0 = dxp + 2 * oh * W;
+        MaxPool2x2BackwardRowBf16(r0, r0 + W, ds + (p * OH + oh) * OW, OW, d0, d0 + W);
+        if (W > 2 * OW) d0[W - 1] = d0[2 * W - 1] = 0;  // the odd column, in no window
+      }
+      if (H > 2 * OH) std::fill(dxp + 2 * OH * W, dxp + H * W, uint16_t{0});
+    });
+    return dx;
+  }
+#endif
   ParallelFor(planes, x.numel() >= kParallelMin, [&](int64_t p) {
     const bool f32 = x.dtype() == DType::kF32;
     std::vector<float> in(f32 ? 0 : H * W), grad(dy.dtype() == DType::kF32 ? 0 : OH * OW),

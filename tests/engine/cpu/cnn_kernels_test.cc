@@ -206,28 +206,42 @@ TEST(CnnKernelsTest, TwoByTwoMaxPoolTakesTheFirstMaximumOfEveryWindow) {
   cpu::AllowAvx512Kernels(true);
 }
 
+// Raw bits, so that NaNs compare too.
+std::vector<uint16_t> Bits16(const Tensor& t) {
+  const auto* p = static_cast<const uint16_t*>(t.raw());
+  return std::vector<uint16_t>(p, p + t.numel());
+}
+
 // bf16 activations (as under autocast) through the 2x2 max pool: the
-// AVX-512 path widens a plane at a time instead of the whole tensor and
-// rounds once, so it gives the portable path's bits.
+// AVX-512 path reads and writes bf16 rows as they are (no f32 plane), and
+// gives the portable path's bits: ties (small integers), NaNs (a window's
+// NaN wins; a NaN gradient keeps its bits, quieted), an odd last row and
+// column, and rows of more than 16 windows.
 TEST(CnnKernelsTest, TwoByTwoMaxPoolOnBf16IsBitwiseThePortablePath) {
   for (const std::vector<int64_t>& shape :
        std::vector<std::vector<int64_t>>{{2, 3, 7, 9}, {2, 2, 5, 37}, {3, 4, 28, 28}}) {
     SCOPED_TRACE(::testing::Message() << "W " << shape[3]);
-    const Tensor x = To(Random(shape, 31), DType::kBF16);
-    const Tensor dy =
-        To(Random({shape[0], shape[1], shape[2] / 2, shape[3] / 2}, 32), DType::kBF16);
+    std::vector<float> xv(shape[0] * shape[1] * shape[2] * shape[3]);
+    for (size_t i = 0; i < xv.size(); ++i) {
+      xv[i] = (i * 7919 % 29 == 0) ? std::nanf("") : static_cast<float>((i * 2654435761u) % 7) - 3;
+    }
+    const Tensor x = Tensor::FromVector(xv, shape, DType::kBF16);
+    const std::vector<int64_t> ys = {shape[0], shape[1], shape[2] / 2, shape[3] / 2};
+    std::vector<float> dv = Random(ys, 32).ToFloats();
+    dv[1] = std::nanf("");
+    const Tensor dy = Tensor::FromVector(dv, ys, DType::kBF16);
     Pool2dGeometry g;
     g.op = OpId::kMaxPool2d;
     g.kernel[0] = g.kernel[1] = g.stride[0] = g.stride[1] = 2;
-    std::vector<float> y[2], dx[2];
+    std::vector<uint16_t> y[2], dx[2];
     for (bool wide : {false, true}) {
       cpu::AllowAvx512Kernels(wide);
       const Tensor out = Kernel<Pool2dKernel>(Device::kCpu)(x, g, DType::kBF16);
       const Tensor grad = Kernel<Pool2dBackwardKernel>(Device::kCpu)(x, dy, g);
       EXPECT_EQ(out.dtype(), DType::kBF16);
       EXPECT_EQ(grad.dtype(), DType::kBF16);
-      y[wide] = out.ToFloats();
-      dx[wide] = grad.ToFloats();
+      y[wide] = Bits16(out);
+      dx[wide] = Bits16(grad);
     }
     cpu::AllowAvx512Kernels(true);
     EXPECT_EQ(y[1], y[0]);
