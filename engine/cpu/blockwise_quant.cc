@@ -55,17 +55,26 @@ const PermuteTables* BuildPermuteTables(const std::array<float, 256>& map) {
 }
 
 #ifdef AMPD_QUANT_X86
-// max |x| over a block of len values.
-__attribute__((target("avx512f"))) float BlockAbsmaxAvx512(const float* x, int64_t len) {
-  __m512 vmax = _mm512_setzero_ps();
+// max |x| over a block of len values; *finite (when given) = no NaN or
+// infinity among them (x * 0 + sum is NaN once one was).
+__attribute__((target("avx512f"))) float BlockAbsmaxAvx512(const float* x, int64_t len,
+                                                           bool* finite = nullptr) {
+  __m512 vmax = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= len; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
     // vmaxps returns its second operand when either is NaN: a NaN value is
     // dropped, as the reference's std::max(m, |x|) drops it.
-    vmax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), vmax);
+    vmax = _mm512_max_ps(_mm512_abs_ps(v), vmax);
+    odd = _mm512_fmadd_ps(v, _mm512_setzero_ps(), odd);
   }
   float m = _mm512_reduce_max_ps(vmax);
-  for (; i < len; ++i) m = std::max(m, std::fabs(x[i]));
+  bool ok = _mm512_cmp_ps_mask(odd, odd, _CMP_UNORD_Q) == 0;
+  for (; i < len; ++i) {
+    m = std::max(m, std::fabs(x[i]));
+    ok = ok && std::isfinite(x[i]);
+  }
+  if (finite != nullptr) *finite = ok;
   return m;
 }
 
@@ -164,40 +173,18 @@ __attribute__((target("avx2"))) void DequantizeBlockAvx2(const std::array<float,
   for (; i < len; ++i) x[i] = map[codes[i]] * absmax;
 }
 
-// BlockAbsmaxAvx512's max (NaNs dropped alike); *finite = no NaN or
-// infinity among the values (x * 0 + sum is NaN once one was).
-__attribute__((target("avx512f"))) float BlockAbsmaxFinite(const float* x, int64_t len,
-                                                           bool* finite) {
-  __m512 vmax = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
-  const __m512 zero = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= len; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    vmax = _mm512_max_ps(_mm512_abs_ps(v), vmax);  // NaN dropped
-    odd = _mm512_fmadd_ps(v, zero, odd);
-  }
-  float m = _mm512_reduce_max_ps(vmax);
-  bool ok = _mm512_cmp_ps_mask(odd, odd, _CMP_UNORD_Q) == 0;
-  for (; i < len; ++i) {
-    m = std::max(m, std::fabs(x[i]));
-    ok = ok && std::isfinite(x[i]);
-  }
-  *finite = ok;
-  return m;
-}
-
 // One block by the search: the absmax as QuantizeBlockAvx512 takes it, then
-// the codes of a whole block in one interleaved search (CodeGroups), a
-// partial one 64 at a time, a tail of fewer than 64 by the table. A block with a NaN or an
-// infinity, or whose 1 / absmax overflows (absmax below 2^-128), takes the table's codes
-// throughout, as the reference does.
+// the codes of a whole block in one interleaved search (CodeRuns), a partial
+// one 64 at a time, a tail of fewer than 64 by the table. A block with a NaN
+// or an infinity, or whose 1 / absmax overflows (absmax below 2^-128), takes
+// the table's codes throughout, as the reference does.
 __attribute__((target(AMPD_QUANT_VBMI_ISA))) void QuantizeBlockSearch(const CodeTable& t,
                                                                       const PermuteTables& pt,
                                                                       const float* x, int64_t len,
                                                                       uint8_t* codes,
                                                                       float* absmax) {
   bool finite;
-  const float m = *absmax = BlockAbsmaxFinite(x, len, &finite);
+  const float m = *absmax = BlockAbsmaxAvx512(x, len, &finite);
   if (m == 0) {
     std::fill_n(codes, len, t.Code(0.0f));
     return;
@@ -209,8 +196,13 @@ __attribute__((target(AMPD_QUANT_VBMI_ISA))) void QuantizeBlockSearch(const Code
     return;
   }
   const __m512 vinv = _mm512_set1_ps(inv);
-  for (; i + 256 <= len; i += 256) vbmi::CodeGroups<4>(pt, x + i, vinv, codes + i);
-  for (; i + 64 <= len; i += 64) vbmi::CodeGroups<1>(pt, x + i, vinv, codes + i);
+  const vbmi::Tree tree = vbmi::LoadTree(pt.node);
+  for (; i + 256 <= len; i += 256) {
+    vbmi::CodeRuns<4, 0>(pt, tree, x + i, vinv, codes + i, pt, tree, nullptr, vinv, nullptr);
+  }
+  for (; i + 64 <= len; i += 64) {
+    vbmi::CodeRuns<1, 0>(pt, tree, x + i, vinv, codes + i, pt, tree, nullptr, vinv, nullptr);
+  }
   for (; i < len; ++i) codes[i] = t.Code(x[i] * inv);
 }
 

@@ -52,8 +52,7 @@ using FusedArgs = DeviceAmp::FusedStepArgs;
 //    pipelines whole blocks, which spills).
 // A block with a non-finite moment or an extreme absmax is coded by
 // QuantizeBlocks, which takes the reference's codes there.
-#define AMPD_ADAMW8_ISA AMPD_QUANT_VBMI_ISA
-#define AMPD_ADAMW8_ATTRS __attribute__((target(AMPD_ADAMW8_ISA), optimize("fp-contract=off")))
+#define AMPD_ADAMW8_ATTRS __attribute__((target(AMPD_QUANT_VBMI_ISA), optimize("fp-contract=off")))
 
 using Coefficients = AdamWBlockMath::Coefficients;
 constexpr int64_t kPrefetchAhead = 2 * kQuantBlock;
@@ -153,8 +152,8 @@ AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::Per
       Prefetch(mc, kPrefetchAhead + i);
       Prefetch(vc, kPrefetchAhead + i);
     }
-    vbmi::CodePair<kCodeGroups>(mt, m_tree, m + q, m_invs, mc + q, vt, v_tree, v + q, v_invs,
-                                vc + q);
+    vbmi::CodeRuns<kCodeGroups, kCodeGroups>(mt, m_tree, m + q, m_invs, mc + q, vt, v_tree, v + q,
+                                             v_invs, vc + q);
   }
 }
 #endif  // AMPD_QUANT_X86

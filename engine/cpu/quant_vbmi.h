@@ -206,35 +206,25 @@ __attribute__((target(AMPD_QUANT_VBMI_ISA), always_inline)) inline void Finish64
   _mm512_storeu_si512(codes, _mm512_mask_add_epi8(below, above, below, _mm512_set1_epi8(1)));
 }
 
-// The codes of G x 64 finite values x * inv of one map (inv finite), the
-// searches of all of them interleaved.
-template <int G>
-__attribute__((target(AMPD_QUANT_VBMI_ISA), always_inline)) inline void CodeGroups(
-    const PermuteTables& pt, const float* x, __m512 inv, uint8_t* codes) {
-  const Tree tree = LoadTree(pt.node);
-  __m512 v[4 * G];
-  __m512i half[2 * G], k[2 * G];
-  for (int h = 0; h < 2 * G; ++h) half[h] = Halves32(x + 32 * h, inv, &v[2 * h], &v[2 * h + 1]);
-  SearchHalves<2 * G, 2 * G>(tree, tree, half, k);
-  for (int g = 0; g < G; ++g) Finish64(pt, k[2 * g], k[2 * g + 1], v + 4 * g, codes + 64 * g);
-}
-
-// The codes of 64 x G values of each of two maps (trees loaded), all the
-// searches interleaved.
-template <int G>
-__attribute__((target(AMPD_QUANT_VBMI_ISA), always_inline)) inline void CodePair(
+// The codes of GA x 64 finite values xa * inv_a of map a (tree ta) and
+// GB x 64 of map b (GB may be 0; inv finite), all the searches interleaved.
+template <int GA, int GB>
+__attribute__((target(AMPD_QUANT_VBMI_ISA), always_inline)) inline void CodeRuns(
     const PermuteTables& pa, const Tree& ta, const float* xa, __m512 inv_a, uint8_t* codes_a,
     const PermuteTables& pb, const Tree& tb, const float* xb, __m512 inv_b, uint8_t* codes_b) {
-  __m512 v[8 * G];
-  __m512i half[4 * G], k[4 * G];
-  for (int h = 0; h < 2 * G; ++h) {
-    half[h] = Halves32(xa + 32 * h, inv_a, &v[2 * h], &v[2 * h + 1]);
-    half[2 * G + h] = Halves32(xb + 32 * h, inv_b, &v[4 * G + 2 * h], &v[4 * G + 2 * h + 1]);
+  constexpr int kA = 2 * GA, kHalves = 2 * (GA + GB);  // 32-value vectors
+  __m512 v[2 * kHalves];
+  __m512i half[kHalves], k[kHalves];
+  for (int h = 0; h < kHalves; ++h) {
+    const bool a = h < kA;
+    half[h] =
+        Halves32(a ? xa + 32 * h : xb + 32 * (h - kA), a ? inv_a : inv_b, &v[2 * h], &v[2 * h + 1]);
   }
-  SearchHalves<4 * G, 2 * G>(ta, tb, half, k);
-  for (int g = 0; g < G; ++g) {
-    Finish64(pa, k[2 * g], k[2 * g + 1], v + 4 * g, codes_a + 64 * g);
-    Finish64(pb, k[2 * G + 2 * g], k[2 * G + 2 * g + 1], v + 4 * G + 4 * g, codes_b + 64 * g);
+  SearchHalves<kHalves, kA>(ta, tb, half, k);
+  for (int g = 0; g < GA + GB; ++g) {
+    const bool a = g < GA;
+    Finish64(a ? pa : pb, k[2 * g], k[2 * g + 1], v + 4 * g,
+             a ? codes_a + 64 * g : codes_b + 64 * (g - GA));
   }
 }
 

@@ -78,15 +78,30 @@ AMPD_AVX512 void SumColumnSliceAvx512(const void* base, int64_t rows, int64_t co
 // chains keep the adder busy (about 3x faster here).
 constexpr int64_t kLockstep = 4;
 
-// partial[c] for the chunks [c0, c0 + count) of x (n values), all full but
-// perhaps the last.
+// Accumulate8<true>'s eight sums of one chunk (len values), one chain.
+AMPD_AVX512 void ChunkSquares(const float* x, int64_t len, double* a) {
+  __m512d acc = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+    acc = _mm512_fmadd_pd(v, v, acc);
+  }
+  _mm512_storeu_pd(a, acc);
+  for (; i < len; ++i) {
+    const double v = x[i];
+    a[i % 8] += v * v;
+  }
+}
+
+// partial[c] for the chunks [c0, c0 + count) of x (n values): kLockstep
+// full chunks in lockstep, else (the tensor's last group) one at a time.
 AMPD_AVX512 void SquareSumsAvx512(const float* x, int64_t n, int64_t c0, int64_t count,
                                   double* partial) {
-  __m512d acc[kLockstep];
-  for (int64_t k = 0; k < kLockstep; ++k) acc[k] = _mm512_setzero_pd();
+  double a[kLockstep][8];
   const int64_t begin = c0 * kSumChunk;
-  const int64_t full = std::min(count, (n - begin) / kSumChunk);  // chunks of kSumChunk
-  if (full == kLockstep) {
+  if (count == kLockstep && n - begin >= kLockstep * kSumChunk) {
+    __m512d acc[kLockstep];
+    for (int64_t k = 0; k < kLockstep; ++k) acc[k] = _mm512_setzero_pd();
     for (int64_t i = 0; i < kSumChunk; i += 8) {
 #pragma GCC unroll 4
       for (int64_t k = 0; k < kLockstep; ++k) {
@@ -94,32 +109,16 @@ AMPD_AVX512 void SquareSumsAvx512(const float* x, int64_t n, int64_t c0, int64_t
         acc[k] = _mm512_fmadd_pd(v, v, acc[k]);
       }
     }
+    for (int64_t k = 0; k < kLockstep; ++k) _mm512_storeu_pd(a[k], acc[k]);
   } else {
-    for (int64_t k = 0; k < full; ++k) {
-      for (int64_t i = 0; i < kSumChunk; i += 8) {
-        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + begin + k * kSumChunk + i));
-        acc[k] = _mm512_fmadd_pd(v, v, acc[k]);
-      }
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t start = begin + k * kSumChunk;
+      ChunkSquares(x + start, std::min(kSumChunk, n - start), a[k]);
     }
   }
   for (int64_t k = 0; k < count; ++k) {
-    double a[8];
-    _mm512_storeu_pd(a, acc[k]);
-    if (k >= full) {  // the tensor's last, partial chunk
-      const int64_t start = begin + k * kSumChunk, len = n - start;
-      int64_t i = 0;
-      __m512d last = _mm512_setzero_pd();
-      for (; i + 8 <= len; i += 8) {
-        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + start + i));
-        last = _mm512_fmadd_pd(v, v, last);
-      }
-      _mm512_storeu_pd(a, last);
-      for (; i < len; ++i) {
-        const double v = x[start + i];
-        a[i % 8] += v * v;
-      }
-    }
-    partial[c0 + k] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    const double* s = a[k];
+    partial[c0 + k] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
   }
 }
 #endif

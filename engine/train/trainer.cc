@@ -488,14 +488,8 @@ Tensor Trainer::ToDevice(const std::vector<float>& values, int64_t rows, int64_t
 
 void Trainer::EnsureDeviceBuckets() {
   if (!device_buckets_.empty()) return;
-  std::vector<nn::Parameter>& params = model_->parameters();
-  std::vector<int64_t> numels;
-  for (size_t i = 0; i < params.size(); ++i) {
-    numels.push_back(params[i].value.numel());
-    param_index_[params[i].value.impl()] = static_cast<int>(i);
-  }
-  device_buckets_ = dist::AssignBuckets(numels);
-  device_bucket_of_.assign(params.size(), 0);
+  device_buckets_ = dist::AssignBuckets(IndexParameters());
+  device_bucket_of_.assign(model_->parameters().size(), 0);
   for (size_t b = 0; b < device_buckets_.size(); ++b) {
     for (int i : device_buckets_[b]) device_bucket_of_[i] = static_cast<int>(b);
   }
@@ -800,14 +794,19 @@ StepMetrics Trainer::Step(TrainerCallbacks* callbacks) {
   return m;
 }
 
-void Trainer::EnsureBuckets() {
-  if (buckets_ != nullptr) return;
+std::vector<int64_t> Trainer::IndexParameters() {
   std::vector<nn::Parameter>& params = model_->parameters();
   std::vector<int64_t> numels;
   for (size_t i = 0; i < params.size(); ++i) {
     numels.push_back(params[i].value.numel());
     param_index_[params[i].value.impl()] = static_cast<int>(i);
   }
+  return numels;
+}
+
+void Trainer::EnsureBuckets() {
+  if (buckets_ != nullptr) return;
+  std::vector<int64_t> numels = IndexParameters();
   // Sum only: 1 / size is folded into the copy back (exact for a
   // power-of-two world, as DDP's predivide would be).
   buckets_ =

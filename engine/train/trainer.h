@@ -250,6 +250,8 @@ class Trainer {
   // into the copy back into `grads`, and the loss averaged too.
   void EnsureBuckets();
   void BackwardWithAllReduce(const Tensor& scaled);
+  // Fills param_index_; returns the parameters' element counts, in order.
+  std::vector<int64_t> IndexParameters();
   // DDP's broadcast_buffers: rank 0's buffers (batch norm's running
   // statistics) to every rank. DDP sends them before each forward; ampd at
   // the end of each step, which gives every forward the same start and every
