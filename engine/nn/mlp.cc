@@ -77,13 +77,21 @@ absl::Status ValidateMlp(const MlpSpec& m) {
   auto bad = [](const std::string& field, const std::string& why) {
     return FieldError(absl::StrCat("model.mlp.", field), why);
   };
+  constexpr int64_t kMaxWidth = kMaxMlpWidth;
   if (m.input_dim <= 0) return bad("input_dim", absl::StrCat("must be > 0, got ", m.input_dim));
+  if (m.input_dim > kMaxWidth) {
+    return bad("input_dim", absl::StrCat("must be <= ", kMaxWidth, ", got ", m.input_dim));
+  }
   if (m.num_classes < 2) {
     return bad("num_classes", absl::StrCat("must be >= 2, got ", m.num_classes));
   }
+  if (m.num_classes > kMaxWidth) {
+    return bad("num_classes", absl::StrCat("must be <= ", kMaxWidth, ", got ", m.num_classes));
+  }
   for (size_t i = 0; i < m.hidden.size(); ++i) {
-    if (m.hidden[i] <= 0) {
-      return bad(absl::StrCat("hidden[", i, "]"), absl::StrCat("must be > 0, got ", m.hidden[i]));
+    if (m.hidden[i] <= 0 || m.hidden[i] > kMaxWidth) {
+      return bad(absl::StrCat("hidden[", i, "]"),
+                 absl::StrCat("must be in [1, ", kMaxWidth, "], got ", m.hidden[i]));
     }
   }
   if (!(m.dropout >= 0.0 && m.dropout < 1.0)) {

@@ -29,6 +29,9 @@ struct MlpSpec {
 struct ModelShape;
 class Model;
 
+// Widths up to 2^24 keep every layer's parameter count (a product of two)
+// and the model's sum far inside int64.
+inline constexpr int64_t kMaxMlpWidth = int64_t{1} << 24;
 absl::Status ValidateMlp(const MlpSpec& spec);
 ModelShape DescribeMlp(const MlpSpec& spec);
 std::unique_ptr<Model> BuildMlp(const MlpSpec& spec, const amp::PrecisionConfig& precision,

@@ -14,6 +14,7 @@
 #include "engine/data/text_tokens.h"
 #include "engine/data/token_shard.h"
 #include "engine/io/safetensors.h"
+#include "engine/nn/mlp.h"
 #include "engine/nn/weights_file.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -567,7 +568,18 @@ std::vector<FieldViolation> ValidateJobSpec(const v1::JobSpec& spec,
       if (m.hidden(i) <= 0) {
         Violate(&v, absl::StrCat("model.mlp.hidden[", i, "]"),
                 absl::StrCat("must be > 0, got ", m.hidden(i)));
+      } else if (m.hidden(i) > nn::kMaxMlpWidth) {
+        Violate(&v, absl::StrCat("model.mlp.hidden[", i, "]"),
+                absl::StrCat("must be in [1, ", nn::kMaxMlpWidth, "], got ", m.hidden(i)));
       }
+    }
+    if (m.input_dim() > nn::kMaxMlpWidth) {
+      Violate(&v, "model.mlp.input_dim",
+              absl::StrCat("must be <= ", nn::kMaxMlpWidth, ", got ", m.input_dim()));
+    }
+    if (m.num_classes() > nn::kMaxMlpWidth) {
+      Violate(&v, "model.mlp.num_classes",
+              absl::StrCat("must be <= ", nn::kMaxMlpWidth, ", got ", m.num_classes()));
     }
     if (!(m.dropout() >= 0 && m.dropout() < 1)) {
       Violate(&v, "model.mlp.dropout", absl::StrCat("must be in [0, 1), got ", m.dropout()));

@@ -5,6 +5,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "engine/train/explain.h"
 #include "gtest/gtest.h"
 
@@ -75,6 +76,20 @@ TEST(JobSpecTest, EveryBadFieldIsReportedAtOnce) {
   EXPECT_NE(std::string(job.status().message()).find("training.batch_size: must be > 0, got 0"),
             std::string::npos)
       << job.status();
+}
+
+// Widths whose products would overflow a parameter count (job_spec_fuzzer
+// found 25699999999999999 x 784) are refused, naming the field.
+TEST(JobSpecTest, MlpWidthsAreBoundedSoThatCountsCannotOverflow) {
+  for (const char* model :
+       {R"({"mlp": {"hidden": [25699999999999999]}})", R"({"mlp": {"hidden": [16777217]}})"}) {
+    auto job = ResolveJobSpec(Parse(absl::StrCat(R"({"model": )", model, "}")), {});
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << model;
+    EXPECT_NE(
+        std::string(job.status().message()).find("model.mlp.hidden[0]: must be in [1, 16777216]"),
+        std::string::npos)
+        << job.status();
+  }
 }
 
 TEST(JobSpecTest, UnknownJsonFieldIsNamedWithTheFile) {
