@@ -90,6 +90,48 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Traine
   return path;
 }
 
+absl::StatusOr<TrainerState> DecodeCheckpoint(const SafetensorsFile& file) {
+  const auto& m = file.metadata;
+  auto format = m.find("format");
+  if (format == m.end() || format->second != kFormat) {
+    return absl::InvalidArgumentError(absl::StrCat("not an ", kFormat, " checkpoint"));
+  }
+  TrainerState s;
+  // Each field: present, a number, and in its range (a checkpoint is input
+  // too: one that passes here can still be refused by Trainer::LoadState,
+  // which knows the run).
+  auto integer = [&](const char* key, int64_t* out) -> absl::Status {
+    if (!Get(m, key, out)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", key, " is missing or not an integer"));
+    }
+    if (*out < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", key, " is negative (", *out, ")"));
+    }
+    return absl::OkStatus();
+  };
+  for (const auto& [key, out] : std::initializer_list<std::pair<const char*, int64_t*>>{
+           {"step", &s.step},
+           {"skipped_total", &s.skipped_total},
+           {"data_epoch", &s.data_position.epoch},
+           {"data_index", &s.data_position.index},
+           {"growth_tracker", &s.scaler.growth_tracker},
+           {"optimizer_steps", &s.optimizer_steps}}) {
+    if (absl::Status st = integer(key, out); !st.ok()) return st;
+  }
+  // A language model's window count; checkpoints of classifiers written
+  // before it existed have none (and need none: 0).
+  if (m.count("data_windows")) {
+    if (absl::Status st = integer("data_windows", &s.token_windows); !st.ok()) return st;
+  }
+  if (!Get(m, "loss_scale", &s.scaler.scale)) {
+    return absl::InvalidArgumentError("checkpoint: loss_scale is missing or not a number");
+  }
+  for (const std::string& name : file.names) s.tensors.emplace_back(name, file.tensors.at(name));
+  return s;
+}
+
 std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
                                                      std::vector<std::string>* warnings) {
   for (const auto& [step, path] : List(dir)) {
@@ -106,28 +148,19 @@ std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
       warnings->push_back(absl::StrCat(file.status().message(), "; skipping it"));
       continue;
     }
+    absl::StatusOr<TrainerState> state = DecodeCheckpoint(*file);
+    if (!state.ok()) {
+      warnings->push_back(absl::StrCat(path, ": ", state.status().message(), "; skipping it"));
+      continue;
+    }
+    if (state->step != step) {
+      warnings->push_back(absl::StrCat(path, ": holds step ", state->step,
+                                       ", not the one its name says; skipping it"));
+      continue;
+    }
     LoadedCheckpoint loaded;
     loaded.path = path;
-    TrainerState& s = loaded.state;
-    const auto& m = file->metadata;
-    auto format = m.find("format");
-    if (format == m.end() || format->second != kFormat || !Get(m, "step", &s.step) ||
-        !Get(m, "skipped_total", &s.skipped_total) ||
-        !Get(m, "data_epoch", &s.data_position.epoch) ||
-        !Get(m, "data_index", &s.data_position.index) || !Get(m, "loss_scale", &s.scaler.scale) ||
-        !Get(m, "growth_tracker", &s.scaler.growth_tracker) ||
-        !Get(m, "optimizer_steps", &s.optimizer_steps) || s.step != step) {
-      warnings->push_back(absl::StrCat(path, ": not an ", kFormat, " checkpoint; skipping it"));
-      continue;
-    }
-    // A language model's window count; checkpoints of classifiers written
-    // before it existed have none (and need none: 0).
-    if (m.count("data_windows") && !Get(m, "data_windows", &s.token_windows)) {
-      warnings->push_back(absl::StrCat(path, ": bad data_windows; skipping it"));
-      continue;
-    }
-    for (const std::string& name : file->names)
-      s.tensors.emplace_back(name, file->tensors.at(name));
+    loaded.state = *std::move(state);
     return loaded;
   }
   return std::nullopt;

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/core/tensor.h"
+#include "engine/io/safetensors.h"
 #include "engine/nn/model.h"
 #include "engine/train/trainer.h"
 
@@ -34,6 +35,12 @@ struct LoadedCheckpoint {
 // do not are skipped, each with a line in `warnings`. nullopt: none usable.
 std::optional<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& dir,
                                                      std::vector<std::string>* warnings);
+
+// The TrainerState a checkpoint file holds (what LoadLatestCheckpoint reads
+// once the checksum verifies): the format, and every counter present, an
+// integer and not negative, the loss scale a number. The error names the
+// field. Whether the state fits a run is Trainer::LoadState's to check.
+absl::StatusOr<train::TrainerState> DecodeCheckpoint(const SafetensorsFile& file);
 
 // Final model weights in the dtype the model computes with, in the model's
 // file layout (nn/weights_file.h: the MLP's parameter names; a GPT's in

@@ -275,8 +275,12 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::StateTensors() const {
   return out;
 }
 
-absl::Status Optimizer::LoadState(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                  int64_t steps_taken) {
+absl::Status Optimizer::CheckState(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                   int64_t steps_taken) const {
+  if (steps_taken < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer state: the step count is negative (", steps_taken, ")"));
+  }
   std::map<std::string, Tensor> by_name(tensors.begin(), tensors.end());
   for (const auto& [name, target] : StateTensors()) {
     auto it = by_name.find(name);
@@ -292,12 +296,19 @@ absl::Status Optimizer::LoadState(const std::vector<std::pair<std::string, Tenso
   }
   for (const auto& [name, map] : quant_maps_) {
     // The codes mean these values: a checkpoint written with other maps
-    // cannot be continued with these.
+    // cannot be continued with these (a NaN compares unequal too).
     if (by_name.at(name).ToDoubles() != map.ToDoubles()) {
       return absl::InvalidArgumentError(absl::StrCat("optimizer state: the checkpoint's ", name,
                                                      " differs from this build's code map"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::LoadState(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  int64_t steps_taken) {
+  if (absl::Status s = CheckState(tensors, steps_taken); !s.ok()) return s;
+  std::map<std::string, Tensor> by_name(tensors.begin(), tensors.end());
   for (const auto& [name, target] : StateTensors()) {
     if (name.rfind("quant_map/", 0) != 0) target.CopyFrom(by_name.at(name));
   }

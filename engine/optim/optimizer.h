@@ -84,6 +84,10 @@ class Optimizer {
   // maps themselves as "quant_map/<name>"), and the step count. Load copies
   // values in; names, shapes and dtypes must match, and so must the maps.
   std::vector<std::pair<std::string, Tensor>> StateTensors() const;
+  // What LoadState checks, without changing anything: a caller restoring
+  // more than the optimizer checks all of it before it copies any of it.
+  absl::Status CheckState(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                          int64_t steps_taken) const;
   absl::Status LoadState(const std::vector<std::pair<std::string, Tensor>>& tensors,
                          int64_t steps_taken);
   // The bytes of optimizer state allocated (moments / momentum; not master

@@ -1054,6 +1054,47 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
     return absl::InvalidArgumentError(absl::StrCat("trainer state: step ", state.step,
                                                    " is outside this run (0..", total_steps_, ")"));
   }
+  // The counters: a state is input (a checkpoint file), so each is checked
+  // against the run before anything is restored. Past kMaxCounter a counter
+  // is no run's (and one more would overflow).
+  constexpr int64_t kMaxCounter = int64_t{1} << 53;
+  if (state.skipped_total < 0 || state.skipped_total > state.step) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer state: skipped_total ",
+                                                   state.skipped_total, " is outside 0..step (",
+                                                   state.step, ")"));
+  }
+  if (state.optimizer_steps < 0 || state.optimizer_steps > state.step) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer state: optimizer_steps ",
+                                                   state.optimizer_steps, " is outside 0..step (",
+                                                   state.step, ")"));
+  }
+  for (const auto& [field, value] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"data_epoch", state.data_position.epoch},
+           {"data_index", state.data_position.index},
+           {"data_windows", state.token_windows}}) {
+    if (value < 0 || value > kMaxCounter) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer state: ", field, " ", value, " is outside 0..2^53"));
+    }
+  }
+  if (!windows_ && state.token_windows != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer state: data_windows is ", state.token_windows,
+                     ", but this run draws no token windows (a language model's state?)"));
+  }
+  if (scaler_.enabled()) {
+    const double scale = state.scaler.scale;
+    if (!std::isfinite(scale) || scale <= 0 || scale > std::numeric_limits<float>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer state: loss_scale ", scale, " is not a positive finite f32 value"));
+    }
+    if (state.scaler.growth_tracker < 0 ||
+        state.scaler.growth_tracker > config_.precision.loss_scaling.growth_interval) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer state: growth_tracker ", state.scaler.growth_tracker,
+          " is outside 0..growth_interval (", config_.precision.loss_scaling.growth_interval, ")"));
+    }
+  }
   std::vector<std::pair<std::string, Tensor>> optimizer_tensors;
   std::map<std::string, Tensor> params;
   std::map<std::string, Tensor> fp8_tensors;
@@ -1109,6 +1150,11 @@ absl::Status Trainer::LoadState(const TrainerState& state) {
                                           "or model)");
       }
     }
+  }
+  // Everything checked before anything is copied: a refused state leaves the
+  // trainer as it was.
+  if (absl::Status s = optimizer_->CheckState(optimizer_tensors, state.optimizer_steps); !s.ok()) {
+    return s;
   }
   for (Parameter& p : model_->parameters()) p.value.CopyFrom(params.at(p.name));
   for (Parameter& b : model_->buffers()) b.value.CopyFrom(buffers.at(b.name));

@@ -1,5 +1,6 @@
 // A run saved mid-way and restored into a fresh trainer continues bitwise
 // identically to an uninterrupted run: the basis of resumable checkpoints.
+#include <cmath>
 #include <vector>
 
 #include "engine/data/dataset.h"
@@ -137,6 +138,75 @@ TEST(TrainerStateTest, LoadRejectsAStateFromAnotherModel) {
   TrainerState beyond = a->SaveState();
   beyond.step = 1000;
   EXPECT_FALSE(a->LoadState(beyond).ok());
+}
+
+TEST(TrainerStateTest, LoadRefusesCountersOutsideTheRunNamingThem) {
+  data::SyntheticSpec spec;
+  spec.feature_dim = 16;
+  spec.num_classes = 4;
+  data::Dataset data = *data::MakeSyntheticDataset(spec);
+  auto source = *Trainer::Create(Config("16-mixed", OptimizerSpec::Kind::kAdamW), &data, nullptr);
+  for (int i = 0; i < 4; ++i) source->RunStep();
+  const TrainerState good = source->SaveState();
+  struct Case {
+    const char* field;
+    void (*spoil)(TrainerState*);
+  };
+  const Case cases[] = {
+      {"skipped_total", [](TrainerState* s) { s->skipped_total = s->step + 1; }},
+      {"skipped_total", [](TrainerState* s) { s->skipped_total = -1; }},
+      {"optimizer_steps", [](TrainerState* s) { s->optimizer_steps = s->step + 1; }},
+      {"optimizer_steps", [](TrainerState* s) { s->optimizer_steps = -1; }},
+      {"data_epoch", [](TrainerState* s) { s->data_position.epoch = -3; }},
+      {"data_index", [](TrainerState* s) { s->data_position.index = int64_t{1} << 62; }},
+      {"data_windows", [](TrainerState* s) { s->token_windows = 7; }},  // a classifier has none
+      {"loss_scale", [](TrainerState* s) { s->scaler.scale = 0; }},
+      {"loss_scale", [](TrainerState* s) { s->scaler.scale = -2; }},
+      {"loss_scale", [](TrainerState* s) { s->scaler.scale = std::nan(""); }},
+      {"loss_scale", [](TrainerState* s) { s->scaler.scale = 1e300; }},
+      {"growth_tracker", [](TrainerState* s) { s->scaler.growth_tracker = 8; }},  // interval 7
+      {"growth_tracker", [](TrainerState* s) { s->scaler.growth_tracker = -1; }},
+  };
+  for (const Case& c : cases) {
+    TrainerState bad = good;
+    c.spoil(&bad);
+    auto t = *Trainer::Create(Config("16-mixed", OptimizerSpec::Kind::kAdamW), &data, nullptr);
+    absl::Status s = t->LoadState(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(std::string(s.message()).find(c.field), std::string::npos) << s;
+    EXPECT_EQ(t->steps_done(), 0) << c.field;
+  }
+  auto t = *Trainer::Create(Config("16-mixed", OptimizerSpec::Kind::kAdamW), &data, nullptr);
+  EXPECT_TRUE(t->LoadState(good).ok());
+}
+
+TEST(TrainerStateTest, ARefusedStateLeavesTheTrainerAsItWas) {
+  data::SyntheticSpec spec;
+  spec.feature_dim = 16;
+  spec.num_classes = 4;
+  data::Dataset data = *data::MakeSyntheticDataset(spec);
+  const TrainerConfig config = Config("bf16-mixed", OptimizerSpec::Kind::kAdamW);
+  auto source = *Trainer::Create(config, &data, nullptr);
+  for (int i = 0; i < 3; ++i) source->RunStep();
+  // The parameters fit; one optimizer moment has the wrong shape, which only
+  // the optimizer can tell: nothing may have been copied by then.
+  TrainerState bad = source->SaveState();
+  bool spoiled = false;
+  for (auto& [name, tensor] : bad.tensors) {
+    if (name.rfind("exp_avg_sq/", 0) == 0) {
+      tensor = core::Tensor::Zeros({3}, tensor.dtype());
+      spoiled = true;
+      break;
+    }
+  }
+  ASSERT_TRUE(spoiled);
+  auto t = *Trainer::Create(config, &data, nullptr);
+  const auto before = ParamBytes(*t);
+  absl::Status s = t->LoadState(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("exp_avg_sq/"), std::string::npos) << s;
+  EXPECT_EQ(ParamBytes(*t), before) << "the parameters were restored from a refused state";
+  EXPECT_NE(ParamBytes(*source), before);  // so the comparison above can fail
 }
 
 }  // namespace
