@@ -1,13 +1,14 @@
 // libFuzzer target: arbitrary bytes as a training checkpoint
 // (ampd-checkpoint-v1, a safetensors file) through what a resume does with
 // one: the safetensors parser, DecodeCheckpoint, and Trainer::LoadState into
-// two small runs (16-mixed with GradScaler and 8-bit AdamW states; bf16-mixed
-// with 32-bit AdamW and gradient accumulation). A state that loads must read
-// back as it was given and take one training step. Build and run with
-// tools/fuzz.
+// three small runs (an MLP in 16-mixed with GradScaler and 8-bit AdamW
+// states; an MLP in bf16-mixed with 32-bit AdamW and gradient accumulation; a
+// byte-level GPT in fp8-hybrid, with token windows and FP8 scaling state). A
+// state that loads must read back as it was given and take one training
+// step. Build and run with tools/fuzz.
 //
-// The seeds (corpus/checkpoint_fuzzer/) are those two runs' own checkpoints
-// after three steps, written by this binary:
+// The seeds (corpus/checkpoint_fuzzer/) are those runs' own checkpoints after
+// three steps, written by this binary:
 //   AMPD_FUZZ_WRITE_SEEDS=tests/fuzz/corpus/checkpoint_fuzzer build/fuzz/bin/checkpoint_fuzzer
 //   -runs=0
 #include <cstddef>
@@ -20,8 +21,10 @@
 
 #include "engine/amp/precision.h"
 #include "engine/data/dataset.h"
+#include "engine/data/text_tokens.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/safetensors.h"
+#include "engine/nn/gpt.h"
 #include "engine/train/trainer.h"
 
 namespace {
@@ -45,9 +48,37 @@ const Dataset& Data() {
   return *data;
 }
 
+constexpr int kRuns = 3;
+
+// The GPT's tokens: a short repeating text, 10 % held out.
+const ampd::engine::data::TokenSplit& Tokens() {
+  static const auto* split = [] {
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += i % 3 ? "the cat sat. " : "a dog ran! ";
+    return new ampd::engine::data::TokenSplit(
+        ampd::engine::data::SplitHeldOut(ampd::engine::data::ByteTokens(text, "fuzz"), 0.1));
+  }();
+  return *split;
+}
+
 TrainerConfig Config(int which) {
   using ampd::engine::optim::OptimizerSpec;
   TrainerConfig c;
+  if (which == 2) {
+    ampd::engine::nn::GptSpec g;
+    g.vocab_size = 256;
+    g.block_size = 8;
+    g.n_layer = 1;
+    g.n_head = 2;
+    g.n_embd = 16;
+    c.model = g;
+    c.precision = *ampd::engine::amp::ResolvePrecision("fp8-hybrid");
+    c.optimizer.lr = 1e-2;
+    c.training.steps = 8;
+    c.training.batch_size = 4;
+    c.training.seed = 3;
+    return c;
+  }
   ampd::engine::nn::MlpSpec mlp;
   mlp.input_dim = 12;
   mlp.hidden = {32};
@@ -71,7 +102,16 @@ TrainerConfig Config(int which) {
 }
 
 std::unique_ptr<Trainer> Make(int which) {
-  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(Config(which), &Data(), nullptr);
+  absl::StatusOr<std::unique_ptr<Trainer>> t;
+  if (which == 2) {
+    ampd::engine::train::TokenData tokens;
+    tokens.train = {&Tokens().train};
+    tokens.val = &Tokens().val;
+    tokens.byte_level = true;
+    t = Trainer::Create(Config(which), tokens);
+  } else {
+    t = Trainer::Create(Config(which), &Data(), nullptr);
+  }
   if (!t.ok()) {
     std::fprintf(stderr, "checkpoint_fuzzer: %s\n", std::string(t.status().message()).c_str());
     std::abort();
@@ -91,12 +131,18 @@ void Check(bool ok, const char* what) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = std::getenv("AMPD_FUZZ_WRITE_SEEDS");
   if (dir == nullptr || *dir == '\0') return 0;
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < kRuns; ++which) {
     std::unique_ptr<Trainer> t = Make(which);
     for (int i = 0; i < 3; ++i) t->RunStep();
     const std::string sub = std::string(dir) + "/run" + std::to_string(which);
     absl::StatusOr<std::string> path = ampd::engine::io::WriteCheckpoint(sub, t->SaveState(), 1);
     Check(path.ok(), "cannot write a seed");
+    // A seed must reach LoadState's success path in its own run.
+    absl::StatusOr<ampd::engine::io::SafetensorsFile> file =
+        ampd::engine::io::ReadSafetensors(*path);
+    Check(file.ok(), "cannot read a seed back");
+    absl::StatusOr<TrainerState> state = ampd::engine::io::DecodeCheckpoint(*file);
+    Check(state.ok() && Make(which)->LoadState(*state).ok(), "a seed does not load into its run");
     std::filesystem::rename(*path, std::string(dir) + "/seed-" + std::to_string(which));
     std::filesystem::remove_all(sub);
   }
@@ -109,7 +155,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!file.ok()) return 0;
   absl::StatusOr<TrainerState> state = ampd::engine::io::DecodeCheckpoint(*file);
   if (!state.ok()) return 0;
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < kRuns; ++which) {
     std::unique_ptr<Trainer> t = Make(which);
     if (!t->LoadState(*state).ok()) {
       // Refused: nothing of it was restored.
