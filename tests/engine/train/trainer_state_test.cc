@@ -45,6 +45,14 @@ TrainerConfig Config(const std::string& precision, OptimizerSpec::Kind kind) {
   return c;
 }
 
+// 1024 examples of 16 features in 4 classes (Config's model).
+data::Dataset Data() {
+  data::SyntheticSpec spec;
+  spec.feature_dim = 16;
+  spec.num_classes = 4;
+  return *data::MakeSyntheticDataset(spec);
+}
+
 class Recorder : public TrainerCallbacks {
  public:
   void OnStep(const StepMetrics& m) override { losses.push_back(m.loss); }
@@ -103,10 +111,7 @@ TEST(TrainerStateTest, ResumeIsBitwiseExactInEveryKindOfMode) {
 }
 
 TEST(TrainerStateTest, StateCarriesTheOptimizerAndMasterTensors) {
-  data::SyntheticSpec spec;
-  spec.feature_dim = 16;
-  spec.num_classes = 4;
-  data::Dataset data = *data::MakeSyntheticDataset(spec);
+  const data::Dataset data = Data();
   auto t = *Trainer::Create(Config("O2", OptimizerSpec::Kind::kAdamW), &data, nullptr);
   t->RunStep();
   TrainerState s = t->SaveState();
@@ -123,10 +128,7 @@ TEST(TrainerStateTest, StateCarriesTheOptimizerAndMasterTensors) {
 }
 
 TEST(TrainerStateTest, LoadRejectsAStateFromAnotherModel) {
-  data::SyntheticSpec spec;
-  spec.feature_dim = 16;
-  spec.num_classes = 4;
-  data::Dataset data = *data::MakeSyntheticDataset(spec);
+  const data::Dataset data = Data();
   TrainerConfig small = Config("32-true", OptimizerSpec::Kind::kAdamW);
   TrainerConfig wide = small;
   std::get<MlpSpec>(wide.model).hidden = {64, 32};
@@ -141,10 +143,7 @@ TEST(TrainerStateTest, LoadRejectsAStateFromAnotherModel) {
 }
 
 TEST(TrainerStateTest, LoadRefusesCountersOutsideTheRunNamingThem) {
-  data::SyntheticSpec spec;
-  spec.feature_dim = 16;
-  spec.num_classes = 4;
-  data::Dataset data = *data::MakeSyntheticDataset(spec);
+  const data::Dataset data = Data();
   auto source = *Trainer::Create(Config("16-mixed", OptimizerSpec::Kind::kAdamW), &data, nullptr);
   for (int i = 0; i < 4; ++i) source->RunStep();
   const TrainerState good = source->SaveState();
@@ -181,10 +180,7 @@ TEST(TrainerStateTest, LoadRefusesCountersOutsideTheRunNamingThem) {
 }
 
 TEST(TrainerStateTest, ARefusedStateLeavesTheTrainerAsItWas) {
-  data::SyntheticSpec spec;
-  spec.feature_dim = 16;
-  spec.num_classes = 4;
-  data::Dataset data = *data::MakeSyntheticDataset(spec);
+  const data::Dataset data = Data();
   const TrainerConfig config = Config("bf16-mixed", OptimizerSpec::Kind::kAdamW);
   auto source = *Trainer::Create(config, &data, nullptr);
   for (int i = 0; i < 3; ++i) source->RunStep();
