@@ -1,11 +1,21 @@
-// Fused causal self-attention (backend/kernels/attention.h) on the GPU: one
-// thread per query row with an online softmax in f32 (f64 for f64 input),
-// the row's output accumulated in registers, and only the row's logsumexp
-// stored. The backward recomputes each probability from it: one thread per
+// Fused causal self-attention (backend/kernels/attention.h) on the GPU.
+//
+// Two forwards. f16 and bf16 with a head size that is a multiple of 16 up to
+// 64 (GPT-2's 64 included) take the flash-attention kernel on tensor cores
+// below (FlashAttentionForwardKernel). Everything else, f32 and f64 included,
+// takes the reference: one thread per query row with an online softmax in f32
+// (f64 for f64 input), the row's output accumulated in registers. Both store
+// only each row's logsumexp.
+//
+// The backward recomputes each probability from the logsumexp: one thread per
 // query for dQ and one per key for dK and dV, so every gradient element has
 // one writer and a fixed summation order (no atomics, the same bits every
-// run). Plain FMAs, not tensor cores: a flash-attention kernel on tensor
-// cores is the next step for speed; this one is the device reference.
+// run). It is plain FMAs still: a tensor-core backward is the next step for
+// speed. Neither forward has run on a GPU yet (tools/gpu_bundle checks them
+// against the CPU when one is lent); the emulator checks their indexing,
+// barriers and numerics.
+
+#include <mma.h>
 
 #include "engine/cuda/kernels/kernel_util.h"
 
@@ -177,6 +187,145 @@ void LaunchBackward(const void* qkv, const void* y, const void* dy, int dt, cons
          dqkv);
 }
 
+// ---- The forward on tensor cores (f16 and bf16, head size a multiple of 16
+// up to 64): flash attention's tiling with WMMA 16x16x16 tiles.
+//
+// A block takes 64 query rows of one head, four warps of 16 rows each, and
+// walks the keys up to its last row (causal) 32 at a time:
+//   S = Q K^T on tensor cores (f32 accumulators) into the warp's shared tile;
+//   one thread per row scales, masks and takes the online softmax in f32 (the
+//   row's maximum, the correction of what came before, P = exp(S - max)
+//   rounded to the input dtype for the next product, the row sum of the
+//   unrounded P as the reference kernel's);
+//   O = O * correction + P V on tensor cores, O kept in shared memory in f32.
+// The rows' output is O / sum; the logsumexp is stored for the backward. The
+// T x T probabilities never exist: only a warp's 16 x 32 tile of them.
+// The WMMA API leaves which tile elements a thread holds unspecified, so
+// every per-row step goes through shared memory, never through fragments.
+namespace wmma = nvcuda::wmma;
+
+constexpr int kFlashRows = 64;                // query rows per block
+constexpr int kFlashKeys = 32;                // keys per step
+constexpr int kFlashMaxD = 64;                // largest head size on this path
+constexpr int kFlashWarps = kFlashRows / 16;  // 16 rows each
+constexpr int kFlashThreads = 32 * kFlashWarps;
+
+template <typename T>
+__device__ __forceinline__ T Cast(float v);
+template <>
+__device__ __forceinline__ __half Cast<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 Cast<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+bool FlashForwardApplies(int dt, int64_t D) {
+  return (dt == kF16 || dt == kBF16) && D % 16 == 0 && D <= kFlashMaxD;
+}
+
+// T: __half or __nv_bfloat16 (dt's storage type).
+template <typename T>
+__global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* lse, int sdt) {
+  alignas(32) __shared__ T q_tile[kFlashRows][kFlashMaxD];
+  alignas(32) __shared__ T k_tile[kFlashKeys][kFlashMaxD];
+  alignas(32) __shared__ T v_tile[kFlashKeys][kFlashMaxD];
+  alignas(32) __shared__ float s_tile[kFlashWarps][16][kFlashKeys];
+  alignas(32) __shared__ T p_tile[kFlashWarps][16][kFlashKeys];
+  alignas(32) __shared__ float o_tile[kFlashWarps][16][kFlashMaxD];
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H, D = L.D;
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const T zero = Cast<T>(0.0f);
+  for (int e = tid; e < kFlashRows * D; e += kFlashThreads) {
+    const int64_t r = e / D, d = e % D;
+    q_tile[r][d] = q0 + r < L.T ? qkv[L.Q(b, q0 + r, h) + d] : zero;
+  }
+  for (int e = lane; e < 16 * kFlashMaxD; e += 32) o_tile[warp][e / kFlashMaxD][e % kFlashMaxD] = 0;
+  // Lanes 0..15 of a warp each own one of its rows' softmax state.
+  const int64_t row = q0 + warp * 16 + lane;
+  float row_max = -INFINITY, row_sum = 0;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  const int64_t key_end = min(L.T, q0 + kFlashRows);
+  for (int64_t k0 = 0; k0 < key_end; k0 += kFlashKeys) {
+    __syncthreads();  // the previous step's tiles are consumed
+    for (int e = tid; e < kFlashKeys * D; e += kFlashThreads) {
+      const int64_t j = e / D, d = e % D;
+      const bool in = k0 + j < L.T;
+      k_tile[j][d] = in ? qkv[L.K(b, k0 + j, h) + d] : zero;
+      v_tile[j][d] = in ? qkv[L.V(b, k0 + j, h) + d] : zero;
+    }
+    __syncthreads();
+    for (int n = 0; n < kFlashKeys / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bt;
+        wmma::load_matrix_sync(a, &q_tile[warp * 16][kk * 16], kFlashMaxD);
+        wmma::load_matrix_sync(bt, &k_tile[n * 16][kk * 16], kFlashMaxD);  // K^T
+        wmma::mma_sync(acc, a, bt, acc);
+      }
+      wmma::store_matrix_sync(&s_tile[warp][0][n * 16], acc, kFlashKeys, wmma::mem_row_major);
+    }
+    __syncthreads();
+    if (lane < 16) {
+      float* s = s_tile[warp][lane];
+      float m = row_max;
+      for (int j = 0; j < kFlashKeys; ++j) {
+        const bool visible = k0 + j <= row && k0 + j < L.T;
+        s[j] = visible ? s[j] * scale : -INFINITY;
+        m = fmaxf(m, s[j]);
+      }
+      // A row with nothing visible yet (a padding row past T) keeps
+      // max -inf: no correction, and zeros for P.
+      const float correction = m == -INFINITY ? 1.0f : expf(row_max - m);
+      float sum = 0;
+      for (int j = 0; j < kFlashKeys; ++j) {
+        const float pj = m == -INFINITY ? 0.0f : expf(s[j] - m);
+        sum += pj;
+        p_tile[warp][lane][j] = Cast<T>(pj);
+      }
+      row_sum = row_sum * correction + sum;
+      row_max = m;
+      for (int64_t d = 0; d < D; ++d) o_tile[warp][lane][d] *= correction;
+    }
+    __syncthreads();
+    for (int n = 0; n < D / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, &o_tile[warp][0][n * 16], kFlashMaxD, wmma::mem_row_major);
+      for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bv;
+        wmma::load_matrix_sync(a, &p_tile[warp][0][kk * 16], kFlashKeys);
+        wmma::load_matrix_sync(bv, &v_tile[kk * 16][n * 16], kFlashMaxD);
+        wmma::mma_sync(acc, a, bv, acc);
+      }
+      wmma::store_matrix_sync(&o_tile[warp][0][n * 16], acc, kFlashMaxD, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  if (lane < 16 && row < L.T) {
+    for (int64_t d = 0; d < D; ++d)
+      y[L.Y(b, row, h) + d] = Cast<T>(o_tile[warp][lane][d] / row_sum);
+    Store<float>(lse, sdt, bh * L.T + row, row_max + logf(row_sum));
+  }
+}
+
+std::string LaunchFlashForward(const void* qkv, int dt, const Layout& L, int64_t B, void* y,
+                               void* lse, int sdt, Stream s) {
+  const dim3 grid(static_cast<unsigned>((L.T + kFlashRows - 1) / kFlashRows),
+                  static_cast<unsigned>(B * L.H));
+  if (dt == kF16) {
+    LAUNCH(FlashAttentionForwardKernel<__half>, grid, kFlashThreads, S(s),
+           static_cast<const __half*>(qkv), L, static_cast<__half*>(y), lse, sdt);
+  } else {
+    LAUNCH(FlashAttentionForwardKernel<__nv_bfloat16>, grid, kFlashThreads, S(s),
+           static_cast<const __nv_bfloat16*>(qkv), L, static_cast<__nv_bfloat16*>(y), lse, sdt);
+  }
+  return Check("FlashAttentionForwardKernel");
+}
 }  // namespace
 
 std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
@@ -184,6 +333,7 @@ std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T,
   if (std::string e = CheckShape(C, H); !e.empty()) return e;
   if (B * T == 0) return "";
   const Layout L{T, C, H, C / H};
+  if (FlashForwardApplies(dt, L.D)) return LaunchFlashForward(qkv, dt, L, B, y, lse, sdt, s);
   const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),
                   static_cast<unsigned>(B * H));
   if (dt == kF64) {

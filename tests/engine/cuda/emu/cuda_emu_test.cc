@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <mma.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -37,6 +38,50 @@ __global__ void ReadBelowWithoutBarrier(int base, int* out) {
   __shared__ int slots[kThreads];
   slots[threadIdx.x] = base + static_cast<int>(threadIdx.x);
   if (threadIdx.x > 0) out[threadIdx.x] = slots[threadIdx.x - 1];
+}
+
+// Each warp's last thread writes a slot its warp's first thread reads after
+// __syncwarp: in ascending order the reader runs first, so without a real
+// warp barrier it would read what the previous launch left. Warp 1 never
+// waits for warp 0 at __syncwarp (it has no __syncthreads to wait at).
+__global__ void PassWithinTheWarp(int base, int* out) {
+  __shared__ int slots[64 / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 31) slots[warp] = base + warp;
+  __syncwarp();
+  if (lane == 0) out[warp] = slots[warp];
+}
+
+// Half of a warp waits at __syncwarp, the other half leaves.
+__global__ void HalfAWarpLeaves(int* out) {
+  if (threadIdx.x % 32 >= 16) return;
+  __syncwarp();
+  out[threadIdx.x] = 1;
+}
+
+// D = A B + C for one 16 x 16 x 16 tile, the way a kernel uses WMMA: A from
+// shared memory row-major, B column-major (so B^T is stored), C loaded from
+// and D stored to the same place by the whole warp.
+__global__ void OneTile(const __half* a, const __half* bt, float* cd) {
+  namespace wmma = nvcuda::wmma;
+  __shared__ __half sa[256], sbt[256];
+  __shared__ float scd[256];
+  for (int e = threadIdx.x; e < 256; e += 32) {
+    sa[e] = a[e];
+    sbt[e] = bt[e];
+    scd[e] = cd[e];
+  }
+  __syncthreads();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(fa, sa, 16);
+  wmma::load_matrix_sync(fb, sbt, 16);
+  wmma::load_matrix_sync(acc, scd, 16, wmma::mem_row_major);
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(scd, acc, 16, wmma::mem_row_major);
+  __syncthreads();
+  for (int e = threadIdx.x; e < 256; e += 32) cd[e] = scd[e];
 }
 
 __global__ void WriteIndex(int* out) {
@@ -218,6 +263,66 @@ TEST(CudaEmuDeathTest, ABarrierNotEveryThreadReachesAborts) {
         cudaStreamSynchronize(s);
       },
       "ThreadZeroLeavesEarly.*63 threads wait at __syncthreads that 1 others never reach");
+}
+
+TEST(CudaEmuTest, SyncwarpIsABarrierForTheWarpOnly) {
+  cudaStream_t s = NewStream();
+  int* out = DeviceAlloc<int>(2);
+  std::vector<int> host(2);
+  for (int base : {100, 200}) {
+    AMPD_EMU_LAUNCH(PassWithinTheWarp, 1, 64, s)(base, out);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), out, 2 * sizeof(int), cudaMemcpyDeviceToHost, s),
+              cudaSuccess);
+    EXPECT_EQ(host[0], base);
+    EXPECT_EQ(host[1], base + 1);
+  }
+  EXPECT_EQ(cudaFree(out), cudaSuccess);
+}
+
+TEST(CudaEmuDeathTest, ASyncwarpPartOfTheWarpNeverReachesAborts) {
+  EXPECT_DEATH(
+      {
+        cudaStream_t s = NewStream();
+        int* out = DeviceAlloc<int>(64);
+        AMPD_EMU_LAUNCH(HalfAWarpLeaves, 1, 64, s)(out);
+        cudaStreamSynchronize(s);
+      },
+      "HalfAWarpLeaves.*32 threads wait at __syncwarp that others of their warp never reach");
+}
+
+// The WMMA stand-in computes a warp's tile once, as the warp does together:
+// its 32 threads all load C and store D, and D is A B + C, not C plus 32
+// products (what threads loading and storing one after another would leave).
+TEST(CudaEmuTest, WmmaTileIsTheWarpsOneProduct) {
+  cudaStream_t s = NewStream();
+  std::vector<__half> a(256), bt(256);
+  std::vector<float> c(256), want(256);
+  for (int i = 0; i < 256; ++i) {
+    a[i] = __float2half_rn(static_cast<float>(i % 7) - 3);
+    bt[i] = __float2half_rn(static_cast<float>(i % 5) - 2);
+    c[i] = static_cast<float>(i % 3);
+  }
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      float sum = c[i * 16 + j];
+      for (int k = 0; k < 16; ++k)
+        sum += __half2float(a[i * 16 + k]) * __half2float(bt[j * 16 + k]);
+      want[i * 16 + j] = sum;
+    }
+  }
+  __half* da = DeviceAlloc<__half>(256);
+  __half* dbt = DeviceAlloc<__half>(256);
+  float* dcd = DeviceAlloc<float>(256);
+  ASSERT_EQ(cudaMemcpyAsync(da, a.data(), 512, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dbt, bt.data(), 512, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dcd, c.data(), 1024, cudaMemcpyHostToDevice, s), cudaSuccess);
+  AMPD_EMU_LAUNCH(OneTile, 1, 32, s)(da, dbt, dcd);
+  std::vector<float> got(256);
+  ASSERT_EQ(cudaMemcpyAsync(got.data(), dcd, 1024, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(cudaFree(da), cudaSuccess);
+  EXPECT_EQ(cudaFree(dbt), cudaSuccess);
+  EXPECT_EQ(cudaFree(dcd), cudaSuccess);
 }
 
 // The fake cuBLASLt through the real GemmRunner (gemm.cu).

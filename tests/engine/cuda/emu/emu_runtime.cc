@@ -129,7 +129,8 @@ constexpr size_t kStackBytes = 64 << 10;
 constexpr size_t kGuardBytes = 4096;
 constexpr int kMaxThreads = 1024;
 
-enum class FiberState { kReady, kBarrier, kDone };
+enum class FiberState { kReady, kBarrier, kWarpBarrier, kDone };
+constexpr int kWarpSize = 32;
 struct Fiber {
   void* sp = nullptr;
   char* stack = nullptr;  // lowest usable byte
@@ -248,18 +249,18 @@ void SetThreadIdx(int t) {
 }
 
 // Runs every thread of the current block; returns the number of barriers hit.
+// A pass resumes each ready thread until it finishes or waits: at
+// __syncthreads (the block's barrier) or at __syncwarp (its warp's: threads
+// t / 32 alike). A warp whose threads all wait at __syncwarp goes on at once;
+// the block's barrier opens when every thread waits there.
 int64_t RunBlockOnFibers(int threads) {
   for (int t = 0; t < threads; ++t) StartFiber(g_fibers[t]);
   int64_t barriers = 0;
   for (;;) {
-    int done = 0, waiting = 0;
     for (int i = 0; i < threads; ++i) {
       const int t = Nth(i, threads);
       Fiber& f = g_fibers[t];
-      if (f.state == FiberState::kDone) {
-        ++done;
-        continue;
-      }
+      if (f.state != FiberState::kReady) continue;
       g_current = t;
       SetThreadIdx(t);
 #ifdef AMPD_EMU_ASAN
@@ -269,18 +270,42 @@ int64_t RunBlockOnFibers(int threads) {
 #ifdef AMPD_EMU_ASAN
       __sanitizer_finish_switch_fiber(g_scheduler_fake, nullptr, nullptr);
 #endif
-      if (f.state == FiberState::kDone) {
-        ++done;
+    }
+    int done = 0, at_block = 0, at_warp = 0;
+    bool released = false;
+    for (int w = 0; w * kWarpSize < threads; ++w) {
+      const int end = std::min(threads, (w + 1) * kWarpSize);
+      int warp_waiting = 0;
+      for (int t = w * kWarpSize; t < end; ++t) {
+        const FiberState st = g_fibers[t].state;
+        done += st == FiberState::kDone;
+        at_block += st == FiberState::kBarrier;
+        warp_waiting += st == FiberState::kWarpBarrier;
+      }
+      // Every thread of the warp: one that has returned never arrives.
+      if (warp_waiting > 0 && warp_waiting == end - w * kWarpSize) {
+        for (int t = w * kWarpSize; t < end; ++t) {
+          if (g_fibers[t].state == FiberState::kWarpBarrier) g_fibers[t].state = FiberState::kReady;
+        }
+        released = true;
       } else {
-        ++waiting;
+        at_warp += warp_waiting;
       }
     }
-    if (waiting == 0) return barriers;
+    if (released) continue;
+    if (at_warp > 0) {
+      std::fprintf(stderr,
+                   "cuda emulator: %s: block (%u,%u,%u): %d threads wait at __syncwarp that "
+                   "others of their warp never reach (undefined behaviour on a GPU)\n",
+                   g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, at_warp);
+      std::abort();
+    }
+    if (at_block == 0) return barriers;
     if (done > 0) {
       std::fprintf(stderr,
                    "cuda emulator: %s: block (%u,%u,%u): %d threads wait at __syncthreads that "
                    "%d others never reach (undefined behaviour on a GPU)\n",
-                   g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, waiting, done);
+                   g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, at_block, done);
       std::abort();
     }
     ++barriers;
@@ -385,6 +410,23 @@ void __syncthreads() {
     std::abort();
   }
   cudaemu::g_fibers[cudaemu::g_current].state = cudaemu::FiberState::kBarrier;
+  cudaemu::SwitchToScheduler(/*exiting=*/false);
+}
+
+void __syncwarp(unsigned mask) {
+  if (mask != 0xFFFFFFFFu) {
+    std::fprintf(stderr, "cuda emulator: %s: __syncwarp with a partial mask is not emulated\n",
+                 cudaemu::g_kernel);
+    std::abort();
+  }
+  if (cudaemu::g_direct) {
+    std::fprintf(stderr,
+                 "cuda emulator: %s: block (%u,%u,%u) reached __syncwarp although block 0 "
+                 "never waited\n",
+                 cudaemu::g_kernel, blockIdx.x, blockIdx.y, blockIdx.z);
+    std::abort();
+  }
+  cudaemu::g_fibers[cudaemu::g_current].state = cudaemu::FiberState::kWarpBarrier;
   cudaemu::SwitchToScheduler(/*exiting=*/false);
 }
 

@@ -51,6 +51,9 @@ extern uint3 blockIdx;
 extern dim3 blockDim;
 extern dim3 gridDim;
 void __syncthreads();
+// A barrier for the calling thread's warp (threads t / 32 alike); the full
+// mask only.
+void __syncwarp(unsigned mask = 0xFFFFFFFFu);
 
 using std::max;
 using std::min;
