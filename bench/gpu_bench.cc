@@ -27,9 +27,11 @@
 //             [--gemm=8192] [--peak_tflops=989]
 //             [--gpt_layers=12] [--gpt_embd=768] [--gpt_heads=12] [--gpt_block=1024]
 //             [--gpt_vocab=50257] [--gpt_batch=8]   (--gpt_layers=0: no GPT)
+//             [--profile]  (then the MLP's and the GPT step's time per kernel)
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -57,6 +59,10 @@ ABSL_FLAG(int64_t, steps, 10, "Timed steps per mode per round");
 ABSL_FLAG(int64_t, rounds, 5, "Interleaved rounds (the median is reported)");
 ABSL_FLAG(int64_t, gemm, 8192, "Size of the square bf16 GEMM");
 ABSL_FLAG(double, peak_tflops, 989, "Nominal dense bf16 peak, for the %peak column");
+ABSL_FLAG(bool, profile, false,
+          "After the largest MLP's bf16-mixed and 32-true steps and the GPT step: two more "
+          "steps each with the device synchronised around every kernel, and the time per "
+          "kernel (exclusive of kernels it calls)");
 ABSL_FLAG(int64_t, gpt_layers, 12, "GPT layers (0: skip the GPT step)");
 ABSL_FLAG(int64_t, gpt_embd, 768, "GPT width");
 ABSL_FLAG(int64_t, gpt_heads, 12, "GPT heads");
@@ -159,6 +165,83 @@ engine::train::TrainerConfig Config(const std::string& precision, int64_t hidden
   return c;
 }
 
+// --profile: the device is synchronised before and after every kernel, so a
+// kernel's time is its launch and its device work; a kernel's own time
+// excludes the kernels it calls (a stack). What is left of the step is the
+// device AMP work (unscale, norm, optimizer: not registry kernels) and host
+// work.
+struct KernelTime {
+  int64_t calls = 0;
+  double seconds = 0;
+};
+struct ProfileFrame {
+  Clock::time_point start;
+  double children = 0;
+};
+std::map<std::string, KernelTime>& Profile() {
+  static auto* m = new std::map<std::string, KernelTime>();
+  return *m;
+}
+std::vector<ProfileFrame>& ProfileStack() {
+  static auto* s = new std::vector<ProfileFrame>();
+  return *s;
+}
+bool profiling = false;
+void BeforeKernel(const char*) {
+  if (!profiling) return;
+  engine::cuda::SynchronizeThisThread();
+  ProfileStack().push_back({Clock::now(), 0});
+}
+void AfterKernel(const char* name) {
+  if (!profiling || ProfileStack().empty()) return;
+  engine::cuda::SynchronizeThisThread();
+  const ProfileFrame f = ProfileStack().back();
+  ProfileStack().pop_back();
+  const double total = Seconds(f.start, Clock::now());
+  KernelTime& k = Profile()[name];
+  k.calls += 1;
+  k.seconds += total - f.children;
+  if (!ProfileStack().empty()) ProfileStack().back().children += total;
+}
+
+void PrintProfile(double step_seconds, int64_t steps) {
+  std::vector<std::pair<std::string, KernelTime>> rows(Profile().begin(), Profile().end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  double kernels = 0;
+  std::printf(" %lld steps, %.1f ms/step synchronised\n%-28s %8s %10s %7s\n",
+              (long long)steps, step_seconds * 1e3, "kernel", "calls", "ms/step", "share");
+  for (const auto& [name, k] : rows) {
+    const double ms = k.seconds / steps * 1e3;
+    kernels += k.seconds / steps;
+    std::printf("%-28s %8lld %10.2f %6.1f%%\n", name.c_str(), (long long)(k.calls / steps), ms,
+                100 * k.seconds / steps / step_seconds);
+    std::printf("PROFILE kernel=%s calls=%lld ms=%.3f\n", name.c_str(),
+                (long long)(k.calls / steps), ms);
+  }
+  std::printf("%-28s %8s %10.2f %6.1f%%\n", "(outside kernels)", "",
+              (step_seconds - kernels) * 1e3, 100 * (step_seconds - kernels) / step_seconds);
+  std::fflush(stdout);
+}
+
+// Two more steps of `t`, synchronised around every kernel, and the table.
+void ProfileSteps(const char* what, engine::train::Trainer& t) {
+  static const bool wrapped = [] {
+    engine::backend::WrapKernels(engine::Device::kCuda, {&BeforeKernel, &AfterKernel});
+    return true;
+  }();
+  (void)wrapped;
+  Profile().clear();
+  const int64_t steps = 2;
+  profiling = true;
+  const auto t0 = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) t.RunStep();
+  engine::cuda::SynchronizeThisThread();
+  profiling = false;
+  std::printf("\nprofile of %s:", what);
+  PrintProfile(Seconds(t0, Clock::now()) / steps, steps);
+}
+
 // GPT-2's training step on the GPU in bf16-mixed; random tokens (the step
 // costs the same whatever they are).
 int BenchGpt(const Options& o) {
@@ -209,6 +292,8 @@ int BenchGpt(const Options& o) {
   std::printf("RESULT gpt layers=%lld embd=%lld block=%lld batch=%lld tokens_per_s=%.1f mfu=%.4f\n",
               (long long)g.n_layer, (long long)g.n_embd, (long long)g.block_size,
               (long long)o.gpt_batch, tokens_per_s, mfu);
+  std::fflush(stdout);
+  if (absl::GetFlag(FLAGS_profile)) ProfileSteps("gpt_step bf16-mixed", **t);
   return 0;
 }
 
@@ -291,6 +376,11 @@ int RunBenchmarks(const Options& o) {
     const double bf16 = o.batch / Median(per_step[1]);
     std::printf("hidden %lld: bf16-mixed / 32-true = %.2fx (target >= 3x)\n", (long long)h,
                 bf16 / fp32_rate);
+    if (absl::GetFlag(FLAGS_profile) && h == o.hidden.back()) {
+      const std::string what = "mlp_step hidden " + std::to_string(h) + " bf16-mixed";
+      ProfileSteps(what.c_str(), *trainers[1]);
+      ProfileSteps(("mlp_step hidden " + std::to_string(h) + " 32-true").c_str(), *trainers[0]);
+    }
   }
   if (o.gpt.n_layer > 0) {
     if (int rc = BenchGpt(o); rc != 0) return rc;
@@ -314,6 +404,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpu_bench: GEMM rate and the MLP training step on CUDA (see bench/README.md)");
   absl::ParseCommandLine(argc, argv);
+  // Line by line even into a pipe: a run cut short by a time limit keeps
+  // what it measured.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   ampd::bench::Options o;
   o.hidden.clear();
   bool ok = true;

@@ -59,6 +59,16 @@ struct HostMirror {
 };
 void MirrorHostKernels(Device device, HostMirror mirror);
 
+// Calls hooks.before(kernel name) and hooks.after(kernel name) around every
+// call of every kernel registered for `device` (gpu_bench --profile: time per
+// kernel). For one device per process, before its kernels run; for
+// measurements, not for jobs.
+struct KernelHooks {
+  void (*before)(const char* kernel) = nullptr;
+  void (*after)(const char* kernel) = nullptr;
+};
+void WrapKernels(Device device, KernelHooks hooks);
+
 // A result made of several tensors (LayerNormResult, ...) declares
 //   template <typename F> Result MapTensors(const Result& r, F f)
 // beside it, applying f to each tensor, so that the mirror can move it.
@@ -121,6 +131,34 @@ void InstallMirror(Device device) {
   KernelSlot<K>(device) = &Mirrored<K, typename K::Fn>::Run;
 }
 
+KernelHooks& Hooks();
+std::vector<Installer>& KernelWrappers();
+template <typename K, typename Fn>
+struct Wrapped;
+template <typename K, typename R, typename... A>
+struct Wrapped<K, R (*)(A...)> {
+  static inline R (*original)(A...) = nullptr;
+  static R Run(A... args) {
+    Hooks().before(K::kName);
+    if constexpr (std::is_void_v<R>) {
+      original(static_cast<A>(args)...);
+      Hooks().after(K::kName);
+    } else {
+      R r = original(static_cast<A>(args)...);
+      Hooks().after(K::kName);
+      return r;
+    }
+  }
+};
+template <typename K>
+void InstallWrapper(Device device) {
+  using W = Wrapped<K, typename K::Fn>;
+  typename K::Fn& slot = KernelSlot<K>(device);
+  if (slot == nullptr || slot == &W::Run) return;
+  W::original = slot;
+  slot = &W::Run;
+}
+
 template <typename K>
 bool Registered(Device device) {
   return KernelSlot<K>(device) != nullptr;
@@ -156,6 +194,8 @@ bool RegisterKernel(Device device, typename K::Fn fn) {
     }
     kernel_registry_internal::CpuKernelMirrors().push_back(
         &kernel_registry_internal::InstallMirror<K>);
+    kernel_registry_internal::KernelWrappers().push_back(
+        &kernel_registry_internal::InstallWrapper<K>);
   }
   return true;
 }

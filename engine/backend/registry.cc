@@ -60,6 +60,14 @@ std::vector<Installer>& CpuKernelMirrors() {
   static std::vector<Installer>* installers = new std::vector<Installer>();
   return *installers;
 }
+KernelHooks& Hooks() {
+  static KernelHooks hooks;
+  return hooks;
+}
+std::vector<Installer>& KernelWrappers() {
+  static std::vector<Installer>* installers = new std::vector<Installer>();
+  return *installers;
+}
 }  // namespace kernel_registry_internal
 
 const char* MissingKernelFor(OpId op, Device device) {
@@ -79,6 +87,11 @@ bool Backend::HasKernel(OpId op) const { return engine::backend::HasKernel(op, d
 void MirrorHostKernels(Device device, HostMirror mirror) {
   kernel_registry_internal::Mirror() = mirror;
   for (auto install : kernel_registry_internal::CpuKernelMirrors()) install(device);
+}
+
+void WrapKernels(Device device, KernelHooks hooks) {
+  kernel_registry_internal::Hooks() = hooks;
+  for (auto install : kernel_registry_internal::KernelWrappers()) install(device);
 }
 
 void MissingKernel(const char* kernel, Device device) {

@@ -42,9 +42,15 @@ std::string LaunchAddInPlace(void* x, int xdt, const void* y, int ydt, double al
 // out[0] = sum(x) in f64, deterministic (fixed blocks, fixed combine order).
 std::string LaunchSumAll(const void* x, int xdt, int64_t n, double* scratch, void* out, int odt,
                          Stream s);
-// out[c] = sum over rows of x[r, c], f64 accumulation in row order.
-std::string LaunchSumRows(const void* x, int xdt, int64_t rows, int64_t cols, void* out, int odt,
-                          Stream s);
+// Sums over rows ([rows, cols] -> [cols]) run in two passes, for
+// parallelism (one thread per column alone would leave a GPU idle for a
+// 768-wide bias): f64 partial sums over chunks of rows per column into
+// `scratch`, then each column's partials in chunk order: a fixed order, the
+// same bits every run. ColumnSumScratch(rows, cols) doubles of scratch.
+int64_t ColumnSumScratch(int64_t rows, int64_t cols);
+// out[c] = sum over rows of x[r, c], f64 accumulation.
+std::string LaunchSumRows(const void* x, int xdt, int64_t rows, int64_t cols, double* scratch,
+                          void* out, int odt, Stream s);
 std::string LaunchSoftmax(const void* x, int xdt, int64_t rows, int64_t cols, bool log, void* y,
                           int ydt, Stream s);
 std::string LaunchSoftmaxBackward(const void* y, int ydt, const void* dy, int gdt, int64_t rows,
@@ -56,7 +62,8 @@ std::string LaunchLayerNorm(const void* x, int xdt, const void* gamma, int gdt, 
 std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, int gdt,
                                     const void* mean, const void* rstd, int sdt, const void* dy,
                                     int dydt, int64_t rows, int64_t cols, void* dx, void* dgamma,
-                                    void* dbeta, Stream s);
+                                    void* dbeta, double* scratch, Stream s);
+// (scratch: 2 * ColumnSumScratch(rows, cols) doubles, for dgamma and dbeta.)
 // 2-D pooling over `planes` (N*C) planes of h x w into oh x ow (pool_window.h).
 std::string LaunchPool2d(const void* x, int xdt, int64_t planes, int64_t h, int64_t w,
                          const ops::Pool2dGeometry& g, int64_t oh, int64_t ow, void* y, int ydt,

@@ -29,10 +29,12 @@ engine::backend::LayerNormGrads CudaBackend::LayerNormBackward(
   engine::backend::LayerNormGrads g{Allocate(x.shape(), x.dtype(), false),
                                     Allocate({cols}, gamma.dtype(), false),
                                     Allocate({cols}, gamma.dtype(), false)};
+  Tensor scratch = Allocate({2 * ColumnSumScratch(rows, cols)}, DType::kF64, false);
   if (Ok()) {
     Record(LaunchLayerNormBackward(x.raw(), Dt(x), gamma.raw(), Dt(gamma), fwd.mean.raw(),
                                    fwd.rstd.raw(), Dt(fwd.mean), dy.raw(), Dt(dy), rows, cols,
-                                   g.dx.raw(), g.dgamma.raw(), g.dbeta.raw(), S()));
+                                   g.dx.raw(), g.dgamma.raw(), g.dbeta.raw(),
+                                   static_cast<double*>(scratch.raw()), S()));
   }
   return g;
 }

@@ -18,7 +18,11 @@ Tensor CudaBackend::SumAll(const Tensor& x, DType out) {
 Tensor CudaBackend::SumRows(const Tensor& x, DType out) {
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
   Tensor y = Allocate({cols}, out, false);
-  if (Ok()) Record(LaunchSumRows(x.raw(), Dt(x), rows, cols, y.raw(), Dt(out), S()));
+  Tensor scratch = Allocate({ColumnSumScratch(rows, cols)}, DType::kF64, false);
+  if (Ok()) {
+    Record(LaunchSumRows(x.raw(), Dt(x), rows, cols, static_cast<double*>(scratch.raw()), y.raw(),
+                         Dt(out), S()));
+  }
   return y;
 }
 

@@ -1,19 +1,19 @@
 // Fused causal self-attention (backend/kernels/attention.h) on the GPU.
 //
-// Two forwards. f16 and bf16 with a head size that is a multiple of 16 up to
-// 64 (GPT-2's 64 included) take the flash-attention kernel on tensor cores
-// below (FlashAttentionForwardKernel). Everything else, f32 and f64 included,
-// takes the reference: one thread per query row with an online softmax in f32
-// (f64 for f64 input), the row's output accumulated in registers. Both store
-// only each row's logsumexp.
+// f16 and bf16 with a head size that is a multiple of 16 up to 64 (GPT-2's 64
+// included) take flash-attention kernels on tensor cores (WMMA tiles):
+// FlashAttentionForwardKernel, and a backward of two kernels, one owning keys
+// (dK, dV) and one owning queries (dQ). Everything else, f32 and f64
+// included, takes the reference: one thread per query row with an online
+// softmax in f32 (f64 for f64 input), and a backward of one thread per query
+// for dQ and one per key for dK and dV. All store only each row's
+// logsumexp, and every backward recomputes the probabilities from it.
 //
-// The backward recomputes each probability from the logsumexp: one thread per
-// query for dQ and one per key for dK and dV, so every gradient element has
-// one writer and a fixed summation order (no atomics, the same bits every
-// run). It is plain FMAs still: a tensor-core backward is the next step for
-// speed. Neither forward has run on a GPU yet (tools/gpu_bundle checks them
-// against the CPU when one is lent); the emulator checks their indexing,
-// barriers and numerics.
+// Every gradient element has one writer and a fixed summation order (no
+// atomics): the same bits every run. The tensor-core kernels passed
+// cuda_backend_test against the CPU on an H200 (forward 2026-12-04; see
+// bench/README.md for the backward); the emulator checks their indexing,
+// barriers, shuffles and numerics in CI.
 
 #include <mma.h>
 
@@ -193,10 +193,10 @@ void LaunchBackward(const void* qkv, const void* y, const void* dy, int dt, cons
 // A block takes 64 query rows of one head, four warps of 16 rows each, and
 // walks the keys up to its last row (causal) 32 at a time:
 //   S = Q K^T on tensor cores (f32 accumulators) into the warp's shared tile;
-//   one thread per row scales, masks and takes the online softmax in f32 (the
-//   row's maximum, the correction of what came before, P = exp(S - max)
-//   rounded to the input dtype for the next product, the row sum of the
-//   unrounded P as the reference kernel's);
+//   lane l takes key l of each of the warp's 16 rows and the online softmax
+//   runs in f32 (the row's maximum and sum by warp shuffles, the correction
+//   of what came before, P = exp(S - max) rounded to the input dtype for the
+//   next product, the row sum of the unrounded P as the reference kernel's);
 //   O = O * correction + P V on tensor cores, O kept in shared memory in f32.
 // The rows' output is O / sum; the logsumexp is stored for the backward. The
 // T x T probabilities never exist: only a warp's 16 x 32 tile of them.
@@ -221,7 +221,18 @@ __device__ __forceinline__ __nv_bfloat16 Cast<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-bool FlashForwardApplies(int dt, int64_t D) {
+// Butterfly reductions: every lane ends with the same value (a + b == b + a
+// bit for bit, so the lanes' sums agree however they pair).
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+bool FlashApplies(int dt, int64_t D) {
   return (dt == kF16 || dt == kBF16) && D % 16 == 0 && D <= kFlashMaxD;
 }
 
@@ -243,9 +254,10 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
     q_tile[r][d] = q0 + r < L.T ? qkv[L.Q(b, q0 + r, h) + d] : zero;
   }
   for (int e = lane; e < 16 * kFlashMaxD; e += 32) o_tile[warp][e / kFlashMaxD][e % kFlashMaxD] = 0;
-  // Lanes 0..15 of a warp each own one of its rows' softmax state.
-  const int64_t row = q0 + warp * 16 + lane;
-  float row_max = -INFINITY, row_sum = 0;
+  // Every lane holds the softmax state of all 16 of its warp's rows.
+  float row_max[16], row_sum[16];
+#pragma unroll
+  for (int t = 0; t < 16; ++t) row_max[t] = -INFINITY, row_sum[t] = 0;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kFlashKeys) {
@@ -269,29 +281,25 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
       }
       wmma::store_matrix_sync(&s_tile[warp][0][n * 16], acc, kFlashKeys, wmma::mem_row_major);
     }
-    __syncthreads();
-    if (lane < 16) {
-      float* s = s_tile[warp][lane];
-      float m = row_max;
-      for (int j = 0; j < kFlashKeys; ++j) {
-        const bool visible = k0 + j <= row && k0 + j < L.T;
-        s[j] = visible ? s[j] * scale : -INFINITY;
-        m = fmaxf(m, s[j]);
-      }
-      // A row with nothing visible yet (a padding row past T) keeps
-      // max -inf: no correction, and zeros for P.
-      const float correction = m == -INFINITY ? 1.0f : expf(row_max - m);
-      float sum = 0;
-      for (int j = 0; j < kFlashKeys; ++j) {
-        const float pj = m == -INFINITY ? 0.0f : expf(s[j] - m);
-        sum += pj;
-        p_tile[warp][lane][j] = Cast<T>(pj);
-      }
-      row_sum = row_sum * correction + sum;
-      row_max = m;
-      for (int64_t d = 0; d < D; ++d) o_tile[warp][lane][d] *= correction;
+    __syncwarp();
+    // Lane l takes key k0 + l of every row: a row's maximum and sum are warp
+    // reductions, and neighbouring lanes touch neighbouring words of shared
+    // memory (no bank conflicts).
+    const int64_t j = k0 + lane;
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const int64_t row = q0 + warp * 16 + t;
+      const float sv = j <= row && j < L.T ? s_tile[warp][t][lane] * scale : -INFINITY;
+      const float m = fmaxf(row_max[t], WarpMax(sv));
+      // A row with nothing visible yet keeps max -inf: no correction, P 0.
+      const float correction = m == -INFINITY ? 1.0f : expf(row_max[t] - m);
+      const float pj = m == -INFINITY ? 0.0f : expf(sv - m);
+      p_tile[warp][t][lane] = Cast<T>(pj);
+      row_sum[t] = row_sum[t] * correction + WarpSum(pj);
+      row_max[t] = m;
+      for (int64_t d = lane; d < D; d += 32) o_tile[warp][t][d] *= correction;
     }
-    __syncthreads();
+    __syncwarp();
     for (int n = 0; n < D / 16; ++n) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
       wmma::load_matrix_sync(acc, &o_tile[warp][0][n * 16], kFlashMaxD, wmma::mem_row_major);
@@ -305,12 +313,271 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
       wmma::store_matrix_sync(&o_tile[warp][0][n * 16], acc, kFlashMaxD, wmma::mem_row_major);
     }
   }
-  __syncthreads();
-  if (lane < 16 && row < L.T) {
-    for (int64_t d = 0; d < D; ++d)
-      y[L.Y(b, row, h) + d] = Cast<T>(o_tile[warp][lane][d] / row_sum);
-    Store<float>(lse, sdt, bh * L.T + row, row_max + logf(row_sum));
+  __syncwarp();
+#pragma unroll
+  for (int t = 0; t < 16; ++t) {
+    const int64_t row = q0 + warp * 16 + t;
+    if (row >= L.T) continue;
+    for (int64_t d = lane; d < D; d += 32) {
+      y[L.Y(b, row, h) + d] = Cast<T>(o_tile[warp][t][d] / row_sum[t]);
+    }
+    if (lane == 0) Store<float>(lse, sdt, bh * L.T + row, row_max[t] + logf(row_sum[t]));
   }
+}
+
+// ---- The backward on tensor cores (the same dtypes and head sizes), flash
+// attention 2's split without atomics: one kernel per gradient owner, so
+// every element of dQ, dK and dV has one writer and a fixed order of sums.
+// Both recompute P = exp(scale * Q K^T - lse) tile by tile from the forward's
+// logsumexp, and dS = P * (dO V^T - delta) * scale, with delta = dO . O per
+// query row (AttentionDeltaKernel). P and dS are rounded to the input dtype
+// before they meet Q, K or dO on the tensor cores (as the forward's P is);
+// accumulators are f32 fragments held in registers for the whole kernel.
+//
+// Per-element steps go through a warp's shared tile: lane l takes column l of
+// the warp's 16 x 32 tile, all 16 rows, keeping its P values in registers
+// between the two products (so only one f32 tile per warp is needed). The
+// warps only share the block's staged rows, so __syncwarp guards the rest.
+constexpr int kBwdQueries = 32;  // queries per step of the dK/dV kernel
+
+// Stages rows [first, first + n) of the (row, head) slices at `at` into a
+// [n][kFlashMaxD] tile, zeros past T. at(t) is the element index of row t.
+template <typename T, typename At>
+__device__ void StageRows(T (*tile)[kFlashMaxD], const T* src, int64_t first, int n, int64_t D,
+                          int64_t rows, At at) {
+  const T zero = Cast<T>(0.0f);
+  for (int e = threadIdx.x; e < n * D; e += blockDim.x) {
+    const int r = e / D, d = e % D;
+    tile[r][d] = first + r < rows ? src[at(first + r) + d] : zero;
+  }
+}
+
+// acc (16 x 16) through the warp's f32 scratch (row stride ld) into dst rows
+// [first, first + 16) at column offset col, rows < T only.
+template <typename T, typename At>
+__device__ void StoreFragment(const wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc,
+                              float* scratch, int ld, T* dst, int64_t first, int col, int64_t rows,
+                              At at) {
+  wmma::store_matrix_sync(scratch, acc, ld, wmma::mem_row_major);
+  __syncwarp();
+  const int lane = threadIdx.x % 32;
+  for (int e = lane; e < 16 * 16; e += 32) {
+    const int r = e / 16, c = e % 16;
+    if (first + r < rows) dst[at(first + r) + col + c] = Cast<T>(scratch[r * ld + c]);
+  }
+  __syncwarp();
+}
+
+// The warp's 16 rows (row stride kFlashMaxD) times the tile's rows,
+// transposed: out[16][cols] (row stride cols) = rows x tile^T, f32.
+template <typename T>
+__device__ void RowsTimesTileT(const T* rows, T (*tile)[kFlashMaxD], int cols, int64_t D,
+                               float* out) {
+  for (int n = 0; n < cols / 16; ++n) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bt;
+      wmma::load_matrix_sync(a, rows + kk * 16, kFlashMaxD);
+      wmma::load_matrix_sync(bt, &tile[n * 16][kk * 16], kFlashMaxD);
+      wmma::mma_sync(acc, a, bt, acc);
+    }
+    wmma::store_matrix_sync(out + n * 16, acc, cols, wmma::mem_row_major);
+  }
+  __syncwarp();
+}
+
+// grid (ceil(T / 64), B * H): a block owns 64 keys of one head (16 per warp)
+// and walks the queries that see them (i >= j), 32 at a time:
+//   S^T = K Q^T, P^T from it; dP^T = V dO^T, dS^T from it;
+//   dV += P^T dO;  dK += dS^T Q.
+template <typename T>
+__global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, Layout L,
+                                                     const void* lse, int sdt, const float* delta,
+                                                     T* dqkv) {
+  alignas(32) __shared__ T k_tile[kFlashRows][kFlashMaxD];
+  alignas(32) __shared__ T v_tile[kFlashRows][kFlashMaxD];
+  alignas(32) __shared__ T q_tile[kBwdQueries][kFlashMaxD];
+  alignas(32) __shared__ T do_tile[kBwdQueries][kFlashMaxD];
+  alignas(32) __shared__ float s_tile[kFlashWarps][16][kBwdQueries];
+  alignas(32) __shared__ T p_tile[kFlashWarps][16][kBwdQueries];
+  alignas(32) __shared__ T ds_tile[kFlashWarps][16][kBwdQueries];
+  __shared__ float lse_of[kBwdQueries], delta_of[kBwdQueries];
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H, D = L.D;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  StageRows(k_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
+  StageRows(v_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[kFlashMaxD / 16], dv[kFlashMaxD / 16];
+#pragma unroll
+  for (int n = 0; n < kFlashMaxD / 16; ++n) {
+    wmma::fill_fragment(dk[n], 0.0f);
+    wmma::fill_fragment(dv[n], 0.0f);
+  }
+  const T* k_rows = &k_tile[warp * 16][0];
+  const T* v_rows = &v_tile[warp * 16][0];
+  float* s = &s_tile[warp][0][0];
+  for (int64_t i0 = j0; i0 < L.T; i0 += kBwdQueries) {  // j0 is a multiple of 32
+    __syncthreads();  // every warp is done with the previous queries
+    StageRows(q_tile, qkv, i0, kBwdQueries, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+    StageRows(do_tile, dy, i0, kBwdQueries, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+    if (threadIdx.x < kBwdQueries) {
+      const int64_t i = i0 + threadIdx.x;
+      lse_of[threadIdx.x] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
+      delta_of[threadIdx.x] = i < L.T ? delta[bh * L.T + i] : 0.0f;
+    }
+    __syncthreads();
+    RowsTimesTileT(k_rows, q_tile, kBwdQueries, D, s);  // S^T
+    const int64_t i = i0 + lane;                         // this lane's query
+    float p[16];
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const int64_t j = j0 + warp * 16 + t;
+      const bool visible = i < L.T && j <= i;
+      p[t] = visible ? expf(s_tile[warp][t][lane] * scale - lse_of[lane]) : 0.0f;
+      p_tile[warp][t][lane] = Cast<T>(p[t]);
+    }
+    __syncwarp();
+    RowsTimesTileT(v_rows, do_tile, kBwdQueries, D, s);  // dP^T
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      ds_tile[warp][t][lane] = Cast<T>(p[t] * (s_tile[warp][t][lane] - delta_of[lane]) * scale);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < kFlashMaxD / 16; ++n) {
+      if (n < D / 16) {
+        for (int kk = 0; kk < kBwdQueries / 16; ++kk) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bm;
+          wmma::load_matrix_sync(a, &p_tile[warp][0][kk * 16], kBwdQueries);
+          wmma::load_matrix_sync(bm, &do_tile[kk * 16][n * 16], kFlashMaxD);
+          wmma::mma_sync(dv[n], a, bm, dv[n]);
+          wmma::load_matrix_sync(a, &ds_tile[warp][0][kk * 16], kBwdQueries);
+          wmma::load_matrix_sync(bm, &q_tile[kk * 16][n * 16], kFlashMaxD);
+          wmma::mma_sync(dk[n], a, bm, dk[n]);
+        }
+      }
+    }
+  }
+  const int64_t first = j0 + warp * 16;
+#pragma unroll
+  for (int n = 0; n < kFlashMaxD / 16; ++n) {
+    if (n < D / 16) {
+      StoreFragment(dk[n], s, kBwdQueries, dqkv, first, n * 16, L.T,
+                    [&](int64_t t) { return L.K(b, t, h); });
+      StoreFragment(dv[n], s, kBwdQueries, dqkv, first, n * 16, L.T,
+                    [&](int64_t t) { return L.V(b, t, h); });
+    }
+  }
+}
+
+// grid (ceil(T / 64), B * H): a block owns 64 queries of one head (16 per
+// warp) and walks the keys they see (j <= i), 32 at a time:
+//   S = Q K^T, P from it; dP = dO V^T, dS from it;  dQ += dS K.
+template <typename T>
+__global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Layout L,
+                                                  const void* lse, int sdt, const float* delta,
+                                                  T* dqkv) {
+  alignas(32) __shared__ T q_tile[kFlashRows][kFlashMaxD];
+  alignas(32) __shared__ T do_tile[kFlashRows][kFlashMaxD];
+  alignas(32) __shared__ T k_tile[kFlashKeys][kFlashMaxD];
+  alignas(32) __shared__ T v_tile[kFlashKeys][kFlashMaxD];
+  alignas(32) __shared__ float s_tile[kFlashWarps][16][kFlashKeys];
+  alignas(32) __shared__ T ds_tile[kFlashWarps][16][kFlashKeys];
+  __shared__ float lse_of[kFlashRows], delta_of[kFlashRows];
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H, D = L.D;
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+  StageRows(do_tile, dy, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+  for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
+    const int64_t i = q0 + r;
+    lse_of[r] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
+    delta_of[r] = i < L.T ? delta[bh * L.T + i] : 0.0f;
+  }
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dq[kFlashMaxD / 16];
+#pragma unroll
+  for (int n = 0; n < kFlashMaxD / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
+  const T* q_rows = &q_tile[warp * 16][0];
+  const T* do_rows = &do_tile[warp * 16][0];
+  float* s = &s_tile[warp][0][0];
+  const int64_t key_end = min(L.T, q0 + kFlashRows);
+  for (int64_t k0 = 0; k0 < key_end; k0 += kFlashKeys) {
+    __syncthreads();  // every warp is done with the previous keys
+    StageRows(k_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
+    StageRows(v_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    __syncthreads();
+    RowsTimesTileT(q_rows, k_tile, kFlashKeys, D, s);  // S
+    const int64_t j = k0 + lane;                        // this lane's key
+    float p[16];
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const int r = warp * 16 + t;
+      const bool visible = q0 + r < L.T && j <= q0 + r;
+      p[t] = visible ? expf(s_tile[warp][t][lane] * scale - lse_of[r]) : 0.0f;
+    }
+    __syncwarp();
+    RowsTimesTileT(do_rows, v_tile, kFlashKeys, D, s);  // dP
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const int r = warp * 16 + t;
+      ds_tile[warp][t][lane] = Cast<T>(p[t] * (s_tile[warp][t][lane] - delta_of[r]) * scale);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < kFlashMaxD / 16; ++n) {
+      if (n < D / 16) {
+        for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bm;
+          wmma::load_matrix_sync(a, &ds_tile[warp][0][kk * 16], kFlashKeys);
+          wmma::load_matrix_sync(bm, &k_tile[kk * 16][n * 16], kFlashMaxD);
+          wmma::mma_sync(dq[n], a, bm, dq[n]);
+        }
+      }
+    }
+  }
+  const int64_t first = q0 + warp * 16;
+#pragma unroll
+  for (int n = 0; n < kFlashMaxD / 16; ++n) {
+    if (n < D / 16) {
+      StoreFragment(dq[n], s, kFlashKeys, dqkv, first, n * 16, L.T,
+                    [&](int64_t t) { return L.Q(b, t, h); });
+    }
+  }
+}
+
+std::string LaunchFlashBackward(const void* qkv, const void* y, const void* dy, int dt,
+                                const void* lse, int sdt, const Layout& L, int64_t B, void* delta,
+                                void* dqkv, Stream s) {
+  const dim3 rows_grid(static_cast<unsigned>((L.T + kThreads - 1) / kThreads),
+                       static_cast<unsigned>(B * L.H));
+  float* d = static_cast<float*>(delta);
+  LAUNCH(AttentionDeltaKernel<float>, rows_grid, kThreads, S(s), y, dy, dt, L, d);
+  const dim3 grid(static_cast<unsigned>((L.T + kFlashRows - 1) / kFlashRows),
+                  static_cast<unsigned>(B * L.H));
+  if (dt == kF16) {
+    const auto* x = static_cast<const __half*>(qkv);
+    const auto* g = static_cast<const __half*>(dy);
+    auto* out = static_cast<__half*>(dqkv);
+    LAUNCH(FlashAttentionBackwardKeyValueKernel<__half>, grid, kFlashThreads, S(s), x, g, L, lse,
+           sdt, d, out);
+    LAUNCH(FlashAttentionBackwardQueryKernel<__half>, grid, kFlashThreads, S(s), x, g, L, lse, sdt,
+           d, out);
+  } else {
+    const auto* x = static_cast<const __nv_bfloat16*>(qkv);
+    const auto* g = static_cast<const __nv_bfloat16*>(dy);
+    auto* out = static_cast<__nv_bfloat16*>(dqkv);
+    LAUNCH(FlashAttentionBackwardKeyValueKernel<__nv_bfloat16>, grid, kFlashThreads, S(s), x, g, L,
+           lse, sdt, d, out);
+    LAUNCH(FlashAttentionBackwardQueryKernel<__nv_bfloat16>, grid, kFlashThreads, S(s), x, g, L,
+           lse, sdt, d, out);
+  }
+  return Check("FlashAttentionBackward");
 }
 
 std::string LaunchFlashForward(const void* qkv, int dt, const Layout& L, int64_t B, void* y,
@@ -333,7 +600,7 @@ std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T,
   if (std::string e = CheckShape(C, H); !e.empty()) return e;
   if (B * T == 0) return "";
   const Layout L{T, C, H, C / H};
-  if (FlashForwardApplies(dt, L.D)) return LaunchFlashForward(qkv, dt, L, B, y, lse, sdt, s);
+  if (FlashApplies(dt, L.D)) return LaunchFlashForward(qkv, dt, L, B, y, lse, sdt, s);
   const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),
                   static_cast<unsigned>(B * H));
   if (dt == kF64) {
@@ -375,6 +642,9 @@ std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const 
   if (std::string e = CheckShape(C, H); !e.empty()) return e;
   if (B * T == 0) return "";
   const Layout L{T, C, H, C / H};
+  if (FlashApplies(dt, L.D)) {
+    return LaunchFlashBackward(qkv, y, dy, dt, lse, sdt, L, B, delta, dqkv, s);
+  }
   const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),
                   static_cast<unsigned>(B * H));
   if (dt == kF64) {

@@ -127,6 +127,16 @@ void LaunchPartialSums(const void* x, int xdt, int64_t n, bool squares, double* 
 void LaunchFinishSum(const double* partial, int count, double multiplier, double* carry, void* out,
                      int odt, Stream s);
 
+// Sums over rows in two passes (kernels.h, ColumnSumScratch): a column-sum
+// kernel takes grid ColumnGrid(rows, cols) (x: columns by kThreads, y: the
+// chunk of ColumnChunkRows(rows) rows), writes partial[chunk * cols + c],
+// and LaunchFinishColumnSums adds each column's partials in chunk order.
+int64_t ColumnChunkRows(int64_t rows);
+int64_t ColumnChunks(int64_t rows);  // 0 for no rows
+dim3 ColumnGrid(int64_t rows, int64_t cols);
+void LaunchFinishColumnSums(const double* partial, int64_t rows, int64_t cols, void* out, int odt,
+                            Stream s);
+
 }  // namespace ampd::engine::cuda::kernel_util
 
 #endif  // AMPD_ENGINE_CUDA_KERNELS_KERNEL_UTIL_H_

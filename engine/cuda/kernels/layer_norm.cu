@@ -56,23 +56,25 @@ __global__ void LayerNormBackwardRowsKernel(const void* x, int xdt, const void* 
   }
 }
 
+// grid ColumnGrid(rows, cols): dgamma and dbeta's partial sums over one
+// chunk of rows per column (the second pass adds them in chunk order).
 template <typename C>
 __global__ void LayerNormBackwardColumnsKernel(const void* x, int xdt, const void* mean,
                                                const void* rstd, int sdt, const void* dy, int dydt,
-                                               int64_t rows, int64_t cols, void* dgamma,
-                                               void* dbeta, int gdt) {
-  GRID_STRIDE(c, cols) {
-    double dg = 0, db = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const C xhat =
-          (Load<C>(x, xdt, r * cols + c) - Load<C>(mean, sdt, r)) * Load<C>(rstd, sdt, r);
-      const C g = Load<C>(dy, dydt, r * cols + c);
-      dg += static_cast<double>(g * xhat);
-      db += static_cast<double>(g);
-    }
-    Store<double>(dgamma, gdt, c, dg);
-    Store<double>(dbeta, gdt, c, db);
+                                               int64_t rows, int64_t cols, int64_t chunk_rows,
+                                               double* dgamma_partial, double* dbeta_partial) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+  double dg = 0, db = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const C xhat = (Load<C>(x, xdt, r * cols + c) - Load<C>(mean, sdt, r)) * Load<C>(rstd, sdt, r);
+    const C g = Load<C>(dy, dydt, r * cols + c);
+    dg += static_cast<double>(g * xhat);
+    db += static_cast<double>(g);
   }
+  dgamma_partial[blockIdx.y * cols + c] = dg;
+  dbeta_partial[blockIdx.y * cols + c] = db;
 }
 
 }  // namespace
@@ -94,19 +96,25 @@ std::string LaunchLayerNorm(const void* x, int xdt, const void* gamma, int gdt, 
 std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, int gdt,
                                     const void* mean, const void* rstd, int sdt, const void* dy,
                                     int dydt, int64_t rows, int64_t cols, void* dx, void* dgamma,
-                                    void* dbeta, Stream s) {
+                                    void* dbeta, double* scratch, Stream s) {
   if (rows == 0) return "";
+  double* dgamma_partial = scratch;
+  double* dbeta_partial = scratch + ColumnChunks(rows) * cols;
   if (xdt == kF64) {
     LAUNCH(LayerNormBackwardRowsKernel<double>, rows, kThreads, S(s), x, xdt, gamma, gdt, mean,
            rstd, sdt, dy, dydt, cols, dx);
-    LAUNCH(LayerNormBackwardColumnsKernel<double>, Blocks(cols), kThreads, S(s), x, xdt, mean, rstd,
-           sdt, dy, dydt, rows, cols, dgamma, dbeta, gdt);
+    LAUNCH(LayerNormBackwardColumnsKernel<double>, ColumnGrid(rows, cols), kThreads, S(s), x, xdt,
+           mean, rstd, sdt, dy, dydt, rows, cols, ColumnChunkRows(rows), dgamma_partial,
+           dbeta_partial);
   } else {
     LAUNCH(LayerNormBackwardRowsKernel<float>, rows, kThreads, S(s), x, xdt, gamma, gdt, mean, rstd,
            sdt, dy, dydt, cols, dx);
-    LAUNCH(LayerNormBackwardColumnsKernel<float>, Blocks(cols), kThreads, S(s), x, xdt, mean, rstd,
-           sdt, dy, dydt, rows, cols, dgamma, dbeta, gdt);
+    LAUNCH(LayerNormBackwardColumnsKernel<float>, ColumnGrid(rows, cols), kThreads, S(s), x, xdt,
+           mean, rstd, sdt, dy, dydt, rows, cols, ColumnChunkRows(rows), dgamma_partial,
+           dbeta_partial);
   }
+  LaunchFinishColumnSums(dgamma_partial, rows, cols, dgamma, gdt, s);
+  LaunchFinishColumnSums(dbeta_partial, rows, cols, dbeta, gdt, s);
   return Check("LayerNormBackward");
 }
 

@@ -30,12 +30,24 @@ __global__ void FinishSumKernel(const double* partial, int count, double multipl
   Store<double>(out, odt, 0, s * multiplier);
 }
 
-__global__ void SumRowsKernel(const void* x, int xdt, int64_t rows, int64_t cols, void* out,
-                              int odt) {
+// grid (ceil(cols / kThreads), chunks): thread = column c over the rows of
+// chunk blockIdx.y; consecutive threads read consecutive columns.
+__global__ void SumRowsPartialKernel(const void* x, int xdt, int64_t rows, int64_t cols,
+                                     int64_t chunk_rows, double* partial) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+  double s = 0;
+  for (int64_t r = r0; r < r1; ++r) s += Load<double>(x, xdt, r * cols + c);
+  partial[blockIdx.y * cols + c] = s;
+}
+
+__global__ void FinishColumnSumsKernel(const double* partial, int64_t chunks, int64_t cols,
+                                       void* out, int odt) {
   GRID_STRIDE(c, cols) {
     double s = 0;
-    for (int64_t r = 0; r < rows; ++r) s += Load<double>(x, xdt, r * cols + c);
-    Store<double>(out, odt, c, s);
+    for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + c];
+    Store<double>(out, odt, c, s);  // no rows: zeros
   }
 }
 
@@ -59,11 +71,34 @@ std::string LaunchSumAll(const void* x, int xdt, int64_t n, double* scratch, voi
   return Check("SumAll");
 }
 
-std::string LaunchSumRows(const void* x, int xdt, int64_t rows, int64_t cols, void* out, int odt,
-                          Stream s) {
+// Chunks of 64 rows (fewer, longer ones past 65535 chunks: the grid's y limit).
+int64_t kernel_util::ColumnChunkRows(int64_t rows) {
+  return std::max<int64_t>(64, (rows + 65534) / 65535);
+}
+int64_t kernel_util::ColumnChunks(int64_t rows) {
+  return (rows + ColumnChunkRows(rows) - 1) / ColumnChunkRows(rows);
+}
+dim3 kernel_util::ColumnGrid(int64_t rows, int64_t cols) {
+  return dim3(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+              static_cast<unsigned>(ColumnChunks(rows)));
+}
+void kernel_util::LaunchFinishColumnSums(const double* partial, int64_t rows, int64_t cols,
+                                         void* out, int odt, Stream s) {
+  LAUNCH(FinishColumnSumsKernel, Blocks(cols), kThreads, S(s), partial, ColumnChunks(rows), cols,
+         out, odt);
+}
+
+int64_t ColumnSumScratch(int64_t rows, int64_t cols) { return ColumnChunks(rows) * cols; }
+
+std::string LaunchSumRows(const void* x, int xdt, int64_t rows, int64_t cols, double* scratch,
+                          void* out, int odt, Stream s) {
   if (cols == 0) return "";
-  LAUNCH(SumRowsKernel, Blocks(cols), kThreads, S(s), x, xdt, rows, cols, out, odt);
-  return Check("SumRowsKernel");
+  if (rows > 0) {
+    LAUNCH(SumRowsPartialKernel, ColumnGrid(rows, cols), kThreads, S(s), x, xdt, rows, cols,
+           ColumnChunkRows(rows), scratch);
+  }
+  LaunchFinishColumnSums(scratch, rows, cols, out, odt, s);
+  return Check("SumRows");
 }
 
 }  // namespace ampd::engine::cuda

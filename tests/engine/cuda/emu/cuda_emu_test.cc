@@ -52,6 +52,15 @@ __global__ void PassWithinTheWarp(int base, int* out) {
   if (lane == 0) out[warp] = slots[warp];
 }
 
+// A butterfly sum over each warp of 64 threads, and each lane's partner
+// across lane mask 5: out[t] = (the sum of its warp's values, partner's value).
+__global__ void ButterflySums(const float* in, float* sum, int* partner) {
+  float v = in[threadIdx.x];
+  partner[threadIdx.x] = __shfl_xor_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x), 5);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  sum[threadIdx.x] = v;
+}
+
 // Half of a warp waits at __syncwarp, the other half leaves.
 __global__ void HalfAWarpLeaves(int* out) {
   if (threadIdx.x % 32 >= 16) return;
@@ -277,6 +286,33 @@ TEST(CudaEmuTest, SyncwarpIsABarrierForTheWarpOnly) {
     EXPECT_EQ(host[1], base + 1);
   }
   EXPECT_EQ(cudaFree(out), cudaSuccess);
+}
+
+// Shuffles exchange within the warp, never across warps, and a butterfly sum
+// leaves every lane of a warp the same sum (the real exchange's result).
+TEST(CudaEmuTest, ShuffleXorExchangesWithinTheWarp) {
+  cudaStream_t s = NewStream();
+  float* in = DeviceAlloc<float>(64);
+  float* sum = DeviceAlloc<float>(64);
+  int* partner = DeviceAlloc<int>(64);
+  std::vector<float> values(64);
+  for (int t = 0; t < 64; ++t) values[t] = static_cast<float>(t < 32 ? t : 100 * t);
+  ASSERT_EQ(cudaMemcpyAsync(in, values.data(), 64 * sizeof(float), cudaMemcpyHostToDevice, s),
+            cudaSuccess);
+  AMPD_EMU_LAUNCH(ButterflySums, 1, 64, s)(in, sum, partner);
+  std::vector<float> sums(64);
+  std::vector<int> partners(64);
+  ASSERT_EQ(cudaMemcpyAsync(sums.data(), sum, 64 * sizeof(float), cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(partners.data(), partner, 64 * sizeof(int), cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  for (int t = 0; t < 64; ++t) {
+    EXPECT_EQ(partners[t], t ^ 5) << t;
+    EXPECT_EQ(sums[t], t < 32 ? 496.0f : 100.0f * (32 * 32 + 496)) << t;
+  }
+  EXPECT_EQ(cudaFree(in), cudaSuccess);
+  EXPECT_EQ(cudaFree(sum), cudaSuccess);
+  EXPECT_EQ(cudaFree(partner), cudaSuccess);
 }
 
 TEST(CudaEmuDeathTest, ASyncwarpPartOfTheWarpNeverReachesAborts) {

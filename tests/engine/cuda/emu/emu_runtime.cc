@@ -430,6 +430,49 @@ void __syncwarp(unsigned mask) {
   cudaemu::SwitchToScheduler(/*exiting=*/false);
 }
 
+namespace cudaemu {
+namespace {
+uint64_t g_shuffle_slots[kMaxThreads];
+
+template <typename T>
+T ShuffleXor(unsigned mask, T v, int lane_mask, int width) {
+  if (mask != 0xFFFFFFFFu || width != kWarpSize || lane_mask < 0 || lane_mask >= kWarpSize) {
+    std::fprintf(stderr,
+                 "cuda emulator: %s: __shfl_xor_sync with a partial mask, a width other than 32 "
+                 "or lane mask %d is not emulated\n",
+                 g_kernel, lane_mask);
+    std::abort();
+  }
+  const int t = g_current;
+  const int partner = (t & ~(kWarpSize - 1)) | ((t % kWarpSize) ^ lane_mask);
+  const int threads = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  if (partner >= threads) {
+    std::fprintf(stderr,
+                 "cuda emulator: %s: __shfl_xor_sync in a warp of fewer than 32 threads "
+                 "(undefined on a GPU)\n",
+                 g_kernel);
+    std::abort();
+  }
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  g_shuffle_slots[t] = bits;
+  __syncwarp();  // every lane has published its value
+  bits = g_shuffle_slots[partner];
+  __syncwarp();  // every lane has read before any publishes the next one
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+}  // namespace
+}  // namespace cudaemu
+
+float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width) {
+  return cudaemu::ShuffleXor(mask, v, lane_mask, width);
+}
+int __shfl_xor_sync(unsigned mask, int v, int lane_mask, int width) {
+  return cudaemu::ShuffleXor(mask, v, lane_mask, width);
+}
+
 #define EMU_RETURN_IF_STICKY()                          \
   do {                                                  \
     if (St().sticky != cudaSuccess) return St().sticky; \

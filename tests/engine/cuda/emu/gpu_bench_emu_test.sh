@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs bench/gpu_bench, built against the CUDA emulator, at toy sizes and
 # checks that it produces its whole report: the device line, the GEMM RESULT,
-# one RESULT per (hidden, precision) and the ratio lines; then that the
+# one RESULT per (hidden, precision) and the ratio lines, and --profile's
+# tables (every kernel the GPT step runs, attention's among them); then that the
 # bundle's summary (tools/gpu_bundle_summary.py) reads them, with and without
 # PyTorch's numbers.
 set -euo pipefail
 out=$("$1" --hidden=64,128 --batch=32 --steps=2 --rounds=1 --gemm=256 \
-  --gpt_layers=1 --gpt_embd=32 --gpt_heads=2 --gpt_block=16 --gpt_vocab=64 --gpt_batch=2 2>&1) || {
+  --gpt_layers=1 --gpt_embd=32 --gpt_heads=2 --gpt_block=16 --gpt_vocab=64 --gpt_batch=2 \
+  --profile 2>&1) || {
   echo "$out"
   echo "FAIL: gpu_bench exited non-zero"
   exit 1
@@ -28,6 +30,13 @@ for h in 64 128; do
   expect "^hidden $h: bf16-mixed / 32-true = [0-9.]+x"
 done
 expect '^RESULT gpt layers=1 embd=32 block=16 batch=2 tokens_per_s=[0-9.]+ mfu=[0-9.]+'
+for what in "mlp_step hidden 128 bf16-mixed" "mlp_step hidden 128 32-true" "gpt_step bf16-mixed"; do
+  expect "^profile of $what: 2 steps, [0-9.]+ ms/step synchronised"
+done
+for k in matmul causal_attention causal_attention_backward layer_norm_backward embedding_backward; do
+  expect "^PROFILE kernel=$k calls=[0-9]+ ms=[0-9.]+"
+done
+expect '^\(outside kernels\) +[-0-9.]+ +[-0-9.]+%'
 if grep -q SKIPPED <<<"$out"; then
   echo "FAIL: skipped on the emulator"
   fail=1

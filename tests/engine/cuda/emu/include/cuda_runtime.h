@@ -54,6 +54,11 @@ void __syncthreads();
 // A barrier for the calling thread's warp (threads t / 32 alike); the full
 // mask only.
 void __syncwarp(unsigned mask = 0xFFFFFFFFu);
+// The butterfly shuffle: the value of lane (lane ^ lane_mask) of the caller's
+// warp, every lane of it taking part (the full mask, width 32, float or
+// int); two warp barriers around an exchange through a per-thread slot.
+float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32);
+int __shfl_xor_sync(unsigned mask, int v, int lane_mask, int width = 32);
 
 using std::max;
 using std::min;
