@@ -205,13 +205,23 @@ void AfterKernel(const char* name) {
 }
 
 void PrintProfile(double step_seconds, int64_t steps) {
-  std::vector<std::pair<std::string, KernelTime>> rows(Profile().begin(), Profile().end());
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  // By kernel (the detail's first word), then the costliest calls by shape.
+  std::map<std::string, KernelTime> by_kernel;
+  for (const auto& [detail, k] : Profile()) {
+    KernelTime& sum = by_kernel[detail.substr(0, detail.find(' '))];
+    sum.calls += k.calls;
+    sum.seconds += k.seconds;
+  }
+  auto sorted = [](const std::map<std::string, KernelTime>& m) {
+    std::vector<std::pair<std::string, KernelTime>> rows(m.begin(), m.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    return rows;
+  };
   double kernels = 0;
-  std::printf(" %lld steps, %.1f ms/step synchronised\n%-28s %8s %10s %7s\n",
-              (long long)steps, step_seconds * 1e3, "kernel", "calls", "ms/step", "share");
-  for (const auto& [name, k] : rows) {
+  std::printf(" %lld steps, %.1f ms/step synchronised\n%-28s %8s %10s %7s\n", (long long)steps,
+              step_seconds * 1e3, "kernel", "calls", "ms/step", "share");
+  for (const auto& [name, k] : sorted(by_kernel)) {
     const double ms = k.seconds / steps * 1e3;
     kernels += k.seconds / steps;
     std::printf("%-28s %8lld %10.2f %6.1f%%\n", name.c_str(), (long long)(k.calls / steps), ms,
@@ -221,13 +231,21 @@ void PrintProfile(double step_seconds, int64_t steps) {
   }
   std::printf("%-28s %8s %10.2f %6.1f%%\n", "(outside kernels)", "",
               (step_seconds - kernels) * 1e3, 100 * (step_seconds - kernels) / step_seconds);
+  std::printf("costliest calls by arguments (dtype[shape] ..., ms/step, calls/step):\n");
+  int shown = 0;
+  for (const auto& [detail, k] : sorted(Profile())) {
+    if (++shown > 15) break;
+    std::printf("  %8.2f ms %5lld x  %s\n", k.seconds / steps * 1e3,
+                (long long)(k.calls / steps), detail.c_str());
+  }
   std::fflush(stdout);
 }
 
 // Two more steps of `t`, synchronised around every kernel, and the table.
 void ProfileSteps(const char* what, engine::train::Trainer& t) {
   static const bool wrapped = [] {
-    engine::backend::WrapKernels(engine::Device::kCuda, {&BeforeKernel, &AfterKernel});
+    engine::backend::WrapKernels(engine::Device::kCuda,
+                                 {&BeforeKernel, &AfterKernel, /*detail=*/true});
     return true;
   }();
   (void)wrapped;

@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -63,9 +64,13 @@ void MirrorHostKernels(Device device, HostMirror mirror);
 // call of every kernel registered for `device` (gpu_bench --profile: time per
 // kernel). For one device per process, before its kernels run; for
 // measurements, not for jobs.
+// With `detail`, the name passed is the kernel's followed by its arguments'
+// dtypes and shapes ("matmul bf16[1024,768] bf16[50257,768] 0 1 f32"), so
+// that one kernel's calls are told apart by shape.
 struct KernelHooks {
   void (*before)(const char* kernel) = nullptr;
   void (*after)(const char* kernel) = nullptr;
+  bool detail = false;
 };
 void WrapKernels(Device device, KernelHooks hooks);
 
@@ -135,17 +140,35 @@ KernelHooks& Hooks();
 std::vector<Installer>& KernelWrappers();
 template <typename K, typename Fn>
 struct Wrapped;
+template <typename T>
+void DescribeArgument(std::string& out, const T& v) {
+  using U = std::decay_t<T>;
+  if constexpr (std::is_same_v<U, Tensor>) {
+    out += ' ';
+    out += DTypeName(v.dtype());
+    out += core::ShapeString(v.shape());
+  } else if constexpr (std::is_same_v<U, DType>) {
+    out += ' ';
+    out += DTypeName(v);
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    out += ' ' + std::to_string(v);
+  } else if constexpr (std::is_enum_v<U>) {
+    out += ' ' + std::to_string(static_cast<int64_t>(v));
+  }
+}
 template <typename K, typename R, typename... A>
 struct Wrapped<K, R (*)(A...)> {
   static inline R (*original)(A...) = nullptr;
   static R Run(A... args) {
-    Hooks().before(K::kName);
+    std::string name = K::kName;
+    if (Hooks().detail) (DescribeArgument(name, args), ...);
+    Hooks().before(name.c_str());
     if constexpr (std::is_void_v<R>) {
       original(static_cast<A>(args)...);
-      Hooks().after(K::kName);
+      Hooks().after(name.c_str());
     } else {
       R r = original(static_cast<A>(args)...);
-      Hooks().after(K::kName);
+      Hooks().after(name.c_str());
       return r;
     }
   }

@@ -95,10 +95,13 @@ std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const 
                                               const void* dloss, int ddt, void* dx, Stream s);
 std::string LaunchEmbedding(const void* table, int dt, const int32_t* ids, int64_t n, int64_t dim,
                             void* y, Stream s);
-// acc (rows * dim doubles of scratch, zeroed here) accumulates column by
-// column in id order; then rounded into dtable (dt).
-std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* ids, int64_t n,
-                                    int64_t dim, int64_t rows, double* acc, void* dtable, Stream s);
+// dtable [rows, dim] (dt) = the sum of dy's rows per id, f64 accumulation
+// in row order, one block per distinct id. groups (on the device): the
+// `distinct` ids, then distinct + 1 offsets into the positions, then the
+// positions (the dy rows of each id, ascending): GroupIds in embedding.cc.
+std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* groups,
+                                    int64_t distinct, int64_t dim, int64_t rows, void* dtable,
+                                    Stream s);
 std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n,
                           Stream s);
 

@@ -15,6 +15,9 @@ namespace ampd::engine::ops {
 // 50k vocabulary never needs an [N, V] f32 tensor. Under autocast the GEMMs
 // run in the low-precision dtype and softmax and loss in f32, as
 // linear + cross_entropy do under torch.autocast.
+// The GEMMs run over the vocabulary padded to a multiple of 64 (zero weight
+// rows whose logits are -inf): aligned rows for the GEMM libraries, the same
+// loss and gradients.
 Tensor LmHeadCrossEntropy(Tensor x, Tensor w, const std::vector<int32_t>& targets,
                           int64_t chunk_rows = 1024);
 

@@ -11,9 +11,11 @@
 //
 // Every gradient element has one writer and a fixed summation order (no
 // atomics): the same bits every run. The tensor-core kernels passed
-// cuda_backend_test against the CPU on an H200 (forward 2026-12-04; see
-// bench/README.md for the backward); the emulator checks their indexing,
-// barriers, shuffles and numerics in CI.
+// cuda_backend_test against the CPU on an H200 (2026-12-04, forward and
+// backward, the backward bitwise repeatable); GPT-2 124M's attention takes
+// 20 ms of a 57 ms step there (bench/README.md), about 10x flash
+// attention's time: WMMA tiles go through shared memory. The emulator checks
+// their indexing, barriers, shuffles and numerics in CI.
 
 #include <mma.h>
 
@@ -187,28 +189,37 @@ void LaunchBackward(const void* qkv, const void* y, const void* dy, int dt, cons
          dqkv);
 }
 
-// ---- The forward on tensor cores (f16 and bf16, head size a multiple of 16
-// up to 64): flash attention's tiling with WMMA 16x16x16 tiles.
+// ---- Flash attention on tensor cores (f16 and bf16, head size a multiple of
+// 16 up to 64), with WMMA 16x16x16 tiles and f32 accumulators.
 //
-// A block takes 64 query rows of one head, four warps of 16 rows each, and
-// walks the keys up to its last row (causal) 32 at a time:
-//   S = Q K^T on tensor cores (f32 accumulators) into the warp's shared tile;
+// Forward. A block takes 64 query rows of one head, four warps of 16 rows
+// each, and walks the keys up to its last row (causal) 32 at a time:
+//   S = Q K^T on tensor cores into the warp's shared f32 tile;
 //   lane l takes key l of each of the warp's 16 rows and the online softmax
 //   runs in f32 (the row's maximum and sum by warp shuffles, the correction
 //   of what came before, P = exp(S - max) rounded to the input dtype for the
 //   next product, the row sum of the unrounded P as the reference kernel's);
-//   O = O * correction + P V on tensor cores, O kept in shared memory in f32.
+//   O = O * correction + P V: P V on tensor cores, 32 columns at a time
+//   through the same f32 tile, O itself in registers (lane l holds columns
+//   l and l + 32 of the warp's 16 rows).
 // The rows' output is O / sum; the logsumexp is stored for the backward. The
 // T x T probabilities never exist: only a warp's 16 x 32 tile of them.
 // The WMMA API leaves which tile elements a thread holds unspecified, so
-// every per-row step goes through shared memory, never through fragments.
+// every per-element step goes through shared memory, never through fragments.
+//
+// Shared tiles have padded rows (kLd, kSLd, kPLd): with rows exactly 128
+// bytes apart, the 8 rows a fragment load reads at once would all start on
+// the same memory bank.
 namespace wmma = nvcuda::wmma;
 
-constexpr int kFlashRows = 64;                // query rows per block
-constexpr int kFlashKeys = 32;                // keys per step
+constexpr int kFlashRows = 64;                // query rows (or keys) per block
+constexpr int kFlashKeys = 32;                // keys (or queries) per step
 constexpr int kFlashMaxD = 64;                // largest head size on this path
 constexpr int kFlashWarps = kFlashRows / 16;  // 16 rows each
 constexpr int kFlashThreads = 32 * kFlashWarps;
+constexpr int kLd = kFlashMaxD + 8;  // row stride of the Q, K, V and dO tiles
+constexpr int kSLd = kFlashKeys + 4;  // of a warp's f32 tile
+constexpr int kPLd = kFlashKeys + 8;  // of a warp's P and dS tiles
 
 template <typename T>
 __device__ __forceinline__ T Cast(float v);
@@ -232,94 +243,129 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-bool FlashApplies(int dt, int64_t D) {
-  return (dt == kF16 || dt == kBF16) && D % 16 == 0 && D <= kFlashMaxD;
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Rows are staged 16 bytes (8 values) at a time: qkv's and dO's rows start on
+// 16-byte boundaries when the buffers do (D and C are multiples of 16).
+bool FlashApplies(int dt, int64_t D, const void* a, const void* b = nullptr) {
+  return (dt == kF16 || dt == kBF16) && D % 16 == 0 && D <= kFlashMaxD && Aligned16(a) &&
+         (b == nullptr || Aligned16(b));
+}
+
+struct alignas(16) Pack8 {
+  unsigned int w[4];  // 8 values of a 16-bit dtype
+};
+
+// Stages rows [first, first + n) into a [n][kLd] tile, zeros past T; at(t) is
+// the element index of row t's slice.
+template <typename T, typename At>
+__device__ void StageRows(T (*tile)[kLd], const T* src, int64_t first, int n, int D, int64_t rows,
+                          At at) {
+  const int per_row = D / 8;
+  for (int e = threadIdx.x; e < n * per_row; e += blockDim.x) {
+    const int r = e / per_row, v = e % per_row;
+    Pack8 val{};  // all-zero bits: 0 in f16 and bf16
+    if (first + r < rows) val = *reinterpret_cast<const Pack8*>(src + at(first + r) + v * 8);
+    *reinterpret_cast<Pack8*>(&tile[r][v * 8]) = val;
+  }
+}
+
+// The warp's 16 rows (row stride kLd) times the tile's first `cols` rows,
+// transposed: out[16][cols] (row stride kSLd) = rows x tile^T, f32.
+template <typename T>
+__device__ void RowsTimesTileT(const T* rows, T (*tile)[kLd], int cols, int D, float* out) {
+  for (int n = 0; n < cols / 16; ++n) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bt;
+      wmma::load_matrix_sync(a, rows + kk * 16, kLd);
+      wmma::load_matrix_sync(bt, &tile[n * 16][kk * 16], kLd);
+      wmma::mma_sync(acc, a, bt, acc);
+    }
+    wmma::store_matrix_sync(out + n * 16, acc, kSLd, wmma::mem_row_major);
+  }
+  __syncwarp();
 }
 
 // T: __half or __nv_bfloat16 (dt's storage type).
 template <typename T>
 __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* lse, int sdt) {
-  alignas(32) __shared__ T q_tile[kFlashRows][kFlashMaxD];
-  alignas(32) __shared__ T k_tile[kFlashKeys][kFlashMaxD];
-  alignas(32) __shared__ T v_tile[kFlashKeys][kFlashMaxD];
-  alignas(32) __shared__ float s_tile[kFlashWarps][16][kFlashKeys];
-  alignas(32) __shared__ T p_tile[kFlashWarps][16][kFlashKeys];
-  alignas(32) __shared__ float o_tile[kFlashWarps][16][kFlashMaxD];
-  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H, D = L.D;
+  alignas(32) __shared__ T q_tile[kFlashRows][kLd];
+  alignas(32) __shared__ T k_tile[kFlashKeys][kLd];
+  alignas(32) __shared__ T v_tile[kFlashKeys][kLd];
+  alignas(32) __shared__ float s_tile[kFlashWarps][16][kSLd];
+  alignas(32) __shared__ T p_tile[kFlashWarps][16][kPLd];
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  const int D = static_cast<int>(L.D);
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const T zero = Cast<T>(0.0f);
-  for (int e = tid; e < kFlashRows * D; e += kFlashThreads) {
-    const int64_t r = e / D, d = e % D;
-    q_tile[r][d] = q0 + r < L.T ? qkv[L.Q(b, q0 + r, h) + d] : zero;
-  }
-  for (int e = lane; e < 16 * kFlashMaxD; e += 32) o_tile[warp][e / kFlashMaxD][e % kFlashMaxD] = 0;
-  // Every lane holds the softmax state of all 16 of its warp's rows.
-  float row_max[16], row_sum[16];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* s = &s_tile[warp][0][0];
+  StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+  // Every lane holds the softmax state of all 16 of its warp's rows, and
+  // columns lane and lane + 32 of their output.
+  float row_max[16], row_sum[16], o[16][2];
 #pragma unroll
-  for (int t = 0; t < 16; ++t) row_max[t] = -INFINITY, row_sum[t] = 0;
+  for (int t = 0; t < 16; ++t) row_max[t] = -INFINITY, row_sum[t] = 0, o[t][0] = o[t][1] = 0;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kFlashKeys) {
-    __syncthreads();  // the previous step's tiles are consumed
-    for (int e = tid; e < kFlashKeys * D; e += kFlashThreads) {
-      const int64_t j = e / D, d = e % D;
-      const bool in = k0 + j < L.T;
-      k_tile[j][d] = in ? qkv[L.K(b, k0 + j, h) + d] : zero;
-      v_tile[j][d] = in ? qkv[L.V(b, k0 + j, h) + d] : zero;
-    }
+    __syncthreads();  // every warp is done with the previous keys
+    StageRows(k_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
+    StageRows(v_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
     __syncthreads();
-    for (int n = 0; n < kFlashKeys / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < D / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bt;
-        wmma::load_matrix_sync(a, &q_tile[warp * 16][kk * 16], kFlashMaxD);
-        wmma::load_matrix_sync(bt, &k_tile[n * 16][kk * 16], kFlashMaxD);  // K^T
-        wmma::mma_sync(acc, a, bt, acc);
-      }
-      wmma::store_matrix_sync(&s_tile[warp][0][n * 16], acc, kFlashKeys, wmma::mem_row_major);
-    }
-    __syncwarp();
-    // Lane l takes key k0 + l of every row: a row's maximum and sum are warp
-    // reductions, and neighbouring lanes touch neighbouring words of shared
-    // memory (no bank conflicts).
+    RowsTimesTileT(&q_tile[warp * 16][0], k_tile, kFlashKeys, D, s);  // S
+    // Lane l takes key k0 + l of every row: neighbouring lanes touch
+    // neighbouring words of shared memory.
     const int64_t j = k0 + lane;
+    float correction[16];
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
       const int64_t row = q0 + warp * 16 + t;
       const float sv = j <= row && j < L.T ? s_tile[warp][t][lane] * scale : -INFINITY;
       const float m = fmaxf(row_max[t], WarpMax(sv));
       // A row with nothing visible yet keeps max -inf: no correction, P 0.
-      const float correction = m == -INFINITY ? 1.0f : expf(row_max[t] - m);
+      correction[t] = m == -INFINITY ? 1.0f : expf(row_max[t] - m);
       const float pj = m == -INFINITY ? 0.0f : expf(sv - m);
       p_tile[warp][t][lane] = Cast<T>(pj);
-      row_sum[t] = row_sum[t] * correction + WarpSum(pj);
+      row_sum[t] = row_sum[t] * correction[t] + WarpSum(pj);
       row_max[t] = m;
-      for (int64_t d = lane; d < D; d += 32) o_tile[warp][t][d] *= correction;
     }
     __syncwarp();
-    for (int n = 0; n < D / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, &o_tile[warp][0][n * 16], kFlashMaxD, wmma::mem_row_major);
-      for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bv;
-        wmma::load_matrix_sync(a, &p_tile[warp][0][kk * 16], kFlashKeys);
-        wmma::load_matrix_sync(bv, &v_tile[kk * 16][n * 16], kFlashMaxD);
-        wmma::mma_sync(acc, a, bv, acc);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (half * 32 >= D) break;
+      for (int n = 0; n < 2; ++n) {
+        if (half * 32 + n * 16 >= D) break;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bv;
+          wmma::load_matrix_sync(a, &p_tile[warp][0][kk * 16], kPLd);
+          wmma::load_matrix_sync(bv, &v_tile[kk * 16][half * 32 + n * 16], kLd);
+          wmma::mma_sync(acc, a, bv, acc);
+        }
+        wmma::store_matrix_sync(s + n * 16, acc, kSLd, wmma::mem_row_major);
       }
-      wmma::store_matrix_sync(&o_tile[warp][0][n * 16], acc, kFlashMaxD, wmma::mem_row_major);
+      __syncwarp();
+      const bool mine = half * 32 + lane < D;
+#pragma unroll
+      for (int t = 0; t < 16; ++t) {
+        o[t][half] = o[t][half] * correction[t] + (mine ? s_tile[warp][t][lane] : 0.0f);
+      }
+      __syncwarp();
     }
   }
-  __syncwarp();
 #pragma unroll
   for (int t = 0; t < 16; ++t) {
     const int64_t row = q0 + warp * 16 + t;
-    if (row >= L.T) continue;
-    for (int64_t d = lane; d < D; d += 32) {
-      y[L.Y(b, row, h) + d] = Cast<T>(o_tile[warp][t][d] / row_sum[t]);
+    if (row >= L.T) break;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int c = half * 32 + lane;
+      if (c < D) y[L.Y(b, row, h) + c] = Cast<T>(o[t][half] / row_sum[t]);
     }
     if (lane == 0) Store<float>(lse, sdt, bh * L.T + row, row_max[t] + logf(row_sum[t]));
   }
@@ -338,52 +384,18 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
 // the warp's 16 x 32 tile, all 16 rows, keeping its P values in registers
 // between the two products (so only one f32 tile per warp is needed). The
 // warps only share the block's staged rows, so __syncwarp guards the rest.
-constexpr int kBwdQueries = 32;  // queries per step of the dK/dV kernel
 
-// Stages rows [first, first + n) of the (row, head) slices at `at` into a
-// [n][kFlashMaxD] tile, zeros past T. at(t) is the element index of row t.
-template <typename T, typename At>
-__device__ void StageRows(T (*tile)[kFlashMaxD], const T* src, int64_t first, int n, int64_t D,
-                          int64_t rows, At at) {
-  const T zero = Cast<T>(0.0f);
-  for (int e = threadIdx.x; e < n * D; e += blockDim.x) {
-    const int r = e / D, d = e % D;
-    tile[r][d] = first + r < rows ? src[at(first + r) + d] : zero;
-  }
-}
-
-// acc (16 x 16) through the warp's f32 scratch (row stride ld) into dst rows
-// [first, first + 16) at column offset col, rows < T only.
+// acc (16 x 16) through the warp's f32 scratch (row stride kSLd) into dst
+// rows [first, first + 16) at column offset col, rows < T only.
 template <typename T, typename At>
 __device__ void StoreFragment(const wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc,
-                              float* scratch, int ld, T* dst, int64_t first, int col, int64_t rows,
-                              At at) {
-  wmma::store_matrix_sync(scratch, acc, ld, wmma::mem_row_major);
+                              float* scratch, T* dst, int64_t first, int col, int64_t rows, At at) {
+  wmma::store_matrix_sync(scratch, acc, kSLd, wmma::mem_row_major);
   __syncwarp();
   const int lane = threadIdx.x % 32;
   for (int e = lane; e < 16 * 16; e += 32) {
     const int r = e / 16, c = e % 16;
-    if (first + r < rows) dst[at(first + r) + col + c] = Cast<T>(scratch[r * ld + c]);
-  }
-  __syncwarp();
-}
-
-// The warp's 16 rows (row stride kFlashMaxD) times the tile's rows,
-// transposed: out[16][cols] (row stride cols) = rows x tile^T, f32.
-template <typename T>
-__device__ void RowsTimesTileT(const T* rows, T (*tile)[kFlashMaxD], int cols, int64_t D,
-                               float* out) {
-  for (int n = 0; n < cols / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int kk = 0; kk < D / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bt;
-      wmma::load_matrix_sync(a, rows + kk * 16, kFlashMaxD);
-      wmma::load_matrix_sync(bt, &tile[n * 16][kk * 16], kFlashMaxD);
-      wmma::mma_sync(acc, a, bt, acc);
-    }
-    wmma::store_matrix_sync(out + n * 16, acc, cols, wmma::mem_row_major);
+    if (first + r < rows) dst[at(first + r) + col + c] = Cast<T>(scratch[r * kSLd + c]);
   }
   __syncwarp();
 }
@@ -396,15 +408,16 @@ template <typename T>
 __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, Layout L,
                                                      const void* lse, int sdt, const float* delta,
                                                      T* dqkv) {
-  alignas(32) __shared__ T k_tile[kFlashRows][kFlashMaxD];
-  alignas(32) __shared__ T v_tile[kFlashRows][kFlashMaxD];
-  alignas(32) __shared__ T q_tile[kBwdQueries][kFlashMaxD];
-  alignas(32) __shared__ T do_tile[kBwdQueries][kFlashMaxD];
-  alignas(32) __shared__ float s_tile[kFlashWarps][16][kBwdQueries];
-  alignas(32) __shared__ T p_tile[kFlashWarps][16][kBwdQueries];
-  alignas(32) __shared__ T ds_tile[kFlashWarps][16][kBwdQueries];
-  __shared__ float lse_of[kBwdQueries], delta_of[kBwdQueries];
-  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H, D = L.D;
+  alignas(32) __shared__ T k_tile[kFlashRows][kLd];
+  alignas(32) __shared__ T v_tile[kFlashRows][kLd];
+  alignas(32) __shared__ T q_tile[kFlashKeys][kLd];
+  alignas(32) __shared__ T do_tile[kFlashKeys][kLd];
+  alignas(32) __shared__ float s_tile[kFlashWarps][16][kSLd];
+  alignas(32) __shared__ T p_tile[kFlashWarps][16][kPLd];
+  alignas(32) __shared__ T ds_tile[kFlashWarps][16][kPLd];
+  __shared__ float lse_of[kFlashKeys], delta_of[kFlashKeys];
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  const int D = static_cast<int>(L.D);
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
@@ -416,21 +429,19 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
     wmma::fill_fragment(dk[n], 0.0f);
     wmma::fill_fragment(dv[n], 0.0f);
   }
-  const T* k_rows = &k_tile[warp * 16][0];
-  const T* v_rows = &v_tile[warp * 16][0];
   float* s = &s_tile[warp][0][0];
-  for (int64_t i0 = j0; i0 < L.T; i0 += kBwdQueries) {  // j0 is a multiple of 32
+  for (int64_t i0 = j0; i0 < L.T; i0 += kFlashKeys) {  // j0 is a multiple of 32
     __syncthreads();  // every warp is done with the previous queries
-    StageRows(q_tile, qkv, i0, kBwdQueries, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
-    StageRows(do_tile, dy, i0, kBwdQueries, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
-    if (threadIdx.x < kBwdQueries) {
+    StageRows(q_tile, qkv, i0, kFlashKeys, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+    StageRows(do_tile, dy, i0, kFlashKeys, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+    if (threadIdx.x < kFlashKeys) {
       const int64_t i = i0 + threadIdx.x;
       lse_of[threadIdx.x] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
       delta_of[threadIdx.x] = i < L.T ? delta[bh * L.T + i] : 0.0f;
     }
     __syncthreads();
-    RowsTimesTileT(k_rows, q_tile, kBwdQueries, D, s);  // S^T
-    const int64_t i = i0 + lane;                         // this lane's query
+    RowsTimesTileT(&k_tile[warp * 16][0], q_tile, kFlashKeys, D, s);  // S^T
+    const int64_t i = i0 + lane;                                     // this lane's query
     float p[16];
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
@@ -440,7 +451,7 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
       p_tile[warp][t][lane] = Cast<T>(p[t]);
     }
     __syncwarp();
-    RowsTimesTileT(v_rows, do_tile, kBwdQueries, D, s);  // dP^T
+    RowsTimesTileT(&v_tile[warp * 16][0], do_tile, kFlashKeys, D, s);  // dP^T
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
       ds_tile[warp][t][lane] = Cast<T>(p[t] * (s_tile[warp][t][lane] - delta_of[lane]) * scale);
@@ -449,14 +460,14 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
 #pragma unroll
     for (int n = 0; n < kFlashMaxD / 16; ++n) {
       if (n < D / 16) {
-        for (int kk = 0; kk < kBwdQueries / 16; ++kk) {
+        for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bm;
-          wmma::load_matrix_sync(a, &p_tile[warp][0][kk * 16], kBwdQueries);
-          wmma::load_matrix_sync(bm, &do_tile[kk * 16][n * 16], kFlashMaxD);
+          wmma::load_matrix_sync(a, &p_tile[warp][0][kk * 16], kPLd);
+          wmma::load_matrix_sync(bm, &do_tile[kk * 16][n * 16], kLd);
           wmma::mma_sync(dv[n], a, bm, dv[n]);
-          wmma::load_matrix_sync(a, &ds_tile[warp][0][kk * 16], kBwdQueries);
-          wmma::load_matrix_sync(bm, &q_tile[kk * 16][n * 16], kFlashMaxD);
+          wmma::load_matrix_sync(a, &ds_tile[warp][0][kk * 16], kPLd);
+          wmma::load_matrix_sync(bm, &q_tile[kk * 16][n * 16], kLd);
           wmma::mma_sync(dk[n], a, bm, dk[n]);
         }
       }
@@ -466,10 +477,8 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
 #pragma unroll
   for (int n = 0; n < kFlashMaxD / 16; ++n) {
     if (n < D / 16) {
-      StoreFragment(dk[n], s, kBwdQueries, dqkv, first, n * 16, L.T,
-                    [&](int64_t t) { return L.K(b, t, h); });
-      StoreFragment(dv[n], s, kBwdQueries, dqkv, first, n * 16, L.T,
-                    [&](int64_t t) { return L.V(b, t, h); });
+      StoreFragment(dk[n], s, dqkv, first, n * 16, L.T, [&](int64_t t) { return L.K(b, t, h); });
+      StoreFragment(dv[n], s, dqkv, first, n * 16, L.T, [&](int64_t t) { return L.V(b, t, h); });
     }
   }
 }
@@ -481,14 +490,15 @@ template <typename T>
 __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Layout L,
                                                   const void* lse, int sdt, const float* delta,
                                                   T* dqkv) {
-  alignas(32) __shared__ T q_tile[kFlashRows][kFlashMaxD];
-  alignas(32) __shared__ T do_tile[kFlashRows][kFlashMaxD];
-  alignas(32) __shared__ T k_tile[kFlashKeys][kFlashMaxD];
-  alignas(32) __shared__ T v_tile[kFlashKeys][kFlashMaxD];
-  alignas(32) __shared__ float s_tile[kFlashWarps][16][kFlashKeys];
-  alignas(32) __shared__ T ds_tile[kFlashWarps][16][kFlashKeys];
+  alignas(32) __shared__ T q_tile[kFlashRows][kLd];
+  alignas(32) __shared__ T do_tile[kFlashRows][kLd];
+  alignas(32) __shared__ T k_tile[kFlashKeys][kLd];
+  alignas(32) __shared__ T v_tile[kFlashKeys][kLd];
+  alignas(32) __shared__ float s_tile[kFlashWarps][16][kSLd];
+  alignas(32) __shared__ T ds_tile[kFlashWarps][16][kPLd];
   __shared__ float lse_of[kFlashRows], delta_of[kFlashRows];
-  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H, D = L.D;
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  const int D = static_cast<int>(L.D);
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
@@ -502,8 +512,6 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> dq[kFlashMaxD / 16];
 #pragma unroll
   for (int n = 0; n < kFlashMaxD / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
-  const T* q_rows = &q_tile[warp * 16][0];
-  const T* do_rows = &do_tile[warp * 16][0];
   float* s = &s_tile[warp][0][0];
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kFlashKeys) {
@@ -511,8 +519,8 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
     StageRows(k_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
     StageRows(v_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
     __syncthreads();
-    RowsTimesTileT(q_rows, k_tile, kFlashKeys, D, s);  // S
-    const int64_t j = k0 + lane;                        // this lane's key
+    RowsTimesTileT(&q_tile[warp * 16][0], k_tile, kFlashKeys, D, s);  // S
+    const int64_t j = k0 + lane;                                     // this lane's key
     float p[16];
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
@@ -521,7 +529,7 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
       p[t] = visible ? expf(s_tile[warp][t][lane] * scale - lse_of[r]) : 0.0f;
     }
     __syncwarp();
-    RowsTimesTileT(do_rows, v_tile, kFlashKeys, D, s);  // dP
+    RowsTimesTileT(&do_tile[warp * 16][0], v_tile, kFlashKeys, D, s);  // dP
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
       const int r = warp * 16 + t;
@@ -534,8 +542,8 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
         for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bm;
-          wmma::load_matrix_sync(a, &ds_tile[warp][0][kk * 16], kFlashKeys);
-          wmma::load_matrix_sync(bm, &k_tile[kk * 16][n * 16], kFlashMaxD);
+          wmma::load_matrix_sync(a, &ds_tile[warp][0][kk * 16], kPLd);
+          wmma::load_matrix_sync(bm, &k_tile[kk * 16][n * 16], kLd);
           wmma::mma_sync(dq[n], a, bm, dq[n]);
         }
       }
@@ -545,8 +553,7 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
 #pragma unroll
   for (int n = 0; n < kFlashMaxD / 16; ++n) {
     if (n < D / 16) {
-      StoreFragment(dq[n], s, kFlashKeys, dqkv, first, n * 16, L.T,
-                    [&](int64_t t) { return L.Q(b, t, h); });
+      StoreFragment(dq[n], s, dqkv, first, n * 16, L.T, [&](int64_t t) { return L.Q(b, t, h); });
     }
   }
 }
@@ -600,7 +607,7 @@ std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T,
   if (std::string e = CheckShape(C, H); !e.empty()) return e;
   if (B * T == 0) return "";
   const Layout L{T, C, H, C / H};
-  if (FlashApplies(dt, L.D)) return LaunchFlashForward(qkv, dt, L, B, y, lse, sdt, s);
+  if (FlashApplies(dt, L.D, qkv)) return LaunchFlashForward(qkv, dt, L, B, y, lse, sdt, s);
   const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),
                   static_cast<unsigned>(B * H));
   if (dt == kF64) {
@@ -642,7 +649,7 @@ std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const 
   if (std::string e = CheckShape(C, H); !e.empty()) return e;
   if (B * T == 0) return "";
   const Layout L{T, C, H, C / H};
-  if (FlashApplies(dt, L.D)) {
+  if (FlashApplies(dt, L.D, qkv, dy)) {
     return LaunchFlashBackward(qkv, y, dy, dt, lse, sdt, L, B, delta, dqkv, s);
   }
   const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),

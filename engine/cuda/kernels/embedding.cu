@@ -1,5 +1,5 @@
-// Row gather and its deterministic gradient (f64 accumulation in id order,
-// no float atomics): the twins of engine/cpu/embedding.cc.
+// Row gather and its deterministic gradient (f64 accumulation in the order
+// the rows come, no float atomics): the twins of engine/cpu/embedding.cc.
 
 #include "engine/cuda/kernels/kernel_util.h"
 
@@ -19,11 +19,22 @@ __global__ void EmbeddingKernel(const void* table, int dt, const int32_t* ids, i
   }
 }
 
-__global__ void EmbeddingBackwardKernel(const void* dy, int dt, const int32_t* ids, int64_t n,
-                                        int64_t dim, double* acc) {
-  // One thread per column: ids are visited in order, so sums are deterministic.
-  GRID_STRIDE(c, dim) {
-    for (int64_t i = 0; i < n; ++i) acc[ids[i] * dim + c] += Load<double>(dy, dt, i * dim + c);
+// grid (distinct ids): block u sums the dy rows of id ids[u] for every
+// column, in the order those rows come (positions[offsets[u]..offsets[u+1]),
+// ascending), in f64, and stores the table row once rounded. Rows no id
+// names were zeroed before.
+__global__ void EmbeddingBackwardKernel(const void* dy, int dt, const int32_t* groups,
+                                        int64_t distinct, int64_t dim, void* dtable) {
+  const int32_t* ids = groups;
+  const int32_t* offsets = groups + distinct;
+  const int32_t* positions = offsets + distinct + 1;
+  const int64_t u = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+    double acc = 0;
+    for (int32_t k = offsets[u]; k < offsets[u + 1]; ++k) {
+      acc += Load<double>(dy, dt, positions[k] * dim + c);
+    }
+    Store<double>(dtable, dt, ids[u] * dim + c, acc);
   }
 }
 
@@ -36,17 +47,17 @@ std::string LaunchEmbedding(const void* table, int dt, const int32_t* ids, int64
   return Check("EmbeddingKernel");
 }
 
-std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* ids, int64_t n,
-                                    int64_t dim, int64_t rows, double* acc, void* dtable,
+std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* groups,
+                                    int64_t distinct, int64_t dim, int64_t rows, void* dtable,
                                     Stream s) {
   if (rows * dim == 0) return "";
-  cudaError_t err = cudaMemsetAsync(acc, 0, rows * dim * sizeof(double), S(s));
+  cudaError_t err = cudaMemsetAsync(dtable, 0, rows * dim * ElementSize(dt), S(s));
   if (err != cudaSuccess)
     return std::string("cudaMemsetAsync(embedding grad): ") + cudaGetErrorString(err);
-  LAUNCH(EmbeddingBackwardKernel, Blocks(dim), kThreads, S(s), dy, dt, ids, n, dim, acc);
-  const std::string launched = Check("EmbeddingBackwardKernel");
-  if (!launched.empty()) return launched;
-  return LaunchConvert(acc, kF64, dtable, dt, rows * dim, s);  // rounded once into the table
+  if (distinct == 0) return "";
+  LAUNCH(EmbeddingBackwardKernel, static_cast<unsigned>(distinct), kThreads, S(s), dy, dt, groups,
+         distinct, dim, dtable);
+  return Check("EmbeddingBackwardKernel");
 }
 
 }  // namespace ampd::engine::cuda
