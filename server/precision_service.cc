@@ -112,9 +112,9 @@ v1::DeviceInfo CudaDeviceInfo(const engine::backend::DeviceProperties& gpu) {
       gpu.multiprocessors,
       " SMs. GEMMs run in cuBLASLt with f32 accumulation; f32 GEMMs keep TF32 off unless "
       "precision.allow_tf32. Jobs run on device 0.",
-      gpu.fp8 ? " FP8 modes: casts and scaling on the device; the FP8 GEMMs still run as f32 "
-                "GEMMs of the decoded values (cuBLASLt FP8 GEMMs not yet built; unverified on "
-                "a GPU)."
+      gpu.fp8 ? " FP8 modes: casts and scaling on the device; FP8 GEMMs in cuBLASLt where "
+                "k and n are multiples of 16 (f32 GEMMs of the decoded values elsewhere); "
+                "unverified on a GPU."
               : " No FP8 tensor cores (compute capability < 8.9): FP8 modes are refused."));
   return d;
 }

@@ -5,11 +5,13 @@
 
 #include "engine/backend/kernels/fp8.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
+#include "engine/backend/kernels/matmul.h"
 #include "engine/core/half.h"
 
 namespace ampd::engine::cpu {
@@ -18,7 +20,9 @@ namespace {
 using backend::AmaxAlgo;
 using backend::Fp8CastKernel;
 using backend::Fp8DecodeKernel;
+using backend::Fp8MatmulKernel;
 using backend::Fp8TensorScaling;
+using backend::Fp8TransposeKernel;
 using backend::Fp8UpdateScalingKernel;
 using core::Fp8Format;
 
@@ -86,6 +90,33 @@ Tensor Fp8Decode(const Tensor& codes, Fp8Format format, const Tensor& scale_invs
   return y;
 }
 
+// The reference FP8 GEMM: the decoded values' f32 GEMM (what the FP8 linear
+// computed before FP8 GEMMs existed, bit for bit in the forward).
+Tensor Fp8Matmul(const Tensor& a, Fp8Format a_format, const Tensor& b, Fp8Format b_format,
+                 const Tensor& scale_invs, int64_t a_index, int64_t b_index, const Tensor& bias,
+                 DType out) {
+  const Tensor ad = Fp8Decode(a, a_format, scale_invs, a_index, DType::kF32);
+  const Tensor bd = Fp8Decode(b, b_format, scale_invs, b_index, DType::kF32);
+  return backend::Kernel<backend::LinearKernel>(Device::kCpu)(ad, bd, bias, out);
+}
+
+Tensor Fp8Transpose(const Tensor& codes) {
+  const int64_t rows = codes.dim(0), cols = codes.dim(1);
+  Tensor t = Tensor::Uninitialized({cols, rows}, DType::kU8);
+  const uint8_t* in = codes.data<uint8_t>();
+  uint8_t* out = t.data<uint8_t>();
+  constexpr int64_t kTile = 64;  // blocks, so both sides stay in cache
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) {
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+          out[c * rows + r] = in[r * cols + c];
+      }
+    }
+  }
+  return t;
+}
+
 void Fp8UpdateScaling(const Tensor& amax_history, const Tensor& scales, const Tensor& scale_invs,
                       const Tensor& scaled_max, AmaxAlgo algo) {
   const int64_t len = amax_history.shape()[0];
@@ -102,6 +133,8 @@ void Fp8UpdateScaling(const Tensor& amax_history, const Tensor& scales, const Te
 
 AMPD_REGISTER_KERNEL(Fp8CastKernel, Device::kCpu, Fp8Cast);
 AMPD_REGISTER_KERNEL(Fp8DecodeKernel, Device::kCpu, Fp8Decode);
+AMPD_REGISTER_KERNEL(Fp8MatmulKernel, Device::kCpu, Fp8Matmul);
+AMPD_REGISTER_KERNEL(Fp8TransposeKernel, Device::kCpu, Fp8Transpose);
 AMPD_REGISTER_KERNEL(Fp8UpdateScalingKernel, Device::kCpu, Fp8UpdateScaling);
 
 }  // namespace ampd::engine::cpu

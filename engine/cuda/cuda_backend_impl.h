@@ -212,6 +212,10 @@ class CudaBackend final : public backend::Backend {
                    int64_t index, DType dtype);
   void Fp8UpdateScaling(const Tensor& amax_history, const Tensor& scales, const Tensor& scale_invs,
                         const Tensor& scaled_max, core::AmaxAlgo algo);
+  Tensor Fp8Matmul(const Tensor& a, core::Fp8Format a_format, const Tensor& b,
+                   core::Fp8Format b_format, const Tensor& scale_invs, int64_t a_index,
+                   int64_t b_index, const Tensor& bias, DType out);
+  Tensor Fp8Transpose(const Tensor& codes);
 
  private:
   static ThreadContext& RawCtx() {

@@ -4,15 +4,30 @@
 #include "engine/backend/kernels/fp8.h"
 
 #include "engine/cuda/cuda_backend_impl.h"
+#include "engine/cuda/gemm.h"
 
 namespace ampd::engine::cuda {
 
 using backend::Fp8CastKernel;
 using backend::Fp8DecodeKernel;
+using backend::Fp8MatmulKernel;
+using backend::Fp8TransposeKernel;
 using backend::Fp8UpdateScalingKernel;
 
 namespace {
 int FormatCode(core::Fp8Format f) { return f == core::Fp8Format::kE4M3 ? 0 : 1; }
+int GemmCode(core::Fp8Format f) { return f == core::Fp8Format::kE4M3 ? kGemmE4M3 : kGemmE5M2; }
+
+// FP8 tensor cores: compute capability 8.9 and up (device 0's, where jobs run).
+bool Fp8TensorCores() {
+  static const bool yes = [] {
+    const std::vector<CudaDeviceInfo> d = ListCudaDevices(nullptr);
+    return !d.empty() && d[0].fp8;
+  }();
+  return yes;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 }  // namespace
 
 Tensor CudaBackend::Fp8Cast(const Tensor& x, core::Fp8Format format, const Tensor& scales,
@@ -47,7 +62,59 @@ void CudaBackend::Fp8UpdateScaling(const Tensor& amax_history, const Tensor& sca
                                 static_cast<int>(algo), S()));
 }
 
+// cuBLASLt's FP8 GEMM where it applies: FP8 tensor cores, k and n multiples
+// of 16 (its leading dimensions), 16-byte aligned codes, not both operands
+// E5M2, and an algorithm for the problem; into f32 (the scales applied by
+// cuBLASLt), the bias added, rounded once to `out`. Anything else takes the
+// CPU's way: decode to f32 and the f32 GEMM.
+Tensor CudaBackend::Fp8Matmul(const Tensor& a, core::Fp8Format a_format, const Tensor& b,
+                              core::Fp8Format b_format, const Tensor& scale_invs, int64_t a_index,
+                              int64_t b_index, const Tensor& bias, DType out) {
+  const int64_t m = a.dim(0), k = a.dim(1), n = b.dim(0);
+  const bool both_e5m2 = a_format == core::Fp8Format::kE5M2 && b_format == core::Fp8Format::kE5M2;
+  if (Fp8TensorCores() && m > 0 && k % 16 == 0 && n % 16 == 0 && !both_e5m2 && Aligned16(a.raw()) &&
+      Aligned16(b.raw())) {
+    GemmArgs g;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.trans_a = false;  // "TN": both K-contiguous
+    g.trans_b = true;
+    g.a = a.raw();
+    g.b = b.raw();
+    g.ab_dtype = GemmCode(a_format);
+    g.b_dtype = GemmCode(b_format);
+    g.c_dtype = Dt(DType::kF32);
+    g.a_scale = scale_invs.data<float>() + a_index;
+    g.b_scale = scale_invs.data<float>() + b_index;
+    GemmRunner& runner = GemmRunner::ForThisThread();
+    if (runner.HasAlgorithm(g)) {
+      Tensor c = Allocate({m, n}, DType::kF32, false);
+      g.c = c.raw();
+      if (Ok()) Record(runner.Run(g, S()));
+      if (bias.defined() && Ok()) {
+        Record(LaunchBinary(OpId::kAdd, c.raw(), Dt(c), bias.raw(), Dt(bias), n, c.raw(), Dt(c),
+                            m * n, S()));
+      }
+      return out == DType::kF32 ? c : Cast(c, out);
+    }
+  }
+  return Linear(Fp8Decode(a, a_format, scale_invs, a_index, DType::kF32),
+                Fp8Decode(b, b_format, scale_invs, b_index, DType::kF32), bias, out);
+}
+
+Tensor CudaBackend::Fp8Transpose(const Tensor& codes) {
+  const int64_t rows = codes.dim(0), cols = codes.dim(1);
+  Tensor t = Allocate({cols, rows}, DType::kU8, false);
+  if (Ok()) {
+    Record(LaunchTransposeBytes(codes.data<uint8_t>(), rows, cols, t.data<uint8_t>(), S()));
+  }
+  return t;
+}
+
 AMPD_CUDA_KERNEL(Fp8CastKernel, Fp8Cast);
+AMPD_CUDA_KERNEL(Fp8MatmulKernel, Fp8Matmul);
+AMPD_CUDA_KERNEL(Fp8TransposeKernel, Fp8Transpose);
 AMPD_CUDA_KERNEL(Fp8DecodeKernel, Fp8Decode);
 AMPD_CUDA_KERNEL(Fp8UpdateScalingKernel, Fp8UpdateScaling);
 

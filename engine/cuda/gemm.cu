@@ -19,6 +19,10 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 
 cudaDataType_t DataType(int dt) {
   switch (dt) {
+    case kGemmE4M3:
+      return CUDA_R_8F_E4M3;
+    case kGemmE5M2:
+      return CUDA_R_8F_E5M2;
     case 1:
       return CUDA_R_16F;
     case 2:
@@ -58,7 +62,10 @@ std::string LtError(const char* call, cublasStatus_t s) {
     if (!e_.empty()) return e_;              \
   } while (0)
 
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int, bool, int>;
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int, int, bool, int>;
+
+bool IsFp8(int dt) { return dt == kGemmE4M3 || dt == kGemmE5M2; }
+int BType(const GemmArgs& g) { return g.b_dtype < 0 ? g.ab_dtype : g.b_dtype; }
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -111,9 +118,9 @@ int GemmRunner::cached_plans() const { return static_cast<int>(state_->plans.siz
 // use; "" or why cuBLASLt cannot run it.
 std::string GemmRunner::FindPlan(const GemmArgs& g, void** plan) {
   if (!state_->init_error.empty()) return state_->init_error;
-  const PlanKey key{g.m,       g.n,          g.k,
-                    g.trans_a, g.trans_b,    g.ab_dtype,
-                    g.c_dtype, g.allow_tf32, static_cast<int>(g.epilogue)};
+  const PlanKey key{g.m,        g.n,      g.k,       g.trans_a,    g.trans_b,
+                    g.ab_dtype, BType(g), g.c_dtype, g.allow_tf32, static_cast<int>(g.epilogue)};
+  if (IsFp8(g.ab_dtype) != IsFp8(BType(g))) return "an FP8 GEMM needs FP8 codes for A and B";
   auto it = state_->plans.find(key);
   if (it != state_->plans.end()) {
     *plan = &it->second;
@@ -143,11 +150,13 @@ std::string GemmRunner::FindPlan(const GemmArgs& g, void** plan) {
                                                       &ld, sizeof(ld)));
   }
   // Stored (pre-op) shapes, column-major.
-  const cudaDataType_t ab = DataType(g.ab_dtype), c = DataType(g.c_dtype);
-  LT_RETURN_IF_ERROR(g.trans_b ? cublasLtMatrixLayoutCreate(&p.a, ab, g.k, g.n, g.k)
-                               : cublasLtMatrixLayoutCreate(&p.a, ab, g.n, g.k, g.n));
-  LT_RETURN_IF_ERROR(g.trans_a ? cublasLtMatrixLayoutCreate(&p.b, ab, g.m, g.k, g.m)
-                               : cublasLtMatrixLayoutCreate(&p.b, ab, g.k, g.m, g.k));
+  // (cuBLASLt's A is our B: its type is B's.)
+  const cudaDataType_t lt_a = DataType(BType(g)), lt_b = DataType(g.ab_dtype),
+                       c = DataType(g.c_dtype);
+  LT_RETURN_IF_ERROR(g.trans_b ? cublasLtMatrixLayoutCreate(&p.a, lt_a, g.k, g.n, g.k)
+                               : cublasLtMatrixLayoutCreate(&p.a, lt_a, g.n, g.k, g.n));
+  LT_RETURN_IF_ERROR(g.trans_a ? cublasLtMatrixLayoutCreate(&p.b, lt_b, g.m, g.k, g.m)
+                               : cublasLtMatrixLayoutCreate(&p.b, lt_b, g.k, g.m, g.k));
   LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.c, c, g.n, g.m, g.n));
   cublasLtMatmulPreference_t pref = nullptr;
   LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
@@ -189,6 +198,17 @@ std::string GemmRunner::Run(const GemmArgs& g, void* stream) {
   if (std::string e = FindPlan(g, &found); !e.empty()) return e;
   Plan& p = *static_cast<Plan*>(found);
   // Per-call pointers live in the (per-thread) descriptor.
+  if (IsFp8(g.ab_dtype)) {
+    // cuBLASLt takes a missing scale as 1; ours are always the tensors'
+    // scale_inv, so a missing one is a bug to report, not a silent 1.
+    if (g.a_scale == nullptr || g.b_scale == nullptr) {
+      return "an FP8 GEMM needs both decode scales (GemmArgs::a_scale, b_scale)";
+    }
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                      &g.b_scale, sizeof(g.b_scale)));
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                      &g.a_scale, sizeof(g.a_scale)));
+  }
   if (g.epilogue != Epilogue::kNone) {
     const void* bias = g.epilogue == Epilogue::kDGeluBgrad ? g.bias_grad : g.bias;
     if (g.epilogue != Epilogue::kDGelu) {

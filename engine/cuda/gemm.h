@@ -21,14 +21,26 @@ enum class Epilogue {
   kDGeluBgrad,   // as kDGelu, and bias_grad[n] = sum over rows of C
 };
 
+// FP8 operands (u8 codes) in GemmArgs' ab_dtype / b_dtype: not engine
+// DTypes (a code tensor is u8 with a format beside it).
+constexpr int kGemmE4M3 = 16;
+constexpr int kGemmE5M2 = 17;
+
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
-  int ab_dtype = 0;  // engine::DType values: 0 f32, 1 f16, 2 bf16, 3 f64
+  int ab_dtype = 0;  // engine::DType values: 0 f32, 1 f16, 2 bf16, 3 f64; or kGemmE4M3/E5M2
+  int b_dtype = -1;  // B's when it differs from A's (FP8: E5M2 gradients x E4M3); -1: ab_dtype
   int c_dtype = 0;
+  // FP8 only (and then required): device pointers to A's and B's decode
+  // scales (f32, the FP8 tensors' scale_inv): C = a_scale * b_scale * A B.
+  // cuBLASLt's FP8 GEMMs are "TN" on Hopper: trans_a false, trans_b true
+  // (both operands K-contiguous), k and n multiples of 16.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
   bool allow_tf32 = false;
   Epilogue epilogue = Epilogue::kNone;
   const void* bias = nullptr;  // [n]

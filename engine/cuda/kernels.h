@@ -117,6 +117,10 @@ std::string LaunchFp8Decode(const uint8_t* codes, int64_t n, int format, const f
                             int64_t index, void* y, int ydt, Stream s);
 std::string LaunchFp8UpdateScaling(float* history, int64_t len, int64_t n, float* scales,
                                    float* scale_invs, const float* scaled_max, int algo, Stream s);
+// out [cols, rows] = in [rows, cols] transposed (bytes: FP8 codes), through
+// 32 x 32 tiles in shared memory so both sides are read and written in rows.
+std::string LaunchTransposeBytes(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out,
+                                 Stream s);
 
 // Fused causal self-attention over qkv [B*T, 3C] (q, k, v side by side; H
 // heads of D = C / H <= kMaxAttentionHeadDim) into y [B*T, C] (qkv's dtype)

@@ -11,11 +11,10 @@ namespace ampd::engine::ops {
 
 using backend::CastKernel;
 using backend::Fp8CastKernel;
-using backend::Fp8DecodeKernel;
+using backend::Fp8MatmulKernel;
+using backend::Fp8TransposeKernel;
 using backend::Fp8UpdateScalingKernel;
 using backend::Kernel;
-using backend::LinearKernel;
-using backend::MatmulKernel;
 using backend::SumRowsKernel;
 using core::Fp8Format;
 
@@ -48,16 +47,15 @@ int32_t CodeOf(Fp8Format f) { return f == Fp8Format::kE4M3 ? 0 : 1; }
 Tensor Fp8Linear(Tensor x, Tensor w, Tensor b, const Fp8LinearScaling& s) {
   OpDispatch d(OpId::kFp8Linear, {&x, &w, &b});
   const Device dev = x.device();
-  auto decode = Kernel<Fp8DecodeKernel>(dev);
   const Tensor scaled_max = s.current ? s.scaled_max : Tensor();
   Tensor x_codes = CastFp8(x, s.forward, s.amax_history, s.scales, s.scale_invs, scaled_max,
                            s.saturated, s.index);
   Tensor w_codes = CastFp8(w, s.forward, s.amax_history, s.scales, s.scale_invs, scaled_max,
                            s.saturated, s.index + 1);
-  Tensor xd = decode(x_codes, s.forward, s.scale_invs, s.index, DType::kF32);
-  Tensor wd = decode(w_codes, s.forward, s.scale_invs, s.index + 1, DType::kF32);
   Tensor bias = b.defined() ? Kernel<CastKernel>(dev)(b, DType::kF32) : Tensor();
-  Tensor y = Kernel<LinearKernel>(dev)(xd, wd, bias, d.compute_dtype());
+  // y [M, out] = x [M, in] @ w [out, in]^T: both K-contiguous as they are.
+  Tensor y = Kernel<Fp8MatmulKernel>(dev)(x_codes, s.forward, w_codes, s.forward, s.scale_invs,
+                                          s.index, s.index + 1, bias, d.compute_dtype());
   d.set_fp8({s.forward, s.forward, s.backward, s.current});
   d.Finish(y);
   return RecordOp(y, OpId::kFp8Linear,
@@ -75,15 +73,17 @@ std::vector<Tensor> Fp8LinearGradient(const SavedForBackward& s, const Tensor& g
   const Tensor &history = s.tensors[kHistory], &scales = s.tensors[kScales],
                &invs = s.tensors[kScaleInvs];
   const int64_t i = s.count;
-  auto decode = Kernel<Fp8DecodeKernel>(dev);
   Tensor g_codes = CastFp8(g, backward, history, scales, invs, s.tensors[kScaledMax],
                            s.tensors[kSaturated], i + 2);
-  Tensor gd = decode(g_codes, backward, invs, i + 2, DType::kF32);
-  Tensor xd = decode(s.tensors[kXCodes], forward, invs, i, DType::kF32);
-  Tensor wd = decode(s.tensors[kWCodes], forward, invs, i + 1, DType::kF32);
-  auto matmul = Kernel<MatmulKernel>(dev);
-  Tensor dx = matmul(gd, wd, false, false, x.dtype());  // dgrad: [M,out] @ [out,in]
-  Tensor dw = matmul(gd, xd, true, false, w.dtype());   // wgrad: [out,M] @ [M,in]
+  // The FP8 GEMMs take K-contiguous operands ("TN"): transposed codes.
+  auto fp8_matmul = Kernel<Fp8MatmulKernel>(dev);
+  auto transpose = Kernel<Fp8TransposeKernel>(dev);
+  // dgrad: dx [M, in] = g [M, out] @ w [out, in] = g @ (w^T [in, out])^T
+  Tensor dx = fp8_matmul(g_codes, backward, transpose(s.tensors[kWCodes]), forward, invs, i + 2,
+                         i + 1, Tensor(), x.dtype());
+  // wgrad: dw [out, in] = g^T [out, M] @ x [M, in] = g^T @ (x^T [in, M])^T
+  Tensor dw = fp8_matmul(transpose(g_codes), backward, transpose(s.tensors[kXCodes]), forward, invs,
+                         i + 2, i, Tensor(), w.dtype());
   Tensor db = b.defined() ? Kernel<SumRowsKernel>(dev)(g, b.dtype()) : Tensor();
   return {dx, dw, db};
 }

@@ -42,6 +42,30 @@ struct Fp8DecodeKernel {
                         int64_t index, DType dtype);
 };
 
+// The FP8 GEMM: y [m, n] = decode(a) [m, k] @ decode(b) [n, k]^T (+ bias),
+// the decodes' scales scale_invs[ia] and scale_invs[ib], f32 accumulation,
+// rounded once to `out` (f32, f16 or bf16; bias [n] f32 or undefined). Both
+// operands K-contiguous (cuBLASLt's "TN", the only FP8 layout on Hopper):
+// the linear's backward passes transposed codes (Fp8TransposeKernel). The
+// CPU decodes and runs its f32 GEMM (the reference); CUDA runs cuBLASLt's FP8
+// GEMM where it applies (engine/cuda/fp8.cc says when) and the CPU's way
+// otherwise.
+struct Fp8MatmulKernel {
+  static constexpr const char* kName = "fp8_matmul";
+  static constexpr OpId kOps[] = {OpId::kFp8Linear};
+  using Fn = Tensor (*)(const Tensor& a, core::Fp8Format a_format, const Tensor& b,
+                        core::Fp8Format b_format, const Tensor& scale_invs, int64_t a_index,
+                        int64_t b_index, const Tensor& bias, DType out);
+};
+
+// codes [rows, cols] (u8) -> [cols, rows]: the K-contiguous copies the FP8
+// GEMMs of the backward need.
+struct Fp8TransposeKernel {
+  static constexpr const char* kName = "fp8_transpose";
+  static constexpr OpId kOps[] = {OpId::kFp8Linear};
+  using Fn = Tensor (*)(const Tensor& codes);
+};
+
 // UpdateFp8ScalingColumn for every column of amax_history.
 struct Fp8UpdateScalingKernel {
   static constexpr const char* kName = "fp8_update_scaling";

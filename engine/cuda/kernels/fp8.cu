@@ -111,4 +111,38 @@ std::string LaunchFp8UpdateScaling(float* history, int64_t len, int64_t n, float
   return Check("Fp8UpdateScalingKernel");
 }
 
+namespace {
+
+// grid (ceil(cols / 32), min(ceil(rows / 32), 65535)), block (32, 8): a
+// tile in, through shared memory (33 wide: no bank conflicts on the way
+// out), and out transposed; blocks walk down the rows past the grid's y.
+__global__ void TransposeBytesKernel(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
+  __shared__ uint8_t tile[32][33];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32; r0 < rows;
+       r0 += static_cast<int64_t>(gridDim.y) * 32) {
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+      const int64_t r = r0 + i, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+      const int64_t c = c0 + i, r = r0 + threadIdx.x;
+      if (c < cols && r < rows) out[c * rows + r] = tile[threadIdx.x][i];
+    }
+    __syncthreads();  // the tile is read before the next rows overwrite it
+  }
+}
+
+}  // namespace
+
+std::string LaunchTransposeBytes(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out,
+                                 Stream s) {
+  if (rows * cols == 0) return "";
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
+                  static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, 65535)));
+  LAUNCH(TransposeBytesKernel, grid, dim3(32, 8), S(s), in, rows, cols, out);
+  return Check("TransposeBytesKernel");
+}
+
 }  // namespace ampd::engine::cuda

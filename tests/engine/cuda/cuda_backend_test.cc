@@ -83,6 +83,8 @@ using backend::EmbeddingBackwardKernel;
 using backend::EmbeddingKernel;
 using backend::Fp8CastKernel;
 using backend::Fp8DecodeKernel;
+using backend::Fp8MatmulKernel;
+using backend::Fp8TransposeKernel;
 using backend::Fp8UpdateScalingKernel;
 using backend::GradScalerState;
 using backend::Kernel;
@@ -299,14 +301,14 @@ TEST_F(CudaBackendTest, TensorCoreAttentionForwardAndBackwardAgainstTheCpu) {
   struct Shape {
     int64_t B, T, C, H;
   };
-  for (const Shape& sh : {Shape{2, 70, 128, 2}, Shape{1, 131, 64, 2}, Shape{1, 33, 48, 3},
-                          Shape{2, 16, 64, 4}}) {
+  for (const Shape& sh :
+       {Shape{2, 70, 128, 2}, Shape{1, 131, 64, 2}, Shape{1, 33, 48, 3}, Shape{2, 16, 64, 4}}) {
     for (DType d : {DType::kF16, DType::kBF16}) {
       Tensor qkv = Random({sh.B * sh.T, 3 * sh.C}, d, 42, -2, 2);
       const AttentionResult c = Cpu<CausalAttentionKernel>()(qkv, sh.T, sh.H);
       const AttentionResult g = Gpu<CausalAttentionKernel>()(G(qkv), sh.T, sh.H);
-      const std::string what = "tensor-core attention " + std::string(DTypeName(d)) + " T=" +
-                               std::to_string(sh.T) + " D=" + std::to_string(sh.C / sh.H);
+      const std::string what = "tensor-core attention " + std::string(DTypeName(d)) +
+                               " T=" + std::to_string(sh.T) + " D=" + std::to_string(sh.C / sh.H);
       ExpectClose(g.y, c.y, Tol(d) * 4, what + " y");
       ExpectClose(g.lse, c.lse, 1e-5, what + " lse");
       Tensor dy = Random({sh.B * sh.T, sh.C}, d, 43);
@@ -368,44 +370,94 @@ TEST_F(CudaBackendTest, LmHeadCrossEntropyOnTheDevice) {
 }
 
 // The FP8 linear from the device's kernels: the casts' codes are the CPU's,
-// so the amaxes match bit for bit and the GEMMs of the decoded values match
-// to f32 accumulation order.
+// so the amaxes match bit for bit, and the GEMMs (FP8 on tensor cores or of
+// the decoded values) match to f32 rounding.
 // With current scaling too (each scale from its tensor's own amax, updated
 // on the device before the cast): the scales match the CPU's bit for bit.
-TEST_F(CudaBackendTest, Fp8LinearOnTheDevice) {
-  for (bool current : {false, true}) {
-    SCOPED_TRACE(current ? "current scaling" : "delayed scaling");
-    Tensor x = Random({24, 40}, DType::kF32, 44, -3, 3), w = Random({12, 40}, DType::kF32, 45);
-    Tensor b = Random({12}, DType::kF32, 46), weights = Random({24, 12}, DType::kF32, 47);
-    auto run = [&](Device dev) {
-      ops::Fp8LinearScaling s;
-      s.amax_history = Tensor::Zeros({current ? 1 : 4, 3}, DType::kF32, dev);
-      if (current) {
-        s.current = true;
-        s.scaled_max = Tensor::FromVector({448.0f, 448.0f, 57344.0f}, {3}, DType::kF32).To(dev);
+// The FP8 GEMM kernel against the CPU's (decode, f32 GEMM): on tensor cores
+// where it applies (k and n multiples of 16, not E5M2 x E5M2; cuBLASLt
+// applies the scales to the f32 sum, the CPU to each decoded value: f32
+// rounding apart), the decode path elsewhere; and the code transpose.
+TEST_F(CudaBackendTest, Fp8GemmsAndTransposesAgainstTheCpu) {
+  using core::Fp8Format;
+  struct Case {
+    int64_t m, k, n;
+    Fp8Format fa, fb;
+  };
+  for (const Case& cs : {Case{32, 64, 48, Fp8Format::kE4M3, Fp8Format::kE4M3},
+                         Case{40, 32, 16, Fp8Format::kE5M2, Fp8Format::kE4M3},
+                         Case{24, 40, 12, Fp8Format::kE4M3, Fp8Format::kE4M3},  // decode path
+                         Case{16, 32, 16, Fp8Format::kE5M2, Fp8Format::kE5M2}}) {
+    const std::string what = "fp8 gemm " + std::to_string(cs.m) + "x" + std::to_string(cs.k) + "x" +
+                             std::to_string(cs.n) + " " + core::Fp8FormatName(cs.fa) + "/" +
+                             core::Fp8FormatName(cs.fb);
+    Tensor scales = Tensor::FromVector({40.0f, 20.0f}, {2}, DType::kF32);
+    Tensor invs = Tensor::FromVector({1 / 40.0f, 1 / 20.0f}, {2}, DType::kF32);
+    Tensor history = Tensor::Zeros({1, 2}, DType::kF32);
+    Tensor a = Cpu<Fp8CastKernel>()(Random({cs.m, cs.k}, DType::kF32, 70, -3, 3), cs.fa, scales,
+                                    history, 0, Tensor());
+    Tensor b = Cpu<Fp8CastKernel>()(Random({cs.n, cs.k}, DType::kF32, 71, -3, 3), cs.fb, scales,
+                                    history, 1, Tensor());
+    Tensor bias = Random({cs.n}, DType::kF32, 72);
+    for (DType out : {DType::kF32, DType::kBF16}) {
+      for (bool with_bias : {false, true}) {
+        const Tensor bb = with_bias ? bias : Tensor();
+        const Tensor want = Cpu<Fp8MatmulKernel>()(a, cs.fa, b, cs.fb, invs, 0, 1, bb, out);
+        const Tensor got = Gpu<Fp8MatmulKernel>()(G(a), cs.fa, G(b), cs.fb, G(invs), 0, 1,
+                                                  with_bias ? G(bias) : Tensor(), out);
+        ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+        ExpectClose(got, want, out == DType::kF32 ? 1e-5 : Tol(out),
+                    what + (with_bias ? " bias " : " ") + std::string(DTypeName(out)));
       }
-      s.scales = Tensor::FromVector({100.0f, 300.0f, 20000.0f}, {3}, DType::kF32).To(dev);
-      s.scale_invs =
-          Tensor::FromVector({1 / 100.0f, 1 / 300.0f, 1 / 20000.0f}, {3}, DType::kF32).To(dev);
-      Tensor xd = x.To(dev), wd = w.To(dev), bd = b.To(dev);
-      for (Tensor* t : {&xd, &wd, &bd}) t->set_requires_grad(true);
-      Tensor y = ops::Fp8Linear(xd, wd, bd, s);
-      autograd::Backward(ops::Sum(ops::Mul(y, weights.To(dev))));
-      return std::vector<Tensor>{y, xd.grad(), wd.grad(), bd.grad(), s.amax_history, s.scales};
-    };
-    const std::vector<Tensor> c = run(Device::kCpu), g = run(Device::kCuda);
-    ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
-    ExpectClose(g[0], c[0], 1e-5, "fp8 linear y");
-    ExpectClose(g[1], c[1], 1e-5, "fp8 linear dx");
-    ExpectClose(g[2], c[2], 1e-5, "fp8 linear dw");
-    ExpectClose(g[3], c[3], 1e-5, "fp8 linear db");
-    EXPECT_EQ(g[4].ToDoubles(), c[4].ToDoubles()) << "amaxes of x, w and dy";
-    EXPECT_EQ(g[5].ToDoubles(), c[5].ToDoubles()) << "scales";
-    EXPECT_GT(c[4].ToDoubles()[2], 0.0);  // the gradient's cast ran
-    if (current) {
-      EXPECT_NE(c[5].ToDoubles()[0], 100.0);  // set from x's amax
     }
+    EXPECT_EQ(Gpu<Fp8TransposeKernel>()(G(a)).ToDoubles(), Cpu<Fp8TransposeKernel>()(a).ToDoubles())
+        << what << " transpose";
   }
+}
+
+TEST_F(CudaBackendTest, Fp8LinearOnTheDevice) {
+  // 40 and 12 wide: the decode path; 64 and 48: FP8 GEMMs on tensor cores in
+  // the forward, dgrad and wgrad (k and n multiples of 16 in each).
+  struct Shape {
+    int64_t rows, in, out;
+  };
+  for (const Shape& sh : {Shape{24, 40, 12}, Shape{32, 64, 48}})
+    for (bool current : {false, true}) {
+      SCOPED_TRACE(std::string(current ? "current scaling " : "delayed scaling ") +
+                   std::to_string(sh.in) + " -> " + std::to_string(sh.out));
+      Tensor x = Random({sh.rows, sh.in}, DType::kF32, 44, -3, 3),
+             w = Random({sh.out, sh.in}, DType::kF32, 45);
+      Tensor b = Random({sh.out}, DType::kF32, 46),
+             weights = Random({sh.rows, sh.out}, DType::kF32, 47);
+      auto run = [&](Device dev) {
+        ops::Fp8LinearScaling s;
+        s.amax_history = Tensor::Zeros({current ? 1 : 4, 3}, DType::kF32, dev);
+        if (current) {
+          s.current = true;
+          s.scaled_max = Tensor::FromVector({448.0f, 448.0f, 57344.0f}, {3}, DType::kF32).To(dev);
+        }
+        s.scales = Tensor::FromVector({100.0f, 300.0f, 20000.0f}, {3}, DType::kF32).To(dev);
+        s.scale_invs =
+            Tensor::FromVector({1 / 100.0f, 1 / 300.0f, 1 / 20000.0f}, {3}, DType::kF32).To(dev);
+        Tensor xd = x.To(dev), wd = w.To(dev), bd = b.To(dev);
+        for (Tensor* t : {&xd, &wd, &bd}) t->set_requires_grad(true);
+        Tensor y = ops::Fp8Linear(xd, wd, bd, s);
+        autograd::Backward(ops::Sum(ops::Mul(y, weights.To(dev))));
+        return std::vector<Tensor>{y, xd.grad(), wd.grad(), bd.grad(), s.amax_history, s.scales};
+      };
+      const std::vector<Tensor> c = run(Device::kCpu), g = run(Device::kCuda);
+      ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+      ExpectClose(g[0], c[0], 1e-5, "fp8 linear y");
+      ExpectClose(g[1], c[1], 1e-5, "fp8 linear dx");
+      ExpectClose(g[2], c[2], 1e-5, "fp8 linear dw");
+      ExpectClose(g[3], c[3], 1e-5, "fp8 linear db");
+      EXPECT_EQ(g[4].ToDoubles(), c[4].ToDoubles()) << "amaxes of x, w and dy";
+      EXPECT_EQ(g[5].ToDoubles(), c[5].ToDoubles()) << "scales";
+      EXPECT_GT(c[4].ToDoubles()[2], 0.0);  // the gradient's cast ran
+      if (current) {
+        EXPECT_NE(c[5].ToDoubles()[0], 100.0);  // set from x's amax
+      }
+    }
 }
 
 TEST_F(CudaBackendTest, LayerNormForwardAndBackward) {

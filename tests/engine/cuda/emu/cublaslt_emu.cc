@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cublasLt.h"
+#include "engine/core/fp8.h"
 #include "engine/core/half.h"
 
 struct cublasLtContext {
@@ -24,6 +25,8 @@ struct cublasLtMatmulDescOpaque_t {
   const void* bias = nullptr;
   void* aux = nullptr;
   int64_t aux_ld = 0;
+  const float* a_scale = nullptr;  // FP8: null is 1
+  const float* b_scale = nullptr;
 };
 struct cublasLtMatrixLayoutOpaque_t {
   cudaDataType_t type;
@@ -36,8 +39,13 @@ struct cublasLtMatmulPreferenceOpaque_t {
 
 namespace {
 
+bool IsFp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
 size_t Size(cudaDataType_t t) {
   switch (t) {
+    case CUDA_R_8F_E4M3:
+    case CUDA_R_8F_E5M2:
+      return 1;
     case CUDA_R_16F:
     case CUDA_R_16BF:
       return 2;
@@ -48,8 +56,15 @@ size_t Size(cudaDataType_t t) {
   }
 }
 
+// FP8: the code's value, unscaled (the scale pointers multiply the product).
 double Get(const void* p, cudaDataType_t t, int64_t i) {
   switch (t) {
+    case CUDA_R_8F_E4M3:
+      return ampd::engine::core::Fp8ToF32(static_cast<const uint8_t*>(p)[i],
+                                          ampd::engine::core::Fp8Format::kE4M3);
+    case CUDA_R_8F_E5M2:
+      return ampd::engine::core::Fp8ToF32(static_cast<const uint8_t*>(p)[i],
+                                          ampd::engine::core::Fp8Format::kE5M2);
     case CUDA_R_16F:
       return ampd::engine::core::F16BitsToF32(static_cast<const uint16_t*>(p)[i]);
     case CUDA_R_16BF:
@@ -124,7 +139,24 @@ cublasStatus_t CheckShapes(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
       return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
-  if (a->type != b->type || c->type != dd->type) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (c->type != dd->type) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (IsFp8(a->type) || IsFp8(b->type)) {
+    if (!IsFp8(a->type) || !IsFp8(b->type)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F) {
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (dd->type != CUDA_R_32F && dd->type != CUDA_R_16BF && dd->type != CUDA_R_16F) {
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (d->trans_a != CUBLAS_OP_T || d->trans_b != CUBLAS_OP_N) return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (auto* l : {a, b, c, dd}) {
+      if (l->ld % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a->type != b->type) return CUBLAS_STATUS_NOT_SUPPORTED;
   switch (d->compute) {
     case CUBLAS_COMPUTE_64F:
       if (a->type != CUDA_R_64F || dd->type != CUDA_R_64F || d->scale != CUDA_R_64F) {
@@ -219,6 +251,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
       if (!expect(sizeof(int64_t))) return CUBLAS_STATUS_INVALID_VALUE;
       std::memcpy(&desc->aux_ld, buf, size);
       return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+      if (!expect(sizeof(void*))) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->a_scale, buf, size);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
+      if (!expect(sizeof(void*))) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->b_scale, buf, size);
+      return CUBLAS_STATUS_SUCCESS;
   }
   return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -281,10 +321,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (cudaemu::StickyError() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   const uint64_t m = ddesc->rows, n = ddesc->cols;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  const cudaDataType_t ab = adesc->type, dt = ddesc->type;
-  const size_t es = Size(ab), ds = Size(dt);
-  if (!Device(a, adesc->rows, adesc->cols, adesc->ld, es) ||
-      !Device(b, bdesc->rows, bdesc->cols, bdesc->ld, es) ||
+  const cudaDataType_t ab = adesc->type, bt = bdesc->type, dt = ddesc->type;
+  const size_t ds = Size(dt);
+  if (!Device(a, adesc->rows, adesc->cols, adesc->ld, Size(ab)) ||
+      !Device(b, bdesc->rows, bdesc->cols, bdesc->ld, Size(bt)) ||
       !Device(c, cdesc->rows, cdesc->cols, cdesc->ld, ds) ||
       !Device(d, ddesc->rows, ddesc->cols, ddesc->ld, ds)) {
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -293,6 +333,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const cublasLtMatmulDescOpaque_t e = *desc;  // pointers as of this call
+  for (const float* scale : {e.a_scale, e.b_scale}) {
+    if (scale != nullptr && !cudaemu::IsDeviceRange(scale, sizeof(float))) {
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
   if (HasBias(e.epilogue) && !Device(e.bias, m, 1, m, ds)) return CUBLAS_STATUS_INVALID_VALUE;
   if (HasAux(e.epilogue) && !Device(e.aux, m, n, e.aux_ld, ds)) return CUBLAS_STATUS_INVALID_VALUE;
   const bool f64 = e.compute == CUBLAS_COMPUTE_64F;
@@ -301,10 +346,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const cublasLtMatrixLayoutOpaque_t la = *adesc, lb = *bdesc, lc = *cdesc, ld = *ddesc;
   if (cudaemu::Tracing()) {
     std::fprintf(
-        stderr, "cuda emulator: cublasLtMatmul m=%llu n=%llu k=%llu epilogue=%d\n",
+        stderr, "cuda emulator: cublasLtMatmul m=%llu n=%llu k=%llu epilogue=%d types=%d,%d\n",
         static_cast<unsigned long long>(ddesc->rows), static_cast<unsigned long long>(ddesc->cols),
         static_cast<unsigned long long>(desc->trans_a == CUBLAS_OP_N ? adesc->cols : adesc->rows),
-        static_cast<int>(desc->epilogue));
+        static_cast<int>(desc->epilogue), static_cast<int>(adesc->type),
+        static_cast<int>(bdesc->type));
   }
   cudaemu::Enqueue(stream, [=] {
     const uint64_t k = e.trans_a == CUBLAS_OP_N ? la.cols : la.rows;
@@ -319,7 +365,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       out.resize(outer * k);
       for (uint64_t o = 0; o < outer; ++o) {
         for (uint64_t x = 0; x < k; ++x) {
-          double v = Get(p, ab, trans ? x + o * l.ld : o + x * l.ld);
+          double v = Get(p, l.type, trans ? x + o * l.ld : o + x * l.ld);
           if constexpr (std::is_same_v<std::decay_t<decltype(out[0])>, float>) {
             out[o * k + x] = tf32 ? ToTf32(static_cast<float>(v)) : static_cast<float>(v);
           } else {
@@ -352,6 +398,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
           float acc = 0;  // f32 accumulation, as CUBLAS_COMPUTE_32F
           for (uint64_t l = 0; l < k; ++l) acc += x[l] * y[l];
           v = acc;
+        }
+        if (IsFp8(ab)) {  // the scales are read when the GEMM runs, as on a GPU
+          v *= static_cast<double>((e.a_scale ? *e.a_scale : 1.0f) *
+                                   (e.b_scale ? *e.b_scale : 1.0f));
         }
         v = al * v + (be != 0 ? be * Get(c, lc.type, i + j * lc.ld) : 0.0);
         switch (e.epilogue) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/fp8.h"
 #include "engine/cuda/conv.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
@@ -410,6 +411,78 @@ TEST(CudaEmuTest, CublasLtRefusesWhatTheRealOneRefuses) {
   EXPECT_NE(runner.Run(g, s).find("cublasLtMatmulAlgoGetHeuristic"), std::string::npos);
   for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c),
                   static_cast<void*>(aux), static_cast<void*>(bias)}) {
+    EXPECT_EQ(cudaFree(p), cudaSuccess);
+  }
+}
+
+// cuBLASLt's FP8 GEMMs as Hopper's: "TN" (our row-major A [m, k] times
+// B [n, k]^T), k and n multiples of 16, not E5M2 x E5M2, the product times
+// both scales; and our runner asks for both scales.
+TEST(CudaEmuTest, CublasLtFp8GemmsAreTnAlignedAndScaled) {
+  using ampd::engine::core::F32ToFp8;
+  using ampd::engine::core::Fp8Format;
+  cudaStream_t s = NewStream();
+  const int64_t m = 4, n = 16, k = 32;
+  std::vector<uint8_t> ha(m * k), hb(n * k);
+  std::vector<float> fa(m * k), fb(n * k);
+  for (int64_t i = 0; i < m * k; ++i) {
+    fa[i] = static_cast<float>((i % 7) - 3) * 0.5f;  // exact in E4M3
+    ha[i] = F32ToFp8(fa[i], Fp8Format::kE4M3, true);
+  }
+  for (int64_t i = 0; i < n * k; ++i) {
+    fb[i] = static_cast<float>((i % 5) - 2);  // exact in E5M2
+    hb[i] = F32ToFp8(fb[i], Fp8Format::kE5M2, true);
+  }
+  uint8_t* a = DeviceAlloc<uint8_t>(m * k);
+  uint8_t* b = DeviceAlloc<uint8_t>(n * k);
+  float* c = DeviceAlloc<float>(m * n);
+  float* scales = DeviceAlloc<float>(2);
+  const float hs[2] = {0.25f, 8.0f};
+  ASSERT_EQ(cudaMemcpyAsync(a, ha.data(), ha.size(), cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(b, hb.data(), hb.size(), cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(scales, hs, sizeof(hs), cudaMemcpyHostToDevice, s), cudaSuccess);
+  ampd::engine::cuda::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.trans_b = true;
+  g.a = a;
+  g.b = b;
+  g.c = c;
+  g.ab_dtype = ampd::engine::cuda::kGemmE4M3;
+  g.b_dtype = ampd::engine::cuda::kGemmE5M2;
+  g.a_scale = scales;
+  g.b_scale = scales + 1;
+  auto& runner = ampd::engine::cuda::GemmRunner::ForThisThread();
+  ASSERT_EQ(runner.Run(g, s), "");
+  std::vector<float> got(m * n);
+  ASSERT_EQ(cudaMemcpyAsync(got.data(), c, got.size() * sizeof(float), cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float want = 0;
+      for (int64_t l = 0; l < k; ++l) want += fa[i * k + l] * fb[j * k + l];
+      EXPECT_EQ(got[i * n + j], want * hs[0] * hs[1]) << i << "," << j;
+    }
+  }
+  // Refused: not TN; n not a multiple of 16; both E5M2.
+  g.trans_b = false;
+  g.k = n;  // B read as [k, n] = [16, 32]: the shapes agree, only the layout is refused
+  g.n = k;
+  EXPECT_NE(runner.Run(g, s).find("cublasLtMatmulAlgoGetHeuristic"), std::string::npos);
+  g.trans_b = true;
+  g.k = k;
+  g.n = 8;
+  EXPECT_NE(runner.Run(g, s).find("cublasLtMatmulAlgoGetHeuristic"), std::string::npos);
+  g.n = n;
+  g.ab_dtype = ampd::engine::cuda::kGemmE5M2;
+  EXPECT_NE(runner.Run(g, s).find("cublasLtMatmulAlgoGetHeuristic"), std::string::npos);
+  g.ab_dtype = ampd::engine::cuda::kGemmE4M3;
+  // cuBLASLt would take a missing scale as 1; ours is always a tensor's.
+  g.b_scale = nullptr;
+  EXPECT_NE(runner.Run(g, s).find("needs both decode scales"), std::string::npos);
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c),
+                  static_cast<void*>(scales)}) {
     EXPECT_EQ(cudaFree(p), cudaSuccess);
   }
 }

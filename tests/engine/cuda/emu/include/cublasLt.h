@@ -7,7 +7,11 @@
 // a real call fails: layouts that do not match op/m/n/k, unsupported type
 // combinations, an auxiliary leading dimension not divisible by 8 or smaller
 // than D's rows, missing epilogue pointers, pointers that are not device
-// memory or not 256-byte aligned (the preference's default minimum).
+// memory or not 256-byte aligned (the preference's default minimum). FP8
+// (E4M3, E5M2) as on Hopper: "TN" only (A transposed, B not), every leading
+// dimension a multiple of 16, not both operands E5M2, f32 compute and scale,
+// the default epilogue; A's and B's scale pointers (null: 1) multiply the
+// product, as CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER document.
 
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +23,8 @@ enum cudaDataType_t {
   CUDA_R_64F = 1,
   CUDA_R_16F = 2,
   CUDA_R_16BF = 14,
+  CUDA_R_8F_E4M3 = 28,
+  CUDA_R_8F_E5M2 = 29,
 };
 
 enum cublasStatus_t {
@@ -53,6 +59,8 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+  CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,
+  CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,
 };
 
 enum cublasLtMatmulPreferenceAttributes_t {
