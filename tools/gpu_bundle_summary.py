@@ -36,6 +36,12 @@ def main():
             ratio = float(r["engine_tflops"]) / float(r["cublas_tflops"])
             print(f"gemm {r['size']}^3 bf16: engine {r['engine_tflops']} TFLOP/s = "
                   f"{ratio:.2f} of cuBLASLt ({'meets' if ratio >= 0.7 else 'MISSES'} >= 0.70)")
+        if kind == "fp8_gemm" and float(r["cublas_tflops"]) <= 0:
+            print(f"gemm {r['size']}^3 fp8: no cuBLASLt rate measured")
+        elif kind == "fp8_gemm":
+            ratio = float(r["engine_tflops"]) / float(r["cublas_tflops"])
+            print(f"gemm {r['size']}^3 fp8: engine {r['engine_tflops']} TFLOP/s = "
+                  f"{ratio:.2f} of cuBLASLt ({'meets' if ratio >= 0.9 else 'MISSES'} >= 0.90)")
     for hidden in sorted({h for h, _ in mlp}, key=int):
         fp32 = mlp.get((hidden, "32-true"))
         bf16 = mlp.get((hidden, "bf16-mixed"))
@@ -61,6 +67,11 @@ def main():
             x = float(r["tokens_per_s"]) / torch_gpt[0]
             print(f"gpt bf16-mixed: ampd / PyTorch eager AMP = {x:.2f}x "
                   f"({'meets' if x >= 1.1 else 'MISSES'} >= 1.1x)")
+    bf16_gpt = [float(r["tokens_per_s"]) for k, r in ours if k == "gpt"]
+    for kind, r in ours:
+        if kind == "gpt_fp8" and bf16_gpt:
+            x = float(r["tokens_per_s"]) / bf16_gpt[0]
+            print(f"gpt fp8-hybrid / bf16-mixed = {x:.2f}x ({'meets' if x >= 1.3 else 'MISSES'} >= 1.3x)")
     if not torch:
         print("no PyTorch numbers (not importable): ours/theirs ratios not computed")
     return 0

@@ -64,8 +64,8 @@ void CudaBackend::Fp8UpdateScaling(const Tensor& amax_history, const Tensor& sca
 
 // cuBLASLt's FP8 GEMM where it applies: FP8 tensor cores, k and n multiples
 // of 16 (its leading dimensions), 16-byte aligned codes, not both operands
-// E5M2, and an algorithm for the problem; into f32 (the scales applied by
-// cuBLASLt), the bias added, rounded once to `out`. Anything else takes the
+// E5M2, and an algorithm for the problem; the scales applied by cuBLASLt,
+// rounded once to `out` (through f32 and the bias add when there is a bias). Anything else takes the
 // CPU's way: decode to f32 and the f32 GEMM.
 Tensor CudaBackend::Fp8Matmul(const Tensor& a, core::Fp8Format a_format, const Tensor& b,
                               core::Fp8Format b_format, const Tensor& scale_invs, int64_t a_index,
@@ -84,19 +84,23 @@ Tensor CudaBackend::Fp8Matmul(const Tensor& a, core::Fp8Format a_format, const T
     g.b = b.raw();
     g.ab_dtype = GemmCode(a_format);
     g.b_dtype = GemmCode(b_format);
-    g.c_dtype = Dt(DType::kF32);
+    // Without a bias the GEMM rounds once straight into `out`; with one, the
+    // bias is added to the f32 result first (one rounding, as the CPU's).
+    const DType c_type = bias.defined() ? DType::kF32 : out;
+    g.c_dtype = Dt(c_type);
     g.a_scale = scale_invs.data<float>() + a_index;
     g.b_scale = scale_invs.data<float>() + b_index;
     GemmRunner& runner = GemmRunner::ForThisThread();
-    if (runner.HasAlgorithm(g)) {
-      Tensor c = Allocate({m, n}, DType::kF32, false);
+    if ((c_type == DType::kF32 || c_type == DType::kBF16 || c_type == DType::kF16) &&
+        runner.HasAlgorithm(g)) {
+      Tensor c = Allocate({m, n}, c_type, false);
       g.c = c.raw();
       if (Ok()) Record(runner.Run(g, S()));
       if (bias.defined() && Ok()) {
         Record(LaunchBinary(OpId::kAdd, c.raw(), Dt(c), bias.raw(), Dt(bias), n, c.raw(), Dt(c),
                             m * n, S()));
       }
-      return out == DType::kF32 ? c : Cast(c, out);
+      return c_type == out ? c : Cast(c, out);
     }
   }
   return Linear(Fp8Decode(a, a_format, scale_invs, a_index, DType::kF32),

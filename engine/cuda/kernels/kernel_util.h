@@ -19,7 +19,7 @@
 namespace ampd::engine::cuda::kernel_util {
 
 constexpr int kThreads = 256;
-enum DT { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3 };
+enum DT { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kU8 = 4 };
 
 template <typename C>
 __device__ __forceinline__ C Load(const void* p, int dt, int64_t i) {
@@ -30,6 +30,8 @@ __device__ __forceinline__ C Load(const void* p, int dt, int64_t i) {
       return static_cast<C>(__half2float(static_cast<const __half*>(p)[i]));
     case kBF16:
       return static_cast<C>(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+    case kU8:  // raw bytes (codes): their integer value
+      return static_cast<C>(static_cast<const uint8_t*>(p)[i]);
     default:
       return static_cast<C>(static_cast<const double*>(p)[i]);
   }
@@ -48,12 +50,17 @@ __device__ __forceinline__ void Store(void* p, int dt, int64_t i, C v) {
     case kBF16:
       static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v));
       break;
+    case kU8:  // raw bytes (codes): the value's integer part
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
     default:
       static_cast<double*>(p)[i] = static_cast<double>(v);
   }
 }
 
-__host__ __device__ inline int ElementSize(int dt) { return dt == kF32 ? 4 : dt == kF64 ? 8 : 2; }
+__host__ __device__ inline int ElementSize(int dt) {
+  return dt == kF32 ? 4 : dt == kF64 ? 8 : dt == kU8 ? 1 : 2;
+}
 
 inline int Blocks(int64_t n) {
   return static_cast<int>(

@@ -190,6 +190,17 @@ class CudaBackendTest : public ::testing::Test {
   Backend* gpu_ = nullptr;
 };
 
+// Byte tensors (FP8 and 8-bit optimizer codes) fill byte by byte: a fill
+// once wrote a double per element into them.
+TEST_F(CudaBackendTest, FillingByteTensorsWritesBytes) {
+  Tensor t = gpu_->Allocate({3, 37}, DType::kU8, true);
+  Tensor guard = gpu_->Allocate({64}, DType::kU8, true);
+  gpu_->Fill(t, 0x38);
+  ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+  EXPECT_EQ(t.ToDoubles(), std::vector<double>(3 * 37, 56.0));
+  EXPECT_EQ(guard.ToDoubles(), std::vector<double>(64, 0.0));
+}
+
 TEST_F(CudaBackendTest, CastsAreBitExact) {
   for (DType from : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
     for (DType to : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {

@@ -30,10 +30,17 @@ for h in 64 128; do
   expect "^hidden $h: bf16-mixed / 32-true = [0-9.]+x"
 done
 expect '^RESULT gpt layers=1 embd=32 block=16 batch=2 tokens_per_s=[0-9.]+ mfu=[0-9.]+'
-for what in "mlp_step hidden 128 bf16-mixed" "mlp_step hidden 128 32-true" "gpt_step bf16-mixed"; do
+# The emulator reports compute capability 9.0: the FP8 GEMM and the GPT step
+# in fp8-hybrid run (on its cuBLASLt's FP8 GEMMs).
+expect '^RESULT fp8_gemm size=256 cublas_tflops=[0-9.]+ engine_tflops=[0-9.]+'
+expect '^RESULT gpt_fp8 layers=1 embd=32 block=16 batch=2 tokens_per_s=[0-9.]+ mfu=[0-9.]+'
+expect '^gpt_step: bf16-mixed / fp8-hybrid = [0-9.]+x \(target >= 1.3x\)'
+for what in "mlp_step hidden 128 bf16-mixed" "mlp_step hidden 128 32-true" "gpt_step bf16-mixed" \
+  "gpt_step fp8-hybrid"; do
   expect "^profile of $what: 2 steps, [0-9.]+ ms/step synchronised"
 done
-for k in matmul causal_attention causal_attention_backward layer_norm_backward embedding_backward; do
+for k in matmul causal_attention causal_attention_backward layer_norm_backward embedding_backward \
+  fp8_matmul fp8_transpose; do
   expect "^PROFILE kernel=$k calls=[0-9]+ ms=[0-9.]+"
 done
 expect '^\(outside kernels\) +[-0-9.]+ +[-0-9.]+%'
@@ -62,6 +69,15 @@ grep -qE "^gpt 1x32 block 16 bf16-mixed: [0-9]+ tokens/s, MFU [0-9.]+% \((meets|
   <<<"$summary" || { echo "FAIL: summary lacks the GPT MFU line"; fail=1; }
 grep -qE "^gpt bf16-mixed: ampd / PyTorch eager AMP = [0-9.]+x \((meets|MISSES) >= 1.1x\)" \
   <<<"$summary" || { echo "FAIL: summary lacks the GPT ratio"; fail=1; }
+# (The emulator's rates print as 0.00 TFLOP/s: no ratio to take.)
+grep -qE "^gemm 256\^3 fp8: no cuBLASLt rate measured" <<<"$summary" ||
+  { echo "FAIL: summary lacks the FP8 GEMM line"; fail=1; }
+fp8_rate=$(printf 'RESULT fp8_gemm size=8 cublas_tflops=100.0 engine_tflops=95.0\n' >"$log.fp8" &&
+  python3 "$2" "$log.fp8" /nonexistent)
+grep -qE "^gemm 8\^3 fp8: engine 95.0 TFLOP/s = 0.95 of cuBLASLt \(meets >= 0.90\)" <<<"$fp8_rate" ||
+  { echo "FAIL: summary's FP8 GEMM ratio: $fp8_rate"; fail=1; }
+grep -qE "^gpt fp8-hybrid / bf16-mixed = [0-9.]+x \((meets|MISSES) >= 1.3x\)" <<<"$summary" ||
+  { echo "FAIL: summary lacks the FP8 GPT ratio"; fail=1; }
 python3 "$2" "$log" /nonexistent | grep -q "no PyTorch numbers" ||
   { echo "FAIL: summary without PyTorch"; fail=1; }
 exit $fail
