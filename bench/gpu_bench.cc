@@ -36,9 +36,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -212,8 +212,8 @@ void BenchFp8Gemm(engine::backend::Backend& gpu, int64_t size, double bf16_cubla
       "Fp8Matmul %.1f TFLOP/s, engine/cuBLAS %.3f (target >= 0.9), fp8/bf16 (cuBLASLt) %.2fx\n",
       (long long)m, (long long)n, (long long)k, cublas, ours, ours / cublas,
       bf16_cublas > 0 ? cublas / bf16_cublas : 0.0);
-  std::printf("RESULT fp8_gemm size=%lld cublas_tflops=%.2f engine_tflops=%.2f\n",
-              (long long)size, cublas, ours);
+  std::printf("RESULT fp8_gemm size=%lld cublas_tflops=%.2f engine_tflops=%.2f\n", (long long)size,
+              cublas, ours);
 }
 
 engine::train::TrainerConfig Config(const std::string& precision, int64_t hidden, int64_t batch) {
@@ -297,14 +297,14 @@ void PrintProfile(double step_seconds, int64_t steps) {
     std::printf("PROFILE kernel=%s calls=%lld ms=%.3f\n", name.c_str(),
                 (long long)(k.calls / steps), ms);
   }
-  std::printf("%-28s %8s %10.2f %6.1f%%\n", "(outside kernels)", "",
-              (step_seconds - kernels) * 1e3, 100 * (step_seconds - kernels) / step_seconds);
+  std::printf("%-28s %8s %10.2f %6.1f%%\n", "(outside kernels)", "", (step_seconds - kernels) * 1e3,
+              100 * (step_seconds - kernels) / step_seconds);
   std::printf("costliest calls by arguments (dtype[shape] ..., ms/step, calls/step):\n");
   int shown = 0;
   for (const auto& [detail, k] : sorted(Profile())) {
     if (++shown > 15) break;
-    std::printf("  %8.2f ms %5lld x  %s\n", k.seconds / steps * 1e3,
-                (long long)(k.calls / steps), detail.c_str());
+    std::printf("  %8.2f ms %5lld x  %s\n", k.seconds / steps * 1e3, (long long)(k.calls / steps),
+                detail.c_str());
   }
   std::fflush(stdout);
 }
@@ -377,10 +377,10 @@ int BenchGpt(const Options& o, const std::string& precision, double* step_s) {
       (long long)g.vocab_size, (long long)engine::nn::GptParameterCount(g), (long long)o.gpt_batch,
       precision.c_str(), step * 1e3, tokens_per_s, 100 * mfu, o.peak_tflops);
   // (The bf16-mixed line keeps its old name: the bundle's summary reads it.)
-  std::printf(
-      "RESULT %s layers=%lld embd=%lld block=%lld batch=%lld tokens_per_s=%.1f mfu=%.4f\n",
-      precision == "bf16-mixed" ? "gpt" : "gpt_fp8", (long long)g.n_layer, (long long)g.n_embd,
-      (long long)g.block_size, (long long)o.gpt_batch, tokens_per_s, mfu);
+  std::printf("RESULT %s layers=%lld embd=%lld block=%lld batch=%lld tokens_per_s=%.1f mfu=%.4f\n",
+              precision == "bf16-mixed" ? "gpt" : "gpt_fp8", (long long)g.n_layer,
+              (long long)g.n_embd, (long long)g.block_size, (long long)o.gpt_batch, tokens_per_s,
+              mfu);
   std::fflush(stdout);
   if (absl::GetFlag(FLAGS_profile)) ProfileSteps(("gpt_step " + precision).c_str(), **t);
   return 0;

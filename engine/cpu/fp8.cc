@@ -19,10 +19,11 @@ namespace {
 
 using backend::AmaxAlgo;
 using backend::Fp8CastKernel;
+using backend::Fp8CastTransposeKernel;
+using backend::Fp8CastTransposeResult;
 using backend::Fp8DecodeKernel;
 using backend::Fp8MatmulKernel;
 using backend::Fp8TensorScaling;
-using backend::Fp8TransposeKernel;
 using backend::Fp8UpdateScalingKernel;
 using core::Fp8Format;
 
@@ -100,21 +101,27 @@ Tensor Fp8Matmul(const Tensor& a, Fp8Format a_format, const Tensor& b, Fp8Format
   return backend::Kernel<backend::LinearKernel>(Device::kCpu)(ad, bd, bias, out);
 }
 
-Tensor Fp8Transpose(const Tensor& codes) {
-  const int64_t rows = codes.dim(0), cols = codes.dim(1);
-  Tensor t = Tensor::Uninitialized({cols, rows}, DType::kU8);
-  const uint8_t* in = codes.data<uint8_t>();
-  uint8_t* out = t.data<uint8_t>();
+// The cast, then its codes transposed (the reference: the same codes, the
+// same amax and count).
+Fp8CastTransposeResult Fp8CastTranspose(const Tensor& x, Fp8Format format, const Tensor& scales,
+                                        const Tensor& amax_history, int64_t index,
+                                        const Tensor& saturated) {
+  Fp8CastTransposeResult r;
+  r.codes = Fp8Cast(x, format, scales, amax_history, index, saturated);
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  r.transposed = Tensor::Uninitialized({cols, rows}, DType::kU8);
+  const uint8_t* in = r.codes.data<uint8_t>();
+  uint8_t* out = r.transposed.data<uint8_t>();
   constexpr int64_t kTile = 64;  // blocks, so both sides stay in cache
   for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) {
-        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
-          out[c * rows + r] = in[r * cols + c];
+      for (int64_t i = r0; i < std::min(rows, r0 + kTile); ++i) {
+        for (int64_t j = c0; j < std::min(cols, c0 + kTile); ++j)
+          out[j * rows + i] = in[i * cols + j];
       }
     }
   }
-  return t;
+  return r;
 }
 
 void Fp8UpdateScaling(const Tensor& amax_history, const Tensor& scales, const Tensor& scale_invs,
@@ -134,7 +141,7 @@ void Fp8UpdateScaling(const Tensor& amax_history, const Tensor& scales, const Te
 AMPD_REGISTER_KERNEL(Fp8CastKernel, Device::kCpu, Fp8Cast);
 AMPD_REGISTER_KERNEL(Fp8DecodeKernel, Device::kCpu, Fp8Decode);
 AMPD_REGISTER_KERNEL(Fp8MatmulKernel, Device::kCpu, Fp8Matmul);
-AMPD_REGISTER_KERNEL(Fp8TransposeKernel, Device::kCpu, Fp8Transpose);
+AMPD_REGISTER_KERNEL(Fp8CastTransposeKernel, Device::kCpu, Fp8CastTranspose);
 AMPD_REGISTER_KERNEL(Fp8UpdateScalingKernel, Device::kCpu, Fp8UpdateScaling);
 
 }  // namespace ampd::engine::cpu

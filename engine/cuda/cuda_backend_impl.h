@@ -22,6 +22,7 @@
 #include "engine/backend/kernels/batch_norm.h"
 #include "engine/backend/kernels/conv.h"
 #include "engine/backend/kernels/cross_entropy.h"
+#include "engine/backend/kernels/fp8.h"
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/pooling.h"
 #include "engine/core/fp8.h"
@@ -215,7 +216,10 @@ class CudaBackend final : public backend::Backend {
   Tensor Fp8Matmul(const Tensor& a, core::Fp8Format a_format, const Tensor& b,
                    core::Fp8Format b_format, const Tensor& scale_invs, int64_t a_index,
                    int64_t b_index, const Tensor& bias, DType out);
-  Tensor Fp8Transpose(const Tensor& codes);
+  engine::backend::Fp8CastTransposeResult Fp8CastTranspose(const Tensor& x, core::Fp8Format format,
+                                                           const Tensor& scales,
+                                                           const Tensor& amax_history,
+                                                           int64_t index, const Tensor& saturated);
 
  private:
   static ThreadContext& RawCtx() {

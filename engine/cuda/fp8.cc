@@ -9,9 +9,10 @@
 namespace ampd::engine::cuda {
 
 using backend::Fp8CastKernel;
+using backend::Fp8CastTransposeKernel;
+using backend::Fp8CastTransposeResult;
 using backend::Fp8DecodeKernel;
 using backend::Fp8MatmulKernel;
-using backend::Fp8TransposeKernel;
 using backend::Fp8UpdateScalingKernel;
 
 namespace {
@@ -65,8 +66,8 @@ void CudaBackend::Fp8UpdateScaling(const Tensor& amax_history, const Tensor& sca
 // cuBLASLt's FP8 GEMM where it applies: FP8 tensor cores, k and n multiples
 // of 16 (its leading dimensions), 16-byte aligned codes, not both operands
 // E5M2, and an algorithm for the problem; the scales applied by cuBLASLt,
-// rounded once to `out` (through f32 and the bias add when there is a bias). Anything else takes the
-// CPU's way: decode to f32 and the f32 GEMM.
+// rounded once to `out` (through f32 and the bias add when there is a bias). Anything else takes
+// the CPU's way: decode to f32 and the f32 GEMM.
 Tensor CudaBackend::Fp8Matmul(const Tensor& a, core::Fp8Format a_format, const Tensor& b,
                               core::Fp8Format b_format, const Tensor& scale_invs, int64_t a_index,
                               int64_t b_index, const Tensor& bias, DType out) {
@@ -107,18 +108,26 @@ Tensor CudaBackend::Fp8Matmul(const Tensor& a, core::Fp8Format a_format, const T
                 Fp8Decode(b, b_format, scale_invs, b_index, DType::kF32), bias, out);
 }
 
-Tensor CudaBackend::Fp8Transpose(const Tensor& codes) {
-  const int64_t rows = codes.dim(0), cols = codes.dim(1);
-  Tensor t = Allocate({cols, rows}, DType::kU8, false);
+Fp8CastTransposeResult CudaBackend::Fp8CastTranspose(const Tensor& x, core::Fp8Format format,
+                                                     const Tensor& scales,
+                                                     const Tensor& amax_history, int64_t index,
+                                                     const Tensor& saturated) {
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  Fp8CastTransposeResult r{Allocate({rows, cols}, DType::kU8, false),
+                           Allocate({cols, rows}, DType::kU8, false)};
   if (Ok()) {
-    Record(LaunchTransposeBytes(codes.data<uint8_t>(), rows, cols, t.data<uint8_t>(), S()));
+    Record(LaunchFp8CastTranspose(x.raw(), Dt(x), rows, cols, FormatCode(format),
+                                  scales.data<float>(), index, amax_history.data<float>() + index,
+                                  saturated.defined() ? saturated.data<double>() + index : nullptr,
+                                  r.codes.data<uint8_t>(), r.transposed.data<uint8_t>(), Scratch(),
+                                  S()));
   }
-  return t;
+  return r;
 }
 
 AMPD_CUDA_KERNEL(Fp8CastKernel, Fp8Cast);
 AMPD_CUDA_KERNEL(Fp8MatmulKernel, Fp8Matmul);
-AMPD_CUDA_KERNEL(Fp8TransposeKernel, Fp8Transpose);
+AMPD_CUDA_KERNEL(Fp8CastTransposeKernel, Fp8CastTranspose);
 AMPD_CUDA_KERNEL(Fp8DecodeKernel, Fp8Decode);
 AMPD_CUDA_KERNEL(Fp8UpdateScalingKernel, Fp8UpdateScaling);
 

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/ops/pool_window.h"
 #include "engine/ops/op_list.h"
+#include "engine/ops/pool_window.h"
 
 namespace ampd::engine::cuda {
 
@@ -99,9 +99,8 @@ std::string LaunchEmbedding(const void* table, int dt, const int32_t* ids, int64
 // in row order, one block per distinct id. groups (on the device): the
 // `distinct` ids, then distinct + 1 offsets into the positions, then the
 // positions (the dy rows of each id, ascending): GroupIds in embedding.cc.
-std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* groups,
-                                    int64_t distinct, int64_t dim, int64_t rows, void* dtable,
-                                    Stream s);
+std::string LaunchEmbeddingBackward(const void* dy, int dt, const int32_t* groups, int64_t distinct,
+                                    int64_t dim, int64_t rows, void* dtable, Stream s);
 std::string LaunchDropout(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n,
                           Stream s);
 
@@ -117,10 +116,12 @@ std::string LaunchFp8Decode(const uint8_t* codes, int64_t n, int format, const f
                             int64_t index, void* y, int ydt, Stream s);
 std::string LaunchFp8UpdateScaling(float* history, int64_t len, int64_t n, float* scales,
                                    float* scale_invs, const float* scaled_max, int algo, Stream s);
-// out [cols, rows] = in [rows, cols] transposed (bytes: FP8 codes), through
-// 32 x 32 tiles in shared memory so both sides are read and written in rows.
-std::string LaunchTransposeBytes(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out,
-                                 Stream s);
+// LaunchFp8Cast of x [rows, cols] that also writes codes_t [cols, rows], the
+// codes transposed, in the same pass.
+std::string LaunchFp8CastTranspose(const void* x, int dt, int64_t rows, int64_t cols, int format,
+                                   const float* scales, int64_t index, float* recorded_amax,
+                                   double* saturated, uint8_t* codes, uint8_t* codes_t,
+                                   double* scratch, Stream s);
 
 // Fused causal self-attention over qkv [B*T, 3C] (q, k, v side by side; H
 // heads of D = C / H <= kMaxAttentionHeadDim) into y [B*T, C] (qkv's dtype)

@@ -11,8 +11,9 @@ namespace ampd::engine::ops {
 
 using backend::CastKernel;
 using backend::Fp8CastKernel;
+using backend::Fp8CastTransposeKernel;
+using backend::Fp8CastTransposeResult;
 using backend::Fp8MatmulKernel;
-using backend::Fp8TransposeKernel;
 using backend::Fp8UpdateScalingKernel;
 using backend::Kernel;
 using backend::SumRowsKernel;
@@ -20,23 +21,24 @@ using core::Fp8Format;
 
 namespace {
 
-// What the gradient needs besides the inputs: the codes of x and w, the
-// scaling tensors (tensors), the first column (count) and the formats (ids).
-enum SavedTensor { kXCodes, kWCodes, kHistory, kScales, kScaleInvs, kScaledMax, kSaturated };
+// What the gradient needs besides the inputs: the transposed codes of x and
+// w (the backward's GEMMs take them K-contiguous), the scaling tensors
+// (tensors), the first column (count) and the formats (ids).
+enum SavedTensor { kXCodesT, kWCodesT, kHistory, kScales, kScaleInvs, kScaledMax, kSaturated };
 
-// FP8 codes of x for `column`: with current scaling (scaled_max defined) its
-// scale is set from its own amax first (see fp8_linear.h).
-Tensor CastFp8(const Tensor& x, Fp8Format format, const Tensor& history, const Tensor& scales,
-               const Tensor& invs, const Tensor& scaled_max, const Tensor& saturated,
-               int64_t column) {
+// FP8 codes of x for `column`, and the same transposed (one pass): with
+// current scaling (scaled_max defined) its scale is set from its own amax
+// first (see fp8_linear.h).
+Fp8CastTransposeResult CastFp8(const Tensor& x, Fp8Format format, const Tensor& history,
+                               const Tensor& scales, const Tensor& invs, const Tensor& scaled_max,
+                               const Tensor& saturated, int64_t column) {
   const Device dev = x.device();
-  auto cast = Kernel<Fp8CastKernel>(dev);
-  if (scaled_max.defined()) {
-    (void)cast(x, format, scales, history, column, Tensor());  // records amax(x) in row 0
+  if (scaled_max.defined()) {  // records amax(x) in row 0
+    (void)Kernel<Fp8CastKernel>(dev)(x, format, scales, history, column, Tensor());
     Kernel<Fp8UpdateScalingKernel>(dev)(history, scales, invs, scaled_max,
                                         backend::AmaxAlgo::kMostRecent);
   }
-  return cast(x, format, scales, history, column, saturated);
+  return Kernel<Fp8CastTransposeKernel>(dev)(x, format, scales, history, column, saturated);
 }
 
 Fp8Format FormatOf(int32_t code) { return code == 0 ? Fp8Format::kE4M3 : Fp8Format::kE5M2; }
@@ -48,20 +50,20 @@ Tensor Fp8Linear(Tensor x, Tensor w, Tensor b, const Fp8LinearScaling& s) {
   OpDispatch d(OpId::kFp8Linear, {&x, &w, &b});
   const Device dev = x.device();
   const Tensor scaled_max = s.current ? s.scaled_max : Tensor();
-  Tensor x_codes = CastFp8(x, s.forward, s.amax_history, s.scales, s.scale_invs, scaled_max,
-                           s.saturated, s.index);
-  Tensor w_codes = CastFp8(w, s.forward, s.amax_history, s.scales, s.scale_invs, scaled_max,
-                           s.saturated, s.index + 1);
+  const Fp8CastTransposeResult xc = CastFp8(x, s.forward, s.amax_history, s.scales, s.scale_invs,
+                                            scaled_max, s.saturated, s.index);
+  const Fp8CastTransposeResult wc = CastFp8(w, s.forward, s.amax_history, s.scales, s.scale_invs,
+                                            scaled_max, s.saturated, s.index + 1);
   Tensor bias = b.defined() ? Kernel<CastKernel>(dev)(b, DType::kF32) : Tensor();
   // y [M, out] = x [M, in] @ w [out, in]^T: both K-contiguous as they are.
-  Tensor y = Kernel<Fp8MatmulKernel>(dev)(x_codes, s.forward, w_codes, s.forward, s.scale_invs,
+  Tensor y = Kernel<Fp8MatmulKernel>(dev)(xc.codes, s.forward, wc.codes, s.forward, s.scale_invs,
                                           s.index, s.index + 1, bias, d.compute_dtype());
   d.set_fp8({s.forward, s.forward, s.backward, s.current});
   d.Finish(y);
   return RecordOp(y, OpId::kFp8Linear,
                   {.inputs = {x, w, b},
-                   .tensors = {x_codes, w_codes, s.amax_history, s.scales, s.scale_invs, scaled_max,
-                               s.saturated},
+                   .tensors = {xc.transposed, wc.transposed, s.amax_history, s.scales, s.scale_invs,
+                               scaled_max, s.saturated},
                    .ids = {CodeOf(s.forward), CodeOf(s.backward)},
                    .count = s.index});
 }
@@ -73,17 +75,16 @@ std::vector<Tensor> Fp8LinearGradient(const SavedForBackward& s, const Tensor& g
   const Tensor &history = s.tensors[kHistory], &scales = s.tensors[kScales],
                &invs = s.tensors[kScaleInvs];
   const int64_t i = s.count;
-  Tensor g_codes = CastFp8(g, backward, history, scales, invs, s.tensors[kScaledMax],
-                           s.tensors[kSaturated], i + 2);
-  // The FP8 GEMMs take K-contiguous operands ("TN"): transposed codes.
+  const Fp8CastTransposeResult gc = CastFp8(g, backward, history, scales, invs,
+                                            s.tensors[kScaledMax], s.tensors[kSaturated], i + 2);
+  // The FP8 GEMMs take K-contiguous operands ("TN"): the transposed codes.
   auto fp8_matmul = Kernel<Fp8MatmulKernel>(dev);
-  auto transpose = Kernel<Fp8TransposeKernel>(dev);
   // dgrad: dx [M, in] = g [M, out] @ w [out, in] = g @ (w^T [in, out])^T
-  Tensor dx = fp8_matmul(g_codes, backward, transpose(s.tensors[kWCodes]), forward, invs, i + 2,
-                         i + 1, Tensor(), x.dtype());
+  Tensor dx = fp8_matmul(gc.codes, backward, s.tensors[kWCodesT], forward, invs, i + 2, i + 1,
+                         Tensor(), x.dtype());
   // wgrad: dw [out, in] = g^T [out, M] @ x [M, in] = g^T @ (x^T [in, M])^T
-  Tensor dw = fp8_matmul(transpose(g_codes), backward, transpose(s.tensors[kXCodes]), forward, invs,
-                         i + 2, i, Tensor(), w.dtype());
+  Tensor dw = fp8_matmul(gc.transposed, backward, s.tensors[kXCodesT], forward, invs, i + 2, i,
+                         Tensor(), w.dtype());
   Tensor db = b.defined() ? Kernel<SumRowsKernel>(dev)(g, b.dtype()) : Tensor();
   return {dx, dw, db};
 }

@@ -46,7 +46,7 @@ struct Fp8DecodeKernel {
 // the decodes' scales scale_invs[ia] and scale_invs[ib], f32 accumulation,
 // rounded once to `out` (f32, f16 or bf16; bias [n] f32 or undefined). Both
 // operands K-contiguous (cuBLASLt's "TN", the only FP8 layout on Hopper):
-// the linear's backward passes transposed codes (Fp8TransposeKernel). The
+// the linear's backward passes transposed codes (Fp8CastTransposeKernel). The
 // CPU decodes and runs its f32 GEMM (the reference); CUDA runs cuBLASLt's FP8
 // GEMM where it applies (engine/cuda/fp8.cc says when) and the CPU's way
 // otherwise.
@@ -58,12 +58,25 @@ struct Fp8MatmulKernel {
                         int64_t b_index, const Tensor& bias, DType out);
 };
 
-// codes [rows, cols] (u8) -> [cols, rows]: the K-contiguous copies the FP8
-// GEMMs of the backward need.
-struct Fp8TransposeKernel {
-  static constexpr const char* kName = "fp8_transpose";
+// Fp8CastKernel's cast of a 2-D x [rows, cols] that also writes the codes
+// transposed, [cols, rows], in the same pass (Transformer Engine's
+// cast-transpose): the K-contiguous copies the FP8 GEMMs of the backward
+// need ("TN"), without reading x again. The amax and clipped count are the
+// cast's.
+struct Fp8CastTransposeResult {
+  Tensor codes;       // [rows, cols] u8
+  Tensor transposed;  // [cols, rows] u8
+};
+template <typename F>
+Fp8CastTransposeResult MapTensors(const Fp8CastTransposeResult& r, F f) {
+  return {f(r.codes), f(r.transposed)};
+}
+struct Fp8CastTransposeKernel {
+  static constexpr const char* kName = "fp8_cast_transpose";
   static constexpr OpId kOps[] = {OpId::kFp8Linear};
-  using Fn = Tensor (*)(const Tensor& codes);
+  using Fn = Fp8CastTransposeResult (*)(const Tensor& x, core::Fp8Format format,
+                                        const Tensor& scales, const Tensor& amax_history,
+                                        int64_t index, const Tensor& saturated);
 };
 
 // UpdateFp8ScalingColumn for every column of amax_history.

@@ -45,6 +45,52 @@ __global__ void Fp8CastKernel(const void* x, int dt, int64_t n, int format, cons
   }
 }
 
+// Fp8CastKernel's cast of x [rows, cols] by 32 x 32 tiles (a block of
+// kThreads = 32 x 8 walks tiles with a stride of the grid): each code is
+// stored in place and, through shared memory (33 wide: no bank conflicts on
+// the way out), transposed into codes_t [cols, rows], both sides written in
+// rows. The blocks' amaxes and clipped counts as Fp8CastKernel's.
+__global__ void Fp8CastTransposeKernel(const void* x, int dt, int64_t rows, int64_t cols,
+                                       int format, const float* scales, int64_t index,
+                                       uint8_t* codes, uint8_t* codes_t, float* block_amax,
+                                       unsigned* block_clipped) {
+  __shared__ uint8_t tile[32][33];
+  const float scale = scales[index];
+  const Fp8Format f = FormatOf(format);
+  const float max = core::Fp8Max(f);
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32, step = blockDim.x / 32;
+  const int64_t tiles_c = (cols + 31) / 32, tiles = (rows + 31) / 32 * tiles_c;
+  float amax = 0.0f;
+  unsigned clipped = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = t / tiles_c * 32, c0 = t % tiles_c * 32;
+    for (int i = ty; i < 32; i += step) {
+      const int64_t r = r0 + i, c = c0 + tx;
+      if (r < rows && c < cols) {
+        const float v = Load<float>(x, dt, r * cols + c);
+        amax = fmaxf(amax, fabsf(v));
+        const float scaled = __fmul_rn(v, scale);
+        clipped += fabsf(scaled) > max ? 1u : 0u;  // not NaN
+        const uint8_t code = core::F32ToFp8(scaled, f, /*saturate=*/true);
+        codes[r * cols + c] = code;
+        tile[i][tx] = code;
+      }
+    }
+    __syncthreads();
+    for (int i = ty; i < 32; i += step) {
+      const int64_t c = c0 + i, r = r0 + tx;
+      if (c < cols && r < rows) codes_t[c * rows + r] = tile[tx][i];
+    }
+    __syncthreads();  // the tile is read before the next one overwrites it
+  }
+  const float m = BlockMax(amax);
+  const unsigned cl = BlockSum(clipped);
+  if (threadIdx.x == 0) {
+    block_amax[blockIdx.x] = m;
+    block_clipped[blockIdx.x] = cl;
+  }
+}
+
 // recorded = max(recorded, the blocks' maxima); *saturated (when not null)
 // += the blocks' clipped counts.
 __global__ void Fp8RecordAmaxKernel(const float* block_amax, const unsigned* block_clipped,
@@ -96,6 +142,22 @@ std::string LaunchFp8Cast(const void* x, int dt, int64_t n, int format, const fl
   return Check("Fp8CastKernel");
 }
 
+std::string LaunchFp8CastTranspose(const void* x, int dt, int64_t rows, int64_t cols, int format,
+                                   const float* scales, int64_t index, float* recorded_amax,
+                                   double* saturated, uint8_t* codes, uint8_t* codes_t,
+                                   double* scratch, Stream s) {
+  const int64_t tiles = (rows + 31) / 32 * ((cols + 31) / 32);
+  const int blocks =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kMaxReduceBlocks, tiles)));
+  float* block_amax = reinterpret_cast<float*>(scratch);  // as LaunchFp8Cast's
+  unsigned* block_clipped = reinterpret_cast<unsigned*>(block_amax + kMaxReduceBlocks);
+  LAUNCH(Fp8CastTransposeKernel, blocks, kThreads, S(s), x, dt, rows, cols, format, scales, index,
+         codes, codes_t, block_amax, block_clipped);
+  LAUNCH(Fp8RecordAmaxKernel, 1, kThreads, S(s), block_amax, block_clipped, blocks, recorded_amax,
+         saturated);
+  return Check("Fp8CastTransposeKernel");
+}
+
 std::string LaunchFp8Decode(const uint8_t* codes, int64_t n, int format, const float* scale_invs,
                             int64_t index, void* y, int ydt, Stream s) {
   if (n == 0) return "";
@@ -109,40 +171,6 @@ std::string LaunchFp8UpdateScaling(float* history, int64_t len, int64_t n, float
   LAUNCH(Fp8UpdateScalingKernel, Blocks(n), kThreads, S(s), history, len, n, scales, scale_invs,
          scaled_max, algo);
   return Check("Fp8UpdateScalingKernel");
-}
-
-namespace {
-
-// grid (ceil(cols / 32), min(ceil(rows / 32), 65535)), block (32, 8): a
-// tile in, through shared memory (33 wide: no bank conflicts on the way
-// out), and out transposed; blocks walk down the rows past the grid's y.
-__global__ void TransposeBytesKernel(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
-  __shared__ uint8_t tile[32][33];
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32; r0 < rows;
-       r0 += static_cast<int64_t>(gridDim.y) * 32) {
-    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-      const int64_t r = r0 + i, c = c0 + threadIdx.x;
-      if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
-    }
-    __syncthreads();
-    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-      const int64_t c = c0 + i, r = r0 + threadIdx.x;
-      if (c < cols && r < rows) out[c * rows + r] = tile[threadIdx.x][i];
-    }
-    __syncthreads();  // the tile is read before the next rows overwrite it
-  }
-}
-
-}  // namespace
-
-std::string LaunchTransposeBytes(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out,
-                                 Stream s) {
-  if (rows * cols == 0) return "";
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
-                  static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, 65535)));
-  LAUNCH(TransposeBytesKernel, grid, dim3(32, 8), S(s), in, rows, cols, out);
-  return Check("TransposeBytesKernel");
 }
 
 }  // namespace ampd::engine::cuda

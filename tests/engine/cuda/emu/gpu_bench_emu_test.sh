@@ -40,7 +40,7 @@ for what in "mlp_step hidden 128 bf16-mixed" "mlp_step hidden 128 32-true" "gpt_
   expect "^profile of $what: 2 steps, [0-9.]+ ms/step synchronised"
 done
 for k in matmul causal_attention causal_attention_backward layer_norm_backward embedding_backward \
-  fp8_matmul fp8_transpose; do
+  fp8_matmul fp8_cast_transpose; do
   expect "^PROFILE kernel=$k calls=[0-9]+ ms=[0-9.]+"
 done
 expect '^\(outside kernels\) +[-0-9.]+ +[-0-9.]+%'
