@@ -38,9 +38,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -106,6 +108,26 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Seconds per call of `direct` and of `engine`: 3 warm-up calls each, then
+// 7 interleaved rounds of 10 calls each, synchronised; the median rounds.
+std::pair<double, double> TimeInterleaved(const std::function<void()>& direct,
+                                          const std::function<void()>& engine_call) {
+  auto time = [](const std::function<void()>& f, int reps) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    engine::cuda::SynchronizeThisThread();
+    return Seconds(t0, Clock::now()) / reps;
+  };
+  time(direct, 3);
+  time(engine_call, 3);
+  std::vector<double> d, e;
+  for (int r = 0; r < 7; ++r) {
+    d.push_back(time(direct, 10));
+    e.push_back(time(engine_call, 10));
+  }
+  return {Median(d), Median(e)};
+}
+
 // Returns the cuBLAS rate (TFLOP/s), for the fractions in the MLP table.
 double BenchGemm(engine::backend::Backend& gpu, int64_t size) {
   const int64_t m = size, n = size, k = size;
@@ -123,28 +145,13 @@ double BenchGemm(engine::backend::Backend& gpu, int64_t size) {
   args.ab_dtype = args.c_dtype = static_cast<int>(DType::kBF16);
   void* stream = engine::cuda::CudaStreamForThisThread();
   const double flops = 2.0 * m * n * k;
-  auto time_direct = [&](int reps) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) engine::cuda::GemmRunner::ForThisThread().Run(args, stream);
-    engine::cuda::SynchronizeThisThread();
-    return Seconds(t0, Clock::now()) / reps;
-  };
-  auto time_engine = [&](int reps) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i)
-      engine::backend::Kernel<engine::backend::MatmulKernel>(engine::Device::kCuda)(
-          a, b, false, true, DType::kBF16);
-    engine::cuda::SynchronizeThisThread();
-    return Seconds(t0, Clock::now()) / reps;
-  };
-  time_direct(3);
-  time_engine(3);
-  std::vector<double> direct, engine_t;
-  for (int r = 0; r < 7; ++r) {  // interleaved
-    direct.push_back(time_direct(10));
-    engine_t.push_back(time_engine(10));
-  }
-  const double cublas = flops / Median(direct) / 1e12, ours = flops / Median(engine_t) / 1e12;
+  const auto [direct, engine_s] =
+      TimeInterleaved([&] { engine::cuda::GemmRunner::ForThisThread().Run(args, stream); },
+                      [&] {
+                        engine::backend::Kernel<engine::backend::MatmulKernel>(
+                            engine::Device::kCuda)(a, b, false, true, DType::kBF16);
+                      });
+  const double cublas = flops / direct / 1e12, ours = flops / engine_s / 1e12;
   std::printf(
       "gemm bf16 %lldx%lldx%lld (x @ W^T): cuBLASLt %.1f TFLOP/s, engine Matmul %.1f "
       "TFLOP/s, engine/cuBLAS %.3f\n",
@@ -183,30 +190,14 @@ void BenchFp8Gemm(engine::backend::Backend& gpu, int64_t size, double bf16_cubla
   }
   void* stream = engine::cuda::CudaStreamForThisThread();
   const double flops = 2.0 * m * n * k;
-  auto time_direct = [&](int reps) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) engine::cuda::GemmRunner::ForThisThread().Run(args, stream);
-    engine::cuda::SynchronizeThisThread();
-    return Seconds(t0, Clock::now()) / reps;
-  };
-  auto time_engine = [&](int reps) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) {
-      engine::backend::Kernel<engine::backend::Fp8MatmulKernel>(engine::Device::kCuda)(
-          a, engine::core::Fp8Format::kE4M3, b, engine::core::Fp8Format::kE4M3, invs, 0, 1,
-          Tensor(), DType::kBF16);
-    }
-    engine::cuda::SynchronizeThisThread();
-    return Seconds(t0, Clock::now()) / reps;
-  };
-  time_direct(3);
-  time_engine(3);
-  std::vector<double> direct, engine_t;
-  for (int r = 0; r < 7; ++r) {
-    direct.push_back(time_direct(10));
-    engine_t.push_back(time_engine(10));
-  }
-  const double cublas = flops / Median(direct) / 1e12, ours = flops / Median(engine_t) / 1e12;
+  const auto [direct, engine_s] = TimeInterleaved(
+      [&] { engine::cuda::GemmRunner::ForThisThread().Run(args, stream); },
+      [&] {
+        engine::backend::Kernel<engine::backend::Fp8MatmulKernel>(engine::Device::kCuda)(
+            a, engine::core::Fp8Format::kE4M3, b, engine::core::Fp8Format::kE4M3, invs, 0, 1,
+            Tensor(), DType::kBF16);
+      });
+  const double cublas = flops / direct / 1e12, ours = flops / engine_s / 1e12;
   std::printf(
       "gemm fp8 e4m3 %lldx%lldx%lld (x @ W^T, bf16 out): cuBLASLt %.1f TFLOP/s, engine "
       "Fp8Matmul %.1f TFLOP/s, engine/cuBLAS %.3f (target >= 0.9), fp8/bf16 (cuBLASLt) %.2fx\n",

@@ -217,7 +217,7 @@ constexpr int kFlashKeys = 32;                // keys (or queries) per step
 constexpr int kFlashMaxD = 64;                // largest head size on this path
 constexpr int kFlashWarps = kFlashRows / 16;  // 16 rows each
 constexpr int kFlashThreads = 32 * kFlashWarps;
-constexpr int kLd = kFlashMaxD + 8;  // row stride of the Q, K, V and dO tiles
+constexpr int kLd = kFlashMaxD + 8;   // row stride of the Q, K, V and dO tiles
 constexpr int kSLd = kFlashKeys + 4;  // of a warp's f32 tile
 constexpr int kPLd = kFlashKeys + 8;  // of a warp's P and dS tiles
 
@@ -400,6 +400,27 @@ __device__ void StoreFragment(const wmma::fragment<wmma::accumulator, 16, 16, 16
   __syncwarp();
 }
 
+using Accumulators = wmma::fragment<wmma::accumulator, 16, 16, 16, float>[kFlashMaxD / 16];
+
+// acc[n] += (the warp's 16 x 32 tile at a, row stride kPLd) x (rows 0..31 of
+// b, columns n*16..n*16+15), for each 16 columns n of the head size.
+template <typename T>
+__device__ __forceinline__ void AccumulateTileTimesRows(Accumulators& acc, const T* a, T (*b)[kLd],
+                                                        int D) {
+#pragma unroll
+  for (int n = 0; n < kFlashMaxD / 16; ++n) {
+    if (n < D / 16) {
+      for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> af;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bf;
+        wmma::load_matrix_sync(af, a + kk * 16, kPLd);
+        wmma::load_matrix_sync(bf, &b[kk * 16][n * 16], kLd);
+        wmma::mma_sync(acc[n], af, bf, acc[n]);
+      }
+    }
+  }
+}
+
 // grid (ceil(T / 64), B * H): a block owns 64 keys of one head (16 per warp)
 // and walks the queries that see them (i >= j), 32 at a time:
 //   S^T = K Q^T, P^T from it; dP^T = V dO^T, dS^T from it;
@@ -423,7 +444,7 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   StageRows(k_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
   StageRows(v_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[kFlashMaxD / 16], dv[kFlashMaxD / 16];
+  Accumulators dk, dv;
 #pragma unroll
   for (int n = 0; n < kFlashMaxD / 16; ++n) {
     wmma::fill_fragment(dk[n], 0.0f);
@@ -441,7 +462,7 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
     }
     __syncthreads();
     RowsTimesTileT(&k_tile[warp * 16][0], q_tile, kFlashKeys, D, s);  // S^T
-    const int64_t i = i0 + lane;                                     // this lane's query
+    const int64_t i = i0 + lane;                                      // this lane's query
     float p[16];
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
@@ -457,21 +478,8 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
       ds_tile[warp][t][lane] = Cast<T>(p[t] * (s_tile[warp][t][lane] - delta_of[lane]) * scale);
     }
     __syncwarp();
-#pragma unroll
-    for (int n = 0; n < kFlashMaxD / 16; ++n) {
-      if (n < D / 16) {
-        for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bm;
-          wmma::load_matrix_sync(a, &p_tile[warp][0][kk * 16], kPLd);
-          wmma::load_matrix_sync(bm, &do_tile[kk * 16][n * 16], kLd);
-          wmma::mma_sync(dv[n], a, bm, dv[n]);
-          wmma::load_matrix_sync(a, &ds_tile[warp][0][kk * 16], kPLd);
-          wmma::load_matrix_sync(bm, &q_tile[kk * 16][n * 16], kLd);
-          wmma::mma_sync(dk[n], a, bm, dk[n]);
-        }
-      }
-    }
+    AccumulateTileTimesRows(dv, &p_tile[warp][0][0], do_tile, D);  // dV += P^T dO
+    AccumulateTileTimesRows(dk, &ds_tile[warp][0][0], q_tile, D);  // dK += dS^T Q
   }
   const int64_t first = j0 + warp * 16;
 #pragma unroll
@@ -509,7 +517,7 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
     lse_of[r] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
     delta_of[r] = i < L.T ? delta[bh * L.T + i] : 0.0f;
   }
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dq[kFlashMaxD / 16];
+  Accumulators dq;
 #pragma unroll
   for (int n = 0; n < kFlashMaxD / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
   float* s = &s_tile[warp][0][0];
@@ -520,7 +528,7 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
     StageRows(v_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
     __syncthreads();
     RowsTimesTileT(&q_tile[warp * 16][0], k_tile, kFlashKeys, D, s);  // S
-    const int64_t j = k0 + lane;                                     // this lane's key
+    const int64_t j = k0 + lane;                                      // this lane's key
     float p[16];
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
@@ -536,18 +544,7 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
       ds_tile[warp][t][lane] = Cast<T>(p[t] * (s_tile[warp][t][lane] - delta_of[r]) * scale);
     }
     __syncwarp();
-#pragma unroll
-    for (int n = 0; n < kFlashMaxD / 16; ++n) {
-      if (n < D / 16) {
-        for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bm;
-          wmma::load_matrix_sync(a, &ds_tile[warp][0][kk * 16], kPLd);
-          wmma::load_matrix_sync(bm, &k_tile[kk * 16][n * 16], kLd);
-          wmma::mma_sync(dq[n], a, bm, dq[n]);
-        }
-      }
-    }
+    AccumulateTileTimesRows(dq, &ds_tile[warp][0][0], k_tile, D);  // dQ += dS K
   }
   const int64_t first = q0 + warp * 16;
 #pragma unroll

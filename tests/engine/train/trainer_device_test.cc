@@ -290,7 +290,8 @@ TEST(DevicePath, AGptMatchesTheCpuAndWaitsOncePerStep) {
         EXPECT_EQ(fake.downloads, 0);
         EXPECT_GT(fake.calls["causal_attention"], 0);
         if (c.precision.fp8) {
-          EXPECT_GT(fake.calls["fp8_cast"], 0);
+          EXPECT_GT(fake.calls["fp8_cast_transpose"], 0);  // casts, with the transposes
+          EXPECT_GT(fake.calls["fp8_matmul"], 0);
           EXPECT_GT(fake.calls["fp8_update_scaling"], 0);
           // The state stayed on the device, and moved.
           const nn::Fp8State* fp8 = (*t)->model().fp8();
