@@ -30,9 +30,15 @@ __attribute__((target("avx512f"), optimize("fp-contract=off"))) void AdamWBlockM
     const __m512 mi = _mm512_add_ps(_mm512_mul_ps(beta1, m0), _mm512_mul_ps(one_minus_beta1, g));
     const __m512 vi = _mm512_add_ps(_mm512_mul_ps(beta2, v0),
                                     _mm512_mul_ps(_mm512_mul_ps(one_minus_beta2, g), g));
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2_sqrt), eps);
-    const __m512 pi =
-        _mm512_sub_ps(_mm512_mul_ps(p, decay), _mm512_div_ps(_mm512_mul_ps(step_size, mi), denom));
+    __m512 pi;
+    if (form_ == Form::kTorch) {
+      const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2_sqrt), eps);
+      pi = _mm512_sub_ps(_mm512_mul_ps(p, decay),
+                         _mm512_div_ps(_mm512_mul_ps(step_size, mi), denom));
+    } else {
+      const __m512 ratio = _mm512_div_ps(mi, _mm512_add_ps(_mm512_sqrt_ps(vi), eps));
+      pi = _mm512_sub_ps(_mm512_mul_ps(p, decay), _mm512_mul_ps(step_size, ratio));
+    }
     if (lanes == 0xFFFF) {
       _mm512_storeu_ps(m + i, mi);
       _mm512_storeu_ps(v + i, vi);

@@ -1,7 +1,10 @@
 // The CPU's 8-bit optimizer steps (backend/kernels/optimizer8bit.h): a block
 // of kBlock elements (kBlock / kQuantBlock quantization blocks) at a time,
-// over the OpenMP pool. The f32 math is AdamWStep's / SgdStep's line for line,
-// so an 8-bit step differs from a 32-bit one only by the states' rounding.
+// over the OpenMP pool. The f32 math is SgdStep's line for line; AdamW's is
+// bitsandbytes' form of the update (AdamWBlockMath::Form::kBitsandbytes: one
+// division a value, where torch's form, which the 32-bit step keeps, has
+// two), so an 8-bit step differs from a 32-bit one by the states' rounding
+// and a few units in the last place of the update.
 // The codes go through blockwise_quant (AVX-512 or AVX2 where the processor
 // has it); AdamW decodes, updates and re-codes one quantization block at a
 // time, so both states stay in L1 in between.
@@ -38,14 +41,15 @@ using FusedArgs = DeviceAmp::FusedStepArgs;
 #ifdef AMPD_QUANT_X86
 // One whole quantization block (kQuantBlock values) of AdamW with 8-bit
 // states, fused, where the CPU has the VBMI coder and AVX-512 kernels are on.
-// The arithmetic is AdamWBlockMath::UpdateAvx512's operation for operation
+// The arithmetic is AdamWBlockMath::UpdateAvx512's (kBitsandbytes form)
+// operation for operation
 // (fp-contract=off likewise), and the codes are QuantizeBlocks', so the
 // results are the unfused step's bit for bit
 // (tests/engine/cpu:vector_kernels_test). What fusing buys:
 //  - the old states are decoded straight into the moment update, and the new
 //    absmax values taken on the way, with no separate passes;
-//  - the parameter update (two divisions and a square root a value: on Zen 5
-//    about a cycle a value) is issued with the moments, and the coding,
+//  - the parameter update (a division and a square root a value) is issued
+//    with the moments, and the coding,
 //    which does not depend on it, follows: the divider works while the
 //    permute units code (measured: 3-5 % faster than updating the
 //    parameters after each 64 values' codes, 12 % faster than a loop that
@@ -89,17 +93,16 @@ AMPD_ADAMW8_ATTRS __attribute__((always_inline)) inline void Moments16(const Coe
   *odd = _mm512_fmadd_ps(vi, _mm512_setzero_ps(), _mm512_fmadd_ps(mi, _mm512_setzero_ps(), *odd));
 }
 
-// The new parameters of 16 values (UpdateAvx512's last two lines).
+// The new parameters of 16 values (UpdateAvx512's last lines, the
+// kBitsandbytes form: k.step_size and k.eps are the scaled ones).
 AMPD_ADAMW8_ATTRS __attribute__((always_inline)) inline void Params16(const Coefficients& k,
                                                                       const float* p,
                                                                       const float* m,
                                                                       const float* v, float* out) {
-  const __m512 denom =
-      _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(_mm512_load_ps(v)), _mm512_set1_ps(k.bc2_sqrt)),
-                    _mm512_set1_ps(k.eps));
-  const __m512 pi = _mm512_sub_ps(
-      _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_set1_ps(k.decay)),
-      _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(k.step_size), _mm512_load_ps(m)), denom));
+  const __m512 ratio = _mm512_div_ps(
+      _mm512_load_ps(m), _mm512_add_ps(_mm512_sqrt_ps(_mm512_load_ps(v)), _mm512_set1_ps(k.eps)));
+  const __m512 pi = _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(p), _mm512_set1_ps(k.decay)),
+                                  _mm512_mul_ps(_mm512_set1_ps(k.step_size), ratio));
   _mm512_storeu_ps(out, pi);
 }
 
@@ -168,7 +171,7 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
   if (Skipped(args)) return;
   DeviceAmp::AdamWHyper h = hyper;
   if (args.step.defined()) h.step = static_cast<int64_t>(args.step.data<float>()[0]) + 1;
-  const AdamWBlockMath math(h);
+  const AdamWBlockMath math(h, AdamWBlockMath::Form::kBitsandbytes);
   uint8_t* mc = m_codes.data<uint8_t>();
   uint8_t* vc = v_codes.data<uint8_t>();
   float* ma = m_absmax.data<float>();

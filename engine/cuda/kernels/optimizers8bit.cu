@@ -60,10 +60,13 @@ __global__ void AdamW8bitStepKernel(void* param, int pdt, const void* grad, int 
   __shared__ float unsigned_map[kQuantBlock];
   LoadMaps(maps, signed_map, unsigned_map);
   const int64_t step = step_ptr ? static_cast<int64_t>(*step_ptr) + 1 : a.step;
-  const float step_size = static_cast<float>(
-      a.lr / (1.0 - pow(static_cast<double>(a.beta1), static_cast<double>(step))));
-  const float bc2_sqrt = static_cast<float>(
-      sqrt(1.0 - pow(static_cast<double>(a.beta2), static_cast<double>(step))));
+  // bitsandbytes' form of the update, as the CPU's 8-bit step
+  // (AdamWBlockMath::Form::kBitsandbytes): the bias corrections folded into
+  // the step size and eps, one division a value.
+  const double bc1 = 1.0 - pow(static_cast<double>(a.beta1), static_cast<double>(step));
+  const double bc2_sqrt = sqrt(1.0 - pow(static_cast<double>(a.beta2), static_cast<double>(step)));
+  const float step_size = static_cast<float>(static_cast<double>(a.lr) * bc2_sqrt / bc1);
+  const float eps = static_cast<float>(static_cast<double>(a.eps) * bc2_sqrt);
   const float decay = __fsub_rn(1.0f, __fmul_rn(a.lr, a.weight_decay));
   const float one_minus_beta1 = __fsub_rn(1.0f, a.beta1);
   const float one_minus_beta2 = __fsub_rn(1.0f, a.beta2);
@@ -78,10 +81,9 @@ __global__ void AdamW8bitStepKernel(void* param, int pdt, const void* grad, int 
       v = __fmul_rn(unsigned_map[v_codes[i]], v_absmax[qb]);
       m = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(one_minus_beta1, g));
       v = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
-      const float denom = __fadd_rn(__fdiv_rn(sqrtf(v), bc2_sqrt), a.eps);
+      const float ratio = __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), eps));
       const float p = Load<float>(param, pdt, i);
-      Store<float>(param, pdt, i,
-                   __fsub_rn(__fmul_rn(p, decay), __fdiv_rn(__fmul_rn(step_size, m), denom)));
+      Store<float>(param, pdt, i, __fsub_rn(__fmul_rn(p, decay), __fmul_rn(step_size, ratio)));
       if (model_copy) Store<float>(model_copy, mdt, i, Load<float>(param, pdt, i));
     }
     // Every thread has read this block's absmax values before they change.
