@@ -4,6 +4,8 @@
 // the memory is ~25 % of f32 states and matches the estimate, small tensors
 // and chosen layers stay f32, checkpoints carry codes, absmax and maps, and a
 // resumed run is bitwise identical.
+#include "engine/backend/kernels/optimizer8bit.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "engine/backend/kernel_registry.h"
-#include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/quant_map.h"
 #include "engine/nn/model.h"
 #include "engine/optim/optimizer.h"
@@ -103,8 +104,8 @@ TEST(Optimizer8bitTest, TheFirstStepEqualsThe32BitStepAndStatesStayWithinTheBoun
     ASSERT_EQ(w8.size(), w32.size());
     int differ = 0;
     for (size_t i = 0; i < w8.size(); ++i) {
-      ASSERT_LE(std::fabs(w8[i] - w32[i]), ulp(std::max(std::fabs(w8[i]), std::fabs(w32[i]))) +
-                                               4 * ulp(AdamW(8).lr))
+      ASSERT_LE(std::fabs(w8[i] - w32[i]),
+                ulp(std::max(std::fabs(w8[i]), std::fabs(w32[i]))) + 4 * ulp(AdamW(8).lr))
           << i;
       differ += w8[i] != w32[i];
     }
