@@ -230,12 +230,17 @@ void CudaBackend::Download(void* dst, const void* src, size_t bytes) {
   if (Ok()) std::memcpy(dst, c.readback, bytes);
 }
 
+Tensor CudaBackend::UploadIds(const std::vector<int32_t>& ids) {
+  // Stored as f32-sized elements: an int32 tensor type is not needed elsewhere.
+  Tensor t = Allocate({static_cast<int64_t>(ids.size())}, DType::kF32, false);
+  Upload(t.raw(), ids.data(), ids.size() * sizeof(int32_t));
+  return t;
+}
+
 Tensor CudaBackend::UploadLabels(const std::vector<int32_t>& labels) {
   ThreadContext& c = Ctx();
   if (c.labels_on_device.defined() && c.labels == labels) return c.labels_on_device;
-  // Stored as f32-sized elements: an int32 tensor type is not needed elsewhere.
-  Tensor t = Allocate({static_cast<int64_t>(labels.size())}, DType::kF32, false);
-  Upload(t.raw(), labels.data(), labels.size() * sizeof(int32_t));
+  Tensor t = UploadIds(labels);
   if (Ok()) {
     c.labels = labels;
     c.labels_on_device = t;  // read-only to every kernel, so safe to share

@@ -244,6 +244,10 @@ class CudaBackend final : public backend::Backend {
   bool EnsureReadback(size_t bytes);
   void Upload(void* dst, const void* src, size_t bytes);
   void Download(void* dst, const void* src, size_t bytes);
+  // Ids as a device tensor of int32 (f32-sized elements), uploaded each call.
+  Tensor UploadIds(const std::vector<int32_t>& ids);
+  // The same, cached for the loss's labels: a step's loss and its backward
+  // ask for the same ones (one entry; the embedding's ids go around it).
   Tensor UploadLabels(const std::vector<int32_t>& labels);
   const float* QuantMaps();  // device, 512 f32 (null after an error)
   // The defined tensors, kMaxTensorsPerLaunch to a list (none: no list).

@@ -15,7 +15,7 @@ using backend::EmbeddingKernel;
 Tensor CudaBackend::Embedding(const Tensor& table, const std::vector<int32_t>& ids) {
   const int64_t dim = table.dim(1), n = static_cast<int64_t>(ids.size());
   Tensor y = Allocate({n, dim}, table.dtype(), false);
-  Tensor d_ids = UploadLabels(ids);
+  Tensor d_ids = UploadIds(ids);
   if (Ok()) {
     Record(LaunchEmbedding(table.raw(), Dt(table), d_ids.data<int32_t>(), n, dim, y.raw(), S()));
   }
@@ -58,7 +58,7 @@ Tensor CudaBackend::EmbeddingBackward(const Tensor& dy, const std::vector<int32_
   const int64_t dim = dy.dim(-1);
   Tensor out = Allocate({num_rows, dim}, dy.dtype(), false);
   int64_t distinct = 0;
-  Tensor groups = UploadLabels(GroupIds(ids, num_rows, &distinct));
+  Tensor groups = UploadIds(GroupIds(ids, num_rows, &distinct));
   if (Ok()) {
     Record(LaunchEmbeddingBackward(dy.raw(), Dt(dy), groups.data<int32_t>(), distinct, dim,
                                    num_rows, out.raw(), S()));

@@ -42,6 +42,9 @@ std::vector<int32_t> Slice(const std::vector<int32_t>& v, int64_t begin, int64_t
 // the padding makes the padded logits -inf, which the softmax gives
 // probability 0 exactly. The loss, the logsumexp and the real columns'
 // gradients are those of the unpadded head; the padding's gradients are 0.
+// The forward keeps the padded head for the backward (its record's last two
+// tensors), so a step pads and uploads once: the same memory a padded
+// parameter would hold (nanoGPT's), for as long as the step's records live.
 constexpr int64_t kVocabMultiple = 64;
 
 struct PaddedHead {
@@ -89,6 +92,10 @@ Tensor LmHeadCrossEntropy(Tensor x, Tensor w, const std::vector<int32_t>& target
   }
   Tensor loss = Kernel<CastKernel>(dev)(total, stat);
   d.Finish(loss);
+  if (head.bias.defined()) {  // padded: kept for the backward
+    lse.push_back(head.w);
+    lse.push_back(head.bias);
+  }
   return RecordOp(
       loss, OpId::kLmHeadCrossEntropy,
       {.inputs = {x, w}, .tensors = std::move(lse), .ids = targets, .count = chunk_rows});
@@ -102,7 +109,11 @@ std::vector<Tensor> LmHeadCrossEntropyGradient(const SavedForBackward& s, const 
   const DType stat = StatDType(x);
   const int64_t n = x.dim(0), chunk_rows = s.count;
   auto matmul = Kernel<MatmulKernel>(dev);
-  const PaddedHead head = PadHead(w, stat);
+  // The forward's padded head when it padded (after one logsumexp a chunk).
+  const size_t chunks = static_cast<size_t>((n + chunk_rows - 1) / chunk_rows);
+  const PaddedHead head = s.tensors.size() == chunks + 2
+                              ? PaddedHead{s.tensors[chunks], s.tensors[chunks + 1]}
+                              : PaddedHead{w, Tensor()};
   Tensor dx = Tensor::Zeros(x.shape(), x.dtype(), dev);
   Tensor dw = Tensor::Zeros(head.w.shape(), stat, dev);
   size_t chunk = 0;
