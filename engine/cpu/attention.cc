@@ -121,108 +121,177 @@ void TransposeHead(const float* rows, int64_t stride, int64_t n, int64_t D, int6
 
 int64_t PaddedKeys(int64_t n) { return (n + 15) / 16 * 16; }
 
-// s[i] = q . keys (16 i + lane) of a tile, for G groups of 16 keys, from the
-// transposed keys `kt` (channel d's row at kt + d * ld): one broadcast and
-// one FMA per channel and group, the G sums in registers.
-template <int64_t D, int G>
+// s[r][i] = q_r . keys (16 i + lane) of a tile, for R query rows (D apart
+// in q) and G groups of 16 keys, from the transposed keys `kt` (channel d's
+// row at kt + d * ld): per channel, one load a group shared by the rows, one
+// broadcast and one FMA a row and group, the sums in registers.
+template <int64_t D, int G, int R>
 __attribute__((always_inline)) AMPD_AVX512 inline void TileScoresOf(const float* q, const float* kt,
-                                                                    int64_t ld, __m512* s) {
-  __m512 a[G];
+                                                                    int64_t ld, __m512 (*s)[4]) {
+  __m512 a[R][G];
 #pragma GCC unroll 4
-  for (int i = 0; i < G; ++i) a[i] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < G; ++i) a[r][i] = _mm512_setzero_ps();
   for (int64_t d = 0; d < D; ++d) {
-    const __m512 qd = _mm512_set1_ps(q[d]);
     const float* k = kt + d * ld;
+    __m512 qd[R];
 #pragma GCC unroll 4
-    for (int i = 0; i < G; ++i) a[i] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + 16 * i), a[i]);
+    for (int r = 0; r < R; ++r) qd[r] = _mm512_set1_ps(q[r * D + d]);
+#pragma GCC unroll 4
+    for (int i = 0; i < G; ++i) {
+      const __m512 ki = _mm512_loadu_ps(k + 16 * i);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[r][i] = _mm512_fmadd_ps(qd[r], ki, a[r][i]);
+    }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < G; ++i) s[i] = a[i];
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < G; ++i) s[r][i] = a[r][i];
 }
 
-template <int64_t D>
+template <int64_t D, int R>
 __attribute__((always_inline)) AMPD_AVX512 inline void TileScores(int groups, const float* q,
                                                                   const float* kt, int64_t ld,
-                                                                  __m512* s) {
+                                                                  __m512 (*s)[4]) {
   switch (groups) {
     case 1:
-      return TileScoresOf<D, 1>(q, kt, ld, s);
+      return TileScoresOf<D, 1, R>(q, kt, ld, s);
     case 2:
-      return TileScoresOf<D, 2>(q, kt, ld, s);
+      return TileScoresOf<D, 2, R>(q, kt, ld, s);
     case 3:
-      return TileScoresOf<D, 3>(q, kt, ld, s);
+      return TileScoresOf<D, 3, R>(q, kt, ld, s);
     default:
-      return TileScoresOf<D, 4>(q, kt, ld, s);
+      return TileScoresOf<D, 4, R>(q, kt, ld, s);
   }
 }
 
 AMPD_AVX512 inline float ReduceMax(__m512 v) { return _mm512_reduce_max_ps(v); }
 AMPD_AVX512 inline float ReduceAdd(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-// AttendRow for f32 with D = 16 * NC: `kt` holds the keys transposed
-// (TransposeHead, leading dimension ld), `values` the value rows.
+// AttendRow for f32 with D = 16 * NC, for R consecutive query rows at once:
+// row r (at q + r * D, out + r * D) sees n_keys + r keys. `kt` holds the keys
+// transposed (TransposeHead, leading dimension ld), `values` the value rows.
+// The rows share each tile's loads of keys and values; every row's
+// arithmetic, and so its result, is the one-row kernel's (R = 1), which
+// cached attention uses. For R > 1, n_keys % kKeyTile != 0: the rows have the
+// same tiles. Writes each row's logsumexp to lse[r].
+template <int NC, int R>
+AMPD_AVX512 void AttendRowsAvx512(const float* q, const float* kt, int64_t ld, const float* values,
+                                  int64_t stride, int64_t n_keys, float scale, float* out,
+                                  float* lse) {
+  constexpr int64_t D = 16 * NC;
+  static_assert(kKeyTile == 64, "four 16-key groups per tile");
+  __m512 acc[R][NC];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+  float m[R], l[R];
+  for (int r = 0; r < R; ++r) {
+    m[r] = -std::numeric_limits<float>::infinity();
+    l[r] = 0;
+  }
+  alignas(64) float p[R][kKeyTile];
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+    int64_t nt[R];
+    int groups[R];
+    for (int r = 0; r < R; ++r) {
+      nt[r] = std::min(kKeyTile, n_keys + r - j0);
+      groups[r] = static_cast<int>((nt[r] + 15) / 16);
+    }
+    __m512 s[R][4];
+    TileScores<D, R>(groups[R - 1], q, kt + j0, ld, s);
+    const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __mmask16 valid[4] = {0, 0, 0, 0};
+      __m512 vmax = minus_inf;
+#pragma GCC unroll 16
+      for (int g = 0; g < groups[r]; ++g) {
+        valid[g] = FirstLanes(nt[r] - 16 * g);
+        s[r][g] = _mm512_mask_mul_ps(minus_inf, valid[g], s[r][g], _mm512_set1_ps(scale));
+        vmax = _mm512_max_ps(vmax, s[r][g]);
+      }
+      const float tile_max = std::max(m[r], ReduceMax(vmax));
+      // Rescale what came before to the new maximum, once per tile.
+      const float correction = std::exp(m[r] - tile_max);
+      l[r] *= correction;
+      const __m512 corr = _mm512_set1_ps(correction);
+#pragma GCC unroll 16
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_mul_ps(acc[r][c], corr);
+      __m512 psum = _mm512_setzero_ps();
+#pragma GCC unroll 16
+      for (int g = 0; g < groups[r]; ++g) {
+        const __m512 pg = MaskedExp16(valid[g], _mm512_sub_ps(s[r][g], _mm512_set1_ps(tile_max)));
+        psum = _mm512_add_ps(psum, pg);
+        _mm512_store_ps(p[r] + 16 * g, pg);
+      }
+      l[r] += ReduceAdd(psum);
+      m[r] = tile_max;
+    }
+    // The keys every row sees, then each later row's extra ones alone.
+    for (int64_t j = 0; j < nt[0]; ++j) {
+      const float* v = values + (j0 + j) * stride;
+      __m512 pj[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
+#pragma GCC unroll 16
+      for (int c = 0; c < NC; ++c) {
+        const __m512 vc = _mm512_loadu_ps(v + 16 * c);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(pj[r], vc, acc[r][c]);
+      }
+    }
+    for (int r = 1; r < R; ++r) {
+      for (int64_t j = nt[0]; j < nt[r]; ++j) {
+        const __m512 pj = _mm512_set1_ps(p[r][j]);
+        const float* v = values + (j0 + j) * stride;
+#pragma GCC unroll 16
+        for (int c = 0; c < NC; ++c)
+          acc[r][c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * c), acc[r][c]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m512 lv = _mm512_set1_ps(l[r]);
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c)
+      _mm512_storeu_ps(out + r * D + 16 * c, _mm512_div_ps(acc[r][c], lv));
+    lse[r] = m[r] + std::log(l[r]);
+  }
+}
+
+// The one-row kernel, returning the logsumexp.
 template <int NC>
 AMPD_AVX512 float AttendRowAvx512(const float* q, const float* kt, int64_t ld, const float* values,
                                   int64_t stride, int64_t n_keys, float scale, float* out) {
-  constexpr int64_t D = 16 * NC;
-  static_assert(kKeyTile == 64, "four 16-key groups per tile");
-  __m512 acc[NC];
-#pragma GCC unroll 16
-  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-  float m = -std::numeric_limits<float>::infinity(), l = 0;
-  alignas(64) float p[kKeyTile];
-  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
-    const int64_t nt = std::min(kKeyTile, n_keys - j0);
-    const int groups = static_cast<int>((nt + 15) / 16);
-    __m512 s[4];
-    TileScores<D>(groups, q, kt + j0, ld, s);
-    const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    __mmask16 valid[4] = {0, 0, 0, 0};
-    __m512 vmax = minus_inf;
-#pragma GCC unroll 16
-    for (int g = 0; g < groups; ++g) {
-      valid[g] = FirstLanes(nt - 16 * g);
-      s[g] = _mm512_mask_mul_ps(minus_inf, valid[g], s[g], _mm512_set1_ps(scale));
-      vmax = _mm512_max_ps(vmax, s[g]);
-    }
-    const float tile_max = std::max(m, ReduceMax(vmax));
-    // Rescale what came before to the new maximum, once per tile.
-    const float correction = std::exp(m - tile_max);
-    l *= correction;
-    const __m512 corr = _mm512_set1_ps(correction);
-#pragma GCC unroll 16
-    for (int c = 0; c < NC; ++c) acc[c] = _mm512_mul_ps(acc[c], corr);
-    __m512 psum = _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int g = 0; g < groups; ++g) {
-      const __m512 pg = MaskedExp16(valid[g], _mm512_sub_ps(s[g], _mm512_set1_ps(tile_max)));
-      psum = _mm512_add_ps(psum, pg);
-      _mm512_store_ps(p + 16 * g, pg);
-    }
-    l += ReduceAdd(psum);
-    for (int64_t j = 0; j < nt; ++j) {
-      const __m512 pj = _mm512_set1_ps(p[j]);
-      const float* v = values + (j0 + j) * stride;
-#pragma GCC unroll 16
-      for (int c = 0; c < NC; ++c)
-        acc[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * c), acc[c]);
-    }
-    m = tile_max;
-  }
-  const __m512 lv = _mm512_set1_ps(l);
-#pragma GCC unroll 16
-  for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, _mm512_div_ps(acc[c], lv));
-  return m + std::log(l);
+  float lse;
+  AttendRowsAvx512<NC, 1>(q, kt, ld, values, stride, n_keys, scale, out, &lse);
+  return lse;
 }
 
 using RowAvx512Fn = float (*)(const float*, const float*, int64_t, const float*, int64_t, int64_t,
                               float, float*);
+using RowPairAvx512Fn = void (*)(const float*, const float*, int64_t, const float*, int64_t,
+                                 int64_t, float, float*, float*);
 
 template <size_t... I>
 constexpr std::array<RowAvx512Fn, sizeof...(I)> RowFns(std::index_sequence<I...>) {
   return {&AttendRowAvx512<static_cast<int>(I) + 1>...};
 }
 constexpr auto kRowAvx512 = RowFns(std::make_index_sequence<kMaxChunks>());
+
+// Two rows at a time up to 128 channels (two rows' accumulators and scores
+// fit in the 32 vector registers); wider heads go a row at a time.
+constexpr int kMaxPairChunks = 8;
+template <size_t... I>
+constexpr std::array<RowPairAvx512Fn, sizeof...(I)> RowPairFns(std::index_sequence<I...>) {
+  return {&AttendRowsAvx512<static_cast<int>(I) + 1, 2>...};
+}
+constexpr auto kRowPairAvx512 = RowPairFns(std::make_index_sequence<kMaxPairChunks>());
 
 // The AVX-512 kernels take f32 heads of 16..256 channels in steps of 16.
 bool Avx512Head(int64_t D) {
@@ -361,12 +430,14 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
       // and its output rows rounded straight into y: no whole-tensor f32
       // copies. The rows' values, and so the results, are the same.
       const RowAvx512Fn row = kRowAvx512[L.D / 16 - 1];
+      const RowPairAvx512Fn pair =
+          L.D / 16 <= kMaxPairChunks ? kRowPairAvx512[L.D / 16 - 1] : nullptr;
       const int64_t ld = PaddedKeys(T), D = L.D;
       const Tensor y = Tensor::Uninitialized({B * T, L.C}, qkv.dtype());
       Output<float> lse({B, n_head, T}, DType::kF32);
 #pragma omp parallel
       {
-        std::vector<float> q(T * D), k(T * D), v(T * D), kt(D * ld), out(D);
+        std::vector<float> q(T * D), k(T * D), v(T * D), kt(D * ld), out(2 * D);
 #pragma omp for schedule(dynamic)
         for (int64_t bh = 0; bh < B * n_head; ++bh) {
           const int64_t b = bh / n_head, h = bh % n_head;
@@ -376,9 +447,20 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
             LoadRow(qkv, L.V(b, i, h), D, &v[i * D]);
           }
           TransposeHead(k.data(), D, T, D, ld, kt.data());
-          for (int64_t i = 0; i < T; ++i) {
-            lse[bh * T + i] = row(&q[i * D], kt.data(), ld, v.data(), D, i + 1, scale, out.data());
-            StoreBlock(out.data(), y, L.Y(b, i, h), D);
+          for (int64_t i = 0; i < T;) {
+            // Rows i and i + 1 together where they have the same key tiles.
+            if (pair != nullptr && i + 1 < T && (i + 1) % kKeyTile != 0) {
+              pair(&q[i * D], kt.data(), ld, v.data(), D, i + 1, scale, out.data(),
+                   &lse[bh * T + i]);
+              StoreBlock(out.data(), y, L.Y(b, i, h), D);
+              StoreBlock(out.data() + D, y, L.Y(b, i + 1, h), D);
+              i += 2;
+            } else {
+              lse[bh * T + i] =
+                  row(&q[i * D], kt.data(), ld, v.data(), D, i + 1, scale, out.data());
+              StoreBlock(out.data(), y, L.Y(b, i, h), D);
+              i += 1;
+            }
           }
         }
       }
