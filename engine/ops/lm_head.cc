@@ -81,24 +81,24 @@ Tensor LmHeadCrossEntropy(Tensor x, Tensor w, const std::vector<int32_t>& target
   chunk_rows = std::max<int64_t>(1, chunk_rows);
   // The per-chunk means, weighted by their rows, summed in f64.
   Tensor total = Tensor::Zeros({}, DType::kF64, dev);
-  std::vector<Tensor> lse;
+  std::vector<Tensor> saved;  // each chunk's logsumexp rows, then the padded head
   const PaddedHead head = PadHead(w, stat);
   for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
     const int64_t r1 = std::min(n, r0 + chunk_rows);
     const Tensor logits = Logits(head, x.Rows(r0, r1), stat);
     const CrossEntropyResult r = Kernel<CrossEntropyKernel>(dev)(logits, Slice(targets, r0, r1));
-    lse.push_back(r.row_logsumexp);
+    saved.push_back(r.row_logsumexp);
     Kernel<AddInPlaceKernel>(dev)(total, r.loss, static_cast<double>(r1 - r0) / n);
   }
   Tensor loss = Kernel<CastKernel>(dev)(total, stat);
   d.Finish(loss);
   if (head.bias.defined()) {  // padded: kept for the backward
-    lse.push_back(head.w);
-    lse.push_back(head.bias);
+    saved.push_back(head.w);
+    saved.push_back(head.bias);
   }
   return RecordOp(
       loss, OpId::kLmHeadCrossEntropy,
-      {.inputs = {x, w}, .tensors = std::move(lse), .ids = targets, .count = chunk_rows});
+      {.inputs = {x, w}, .tensors = std::move(saved), .ids = targets, .count = chunk_rows});
 }
 
 // Chunk by chunk: the logits again, (softmax - onehot) * g * rows / N, then
