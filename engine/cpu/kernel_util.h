@@ -60,6 +60,15 @@ constexpr int64_t kParallelMin = int64_t{1} << 17;
 #endif
 #endif
 
+// Threads a parallel loop started here would use (1 without OpenMP).
+inline int64_t PoolThreads() {
+#if defined(_OPENMP) && !defined(AMPD_SERIAL_LOOPS)
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
 // Runs fn(0) ... fn(tasks - 1), on oneDNN's OpenMP thread pool when `parallel`.
 template <typename F>
 void ParallelFor(int64_t tasks, bool parallel, const F& fn) {
@@ -96,16 +105,23 @@ void ForRowChunks(int64_t rows, int64_t cols, const F& fn) {
   });
 }
 
-// Columns per slice in ForColumnSlices.
-constexpr int64_t kColumnSlice = 64;
-
-// fn(c0, c1) for slices [c0, c1) of a [rows, cols] matrix's columns, across
-// threads when the matrix is large: a column reduction over the rows in row
-// order gives the same sums however many threads share the slices.
+// fn(c0, c1) for contiguous ranges [c0, c1) of a [rows, cols] matrix's
+// columns, one range per thread when the matrix is large (each a multiple of
+// 16 columns but the last): a column reduction over the rows in row order
+// gives the same sums however the columns are shared out.
 template <typename F>
-void ForColumnSlices(int64_t rows, int64_t cols, const F& fn) {
-  ParallelFor((cols + kColumnSlice - 1) / kColumnSlice, rows * cols >= kParallelMin,
-              [&](int64_t t) { fn(t * kColumnSlice, std::min(cols, (t + 1) * kColumnSlice)); });
+void ForColumnRanges(int64_t rows, int64_t cols, const F& fn) {
+  const int64_t groups = (cols + 15) / 16;
+  int64_t parts = 1;
+#if defined(_OPENMP) && !defined(AMPD_SERIAL_LOOPS)
+  if (rows * cols >= kParallelMin && !omp_in_parallel()) parts = omp_get_max_threads();
+#endif
+  parts = std::max<int64_t>(1, std::min(parts, groups));
+  ParallelFor(parts, parts > 1, [&](int64_t t) {
+    const int64_t c0 = std::min(cols, groups * t / parts * 16);
+    const int64_t c1 = std::min(cols, groups * (t + 1) / parts * 16);
+    if (c0 < c1) fn(c0, c1);
+  });
 }
 
 // Elements [begin, begin + len) of t as floats: a pointer into t when it is

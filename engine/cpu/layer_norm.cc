@@ -18,57 +18,106 @@ using backend::LayerNormResult;
 namespace {
 
 #ifdef AMPD_HAS_AVX512_KERNELS
-// dgamma and dbeta of columns [c0, c0 + 16 G): per column, in row order and
-// in double, dy * xhat (a float product) and dy, exactly as the portable
-// loop adds them, with the 4G double accumulators in registers.
-template <int G>
+// dg[c0, c1) and db[c0, c1) += per column, in row order and in double,
+// dy * xhat (a float product) and dy, exactly as the portable loop adds
+// them. As SumColumnsAvx512 (reductions.cc), the rows go by in blocks, all
+// the range's columns for each, so memory is read in sequential streams.
+constexpr int64_t kGradRowBlock = 8;
+
 AMPD_AVX512 void GammaBetaGradsAvx512(const float* x, const float* dy, const float* mean,
                                       const float* rstd, int64_t rows, int64_t cols, int64_t c0,
-                                      double* dg, double* db) {
-  __m512d g_acc[2 * G], b_acc[2 * G];
-#pragma GCC unroll 8
-  for (int i = 0; i < 2 * G; ++i) g_acc[i] = b_acc[i] = _mm512_setzero_pd();
+                                      int64_t c1, double* dg, double* db) {
   auto halves = [](__m512 v, __m512d* lo, __m512d* hi) AMPD_AVX512 {
     *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
     *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
   };
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols + c0;
-    const float* gr = dy + r * cols + c0;
-    const __m512 m = _mm512_set1_ps(mean[r]), rs = _mm512_set1_ps(rstd[r]);
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      const __m512 d = _mm512_loadu_ps(gr + 16 * g);
-      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(xr + 16 * g), m), rs);
-      __m512d lo, hi;
-      halves(_mm512_mul_ps(d, xhat), &lo, &hi);
-      g_acc[2 * g] = _mm512_add_pd(g_acc[2 * g], lo);
-      g_acc[2 * g + 1] = _mm512_add_pd(g_acc[2 * g + 1], hi);
-      halves(d, &lo, &hi);
-      b_acc[2 * g] = _mm512_add_pd(b_acc[2 * g], lo);
-      b_acc[2 * g + 1] = _mm512_add_pd(b_acc[2 * g + 1], hi);
+  __m512 m[kGradRowBlock], rs[kGradRowBlock];
+  for (int64_t r0 = 0; r0 < rows; r0 += kGradRowBlock) {
+    const int64_t n = std::min(kGradRowBlock, rows - r0);
+    for (int64_t k = 0; k < n; ++k) {
+      m[k] = _mm512_set1_ps(mean[r0 + k]);
+      rs[k] = _mm512_set1_ps(rstd[r0 + k]);
     }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < 2 * G; ++i) {
-    _mm512_storeu_pd(dg + c0 + 8 * i, g_acc[i]);
-    _mm512_storeu_pd(db + c0 + 8 * i, b_acc[i]);
+    for (int64_t c = c0; c < c1; c += 16) {
+      __m512d g_lo = _mm512_loadu_pd(dg + c), g_hi = _mm512_loadu_pd(dg + c + 8);
+      __m512d b_lo = _mm512_loadu_pd(db + c), b_hi = _mm512_loadu_pd(db + c + 8);
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t o = (r0 + k) * cols + c;
+        const __m512 d = _mm512_loadu_ps(dy + o);
+        const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + o), m[k]), rs[k]);
+        __m512d lo, hi;
+        halves(_mm512_mul_ps(d, xhat), &lo, &hi);
+        g_lo = _mm512_add_pd(g_lo, lo);
+        g_hi = _mm512_add_pd(g_hi, hi);
+        halves(d, &lo, &hi);
+        b_lo = _mm512_add_pd(b_lo, lo);
+        b_hi = _mm512_add_pd(b_hi, hi);
+      }
+      _mm512_storeu_pd(dg + c, g_lo);
+      _mm512_storeu_pd(dg + c + 8, g_hi);
+      _mm512_storeu_pd(db + c, b_lo);
+      _mm512_storeu_pd(db + c + 8, b_hi);
+    }
   }
 }
 
-AMPD_AVX512 void GammaBetaSliceAvx512(const float* x, const float* dy, const float* mean,
-                                      const float* rstd, int64_t rows, int64_t cols, int64_t c0,
-                                      int64_t width, double* dg, double* db) {
-  static_assert(kColumnSlice == 64, "up to four 16-column groups");
-  switch (width / 16) {
-    case 1:
-      return GammaBetaGradsAvx512<1>(x, dy, mean, rstd, rows, cols, c0, dg, db);
-    case 2:
-      return GammaBetaGradsAvx512<2>(x, dy, mean, rstd, rows, cols, c0, dg, db);
-    case 3:
-      return GammaBetaGradsAvx512<3>(x, dy, mean, rstd, rows, cols, c0, dg, db);
-    default:
-      return GammaBetaGradsAvx512<4>(x, dy, mean, rstd, rows, cols, c0, dg, db);
+// Sum of 16-lane vectors v(0) ... v(n - 1) in four chains (vector i goes to
+// chain i % 4), combined in a fixed order: the same bits on every thread.
+template <typename V>
+AMPD_AVX512 inline float SumVectors(int64_t n, const V& v) {
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                 _mm512_setzero_ps()};
+  for (int64_t i = 0; i < n; ++i) a[i % 4] = _mm512_add_ps(a[i % 4], v(i));
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
+// One row of LayerNorm's forward, cols a multiple of 16: mean and variance
+// as the portable loop defines them (f32 sums, then / cols), summed 16 lanes
+// at a time.
+AMPD_AVX512 void LayerNormRowAvx512(const float* x, const float* g, const float* b, int64_t cols,
+                                    float eps, float* y, float* mean, float* rstd) {
+  const int64_t n = cols / 16;
+  float mu = SumVectors(n, [&](int64_t i) AMPD_AVX512 { return _mm512_loadu_ps(x + 16 * i); });
+  mu /= cols;
+  const __m512 vmu = _mm512_set1_ps(mu);
+  float var = SumVectors(n, [&](int64_t i) AMPD_AVX512 {
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + 16 * i), vmu);
+    return _mm512_mul_ps(d, d);
+  });
+  var /= cols;
+  const float rs = 1.0f / std::sqrt(var + eps);
+  *mean = mu;
+  *rstd = rs;
+  const __m512 vrs = _mm512_set1_ps(rs);
+  for (int64_t i = 0; i < n; ++i) {
+    const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * i), vmu), vrs);
+    _mm512_storeu_ps(y + 16 * i, _mm512_add_ps(_mm512_mul_ps(xhat, _mm512_loadu_ps(g + 16 * i)),
+                                               _mm512_loadu_ps(b + 16 * i)));
+  }
+}
+
+// One row of LayerNorm's dx, cols a multiple of 16, as the portable loop
+// computes it. inv_cols is 1 / cols when that is exact (cols a power of
+// two), so multiplying by it rounds as dividing does; else 0: divide.
+AMPD_AVX512 void LayerNormBackwardRowAvx512(const float* x, const float* g, const float* dy,
+                                            int64_t cols, float m, float rs, float inv_cols,
+                                            float* dx) {
+  const int64_t n = cols / 16;
+  const __m512 vm = _mm512_set1_ps(m), vrs = _mm512_set1_ps(rs);
+  auto gc = [&](int64_t i) AMPD_AVX512 {
+    return _mm512_mul_ps(_mm512_loadu_ps(dy + 16 * i), _mm512_loadu_ps(g + 16 * i));
+  };
+  auto xhat = [&](int64_t i) AMPD_AVX512 {
+    return _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * i), vm), vrs);
+  };
+  const __m512 sum_g = _mm512_set1_ps(SumVectors(n, gc));
+  const __m512 sum_gx = _mm512_set1_ps(
+      SumVectors(n, [&](int64_t i) AMPD_AVX512 { return _mm512_mul_ps(gc(i), xhat(i)); }));
+  const __m512 vinv = _mm512_set1_ps(inv_cols), vcols = _mm512_set1_ps(static_cast<float>(cols));
+  for (int64_t i = 0; i < n; ++i) {
+    const __m512 t = _mm512_add_ps(sum_g, _mm512_mul_ps(xhat(i), sum_gx));
+    const __m512 q = inv_cols != 0 ? _mm512_mul_ps(t, vinv) : _mm512_div_ps(t, vcols);
+    _mm512_storeu_ps(dx + 16 * i, _mm512_mul_ps(vrs, _mm512_sub_ps(gc(i), q)));
   }
 }
 #endif
@@ -92,6 +141,17 @@ LayerNormResult CpuBackendImpl::LayerNormImpl(const Tensor& x, const Tensor& gam
   const C* __restrict b = bv.data();
   C* __restrict yp = y.data();
   // Rows are independent: each is computed whole by one thread.
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if constexpr (std::is_same_v<C, float>) {
+    if (cols % 16 == 0 && UseAvx512Kernels()) {
+      ForRowChunks(rows, cols, [&](int64_t r) {
+        LayerNormRowAvx512(xv.data() + r * cols, g, b, cols, static_cast<float>(eps), yp + r * cols,
+                           &mean[r], &rstd[r]);
+      });
+      return {y.Finish(), mean.Finish(), rstd.Finish()};
+    }
+  }
+#endif
   ForRowChunks(rows, cols, [&](int64_t r) {
     const C* __restrict xr = xv.data() + r * cols;
     C mu = 0;
@@ -128,33 +188,58 @@ LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tens
   const C* __restrict g = gv.data();
   const C* __restrict dyp = dv.data();
   C* __restrict dxp = dx.data();
+  // A division per element keeps the divider busy (16 cycles a vector on
+  // Intel's cores). When cols is a power of two, 1 / cols is exact and
+  // multiplying by it rounds exactly as dividing does: same bits, no divide.
+  const C inv_cols = (cols & (cols - 1)) == 0 ? C(1) / static_cast<C>(cols) : C(0);
   // dx: rows are independent, each computed whole by one thread.
-  ForRowChunks(rows, cols, [&](int64_t r) {
-    const int64_t o = r * cols;
-    const C m = mv[r], rs = rv[r];
-    C sum_g = 0, sum_gx = 0;
+  bool dx_done = false;
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if constexpr (std::is_same_v<C, float>) {
+    if (cols % 16 == 0 && UseAvx512Kernels()) {
+      ForRowChunks(rows, cols, [&](int64_t r) {
+        LayerNormBackwardRowAvx512(xp + r * cols, g, dyp + r * cols, cols, mv[r], rv[r], inv_cols,
+                                   dxp + r * cols);
+      });
+      dx_done = true;
+    }
+  }
+#endif
+  if (!dx_done)
+    ForRowChunks(rows, cols, [&](int64_t r) {
+      const int64_t o = r * cols;
+      const C m = mv[r], rs = rv[r];
+      C sum_g = 0, sum_gx = 0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
-    for (int64_t c = 0; c < cols; ++c) {
-      const C gc = dyp[o + c] * g[c];
-      sum_g += gc;
-      sum_gx += gc * ((xp[o + c] - m) * rs);
-    }
-    AMPD_SIMD
-    for (int64_t c = 0; c < cols; ++c) {
-      const C xhat = (xp[o + c] - m) * rs;
-      dxp[o + c] = rs * (dyp[o + c] * g[c] - (sum_g + xhat * sum_gx) / cols);
-    }
-  });
+      for (int64_t c = 0; c < cols; ++c) {
+        const C gc = dyp[o + c] * g[c];
+        sum_g += gc;
+        sum_gx += gc * ((xp[o + c] - m) * rs);
+      }
+      if (inv_cols != 0) {
+        AMPD_SIMD
+        for (int64_t c = 0; c < cols; ++c) {
+          const C xhat = (xp[o + c] - m) * rs;
+          dxp[o + c] = rs * (dyp[o + c] * g[c] - (sum_g + xhat * sum_gx) * inv_cols);
+        }
+      } else {
+        AMPD_SIMD
+        for (int64_t c = 0; c < cols; ++c) {
+          const C xhat = (xp[o + c] - m) * rs;
+          dxp[o + c] = rs * (dyp[o + c] * g[c] - (sum_g + xhat * sum_gx) / cols);
+        }
+      }
+    });
   // dgamma, dbeta: each column summed over the rows in order, in double, by
   // the one thread that owns its slice of columns (so the sums do not depend
   // on the thread count).
   std::vector<double> dg(cols, 0.0), db(cols, 0.0);
-  ForColumnSlices(rows, cols, [&](int64_t c0, int64_t c1) {
+  ForColumnRanges(rows, cols, [&](int64_t c0, int64_t c1) {
 #ifdef AMPD_HAS_AVX512_KERNELS
     if constexpr (std::is_same_v<C, float>) {
       if (cols % 16 == 0 && UseAvx512Kernels()) {
-        return GammaBetaSliceAvx512(xp, dyp, mv.data(), rv.data(), rows, cols, c0, c1 - c0,
-                                    dg.data(), db.data());
+        return GammaBetaGradsAvx512(xp, dyp, mv.data(), rv.data(), rows, cols, c0, c1, dg.data(),
+                                    db.data());
       }
     }
 #endif

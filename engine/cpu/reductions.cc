@@ -27,46 +27,32 @@ AMPD_AVX512 inline __m512 Load16(const void* p) {
   }
 }
 
-// out[0, 16 G) = the sums over `rows` rows of columns [c0, c0 + 16 G) of a
-// [rows, cols] f32 or bf16 matrix, each column in row order in double: the
-// portable loop's sums bit for bit, with the 2G double accumulators held in
-// registers instead of reloaded for every row.
-template <bool kBf16, int G>
-AMPD_AVX512 void SumColumnsAvx512(const void* base, int64_t rows, int64_t cols, int64_t c0,
-                                  double* out) {
-  using T = std::conditional_t<kBf16, uint16_t, float>;
-  const T* x = static_cast<const T*>(base) + c0;
-  __m512d acc[2 * G];
-#pragma GCC unroll 8
-  for (int i = 0; i < 2 * G; ++i) acc[i] = _mm512_setzero_pd();
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      const __m512 v = Load16<kBf16>(xr + 16 * g);
-      const __m256 lo = _mm512_castps512_ps256(v);
-      const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-      acc[2 * g] = _mm512_add_pd(acc[2 * g], _mm512_cvtps_pd(lo));
-      acc[2 * g + 1] = _mm512_add_pd(acc[2 * g + 1], _mm512_cvtps_pd(hi));
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < 2 * G; ++i) _mm512_storeu_pd(out + 8 * i, acc[i]);
-}
+// out[c0, c1) += the sums over `rows` rows of columns [c0, c1) (a multiple
+// of 16 wide) of a [rows, cols] f32 or bf16 matrix, each column in row order
+// in double: the portable loop's sums bit for bit. The rows go by in blocks
+// of kSumRowBlock, all the range's columns for each block, so memory is read
+// in a few sequential streams; a column slice read down all the rows at a
+// row stride stalled on every row's load (prefetchers stop at page ends).
+constexpr int64_t kSumRowBlock = 8;
 
 template <bool kBf16>
-AMPD_AVX512 void SumColumnSliceAvx512(const void* base, int64_t rows, int64_t cols, int64_t c0,
-                                      int64_t width, double* out) {
-  static_assert(kColumnSlice == 64, "up to four 16-column groups");
-  switch (width / 16) {
-    case 1:
-      return SumColumnsAvx512<kBf16, 1>(base, rows, cols, c0, out);
-    case 2:
-      return SumColumnsAvx512<kBf16, 2>(base, rows, cols, c0, out);
-    case 3:
-      return SumColumnsAvx512<kBf16, 3>(base, rows, cols, c0, out);
-    default:
-      return SumColumnsAvx512<kBf16, 4>(base, rows, cols, c0, out);
+AMPD_AVX512 void SumColumnsAvx512(const void* base, int64_t rows, int64_t cols, int64_t c0,
+                                  int64_t c1, double* out) {
+  using T = std::conditional_t<kBf16, uint16_t, float>;
+  const T* x = static_cast<const T*>(base);
+  for (int64_t r0 = 0; r0 < rows; r0 += kSumRowBlock) {
+    const int64_t r1 = std::min(rows, r0 + kSumRowBlock);
+    for (int64_t c = c0; c < c1; c += 16) {
+      __m512d lo = _mm512_loadu_pd(out + c), hi = _mm512_loadu_pd(out + c + 8);
+      for (int64_t r = r0; r < r1; ++r) {
+        const __m512 v = Load16<kBf16>(x + r * cols + c);
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        hi = _mm512_add_pd(
+            hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+      }
+      _mm512_storeu_pd(out + c, lo);
+      _mm512_storeu_pd(out + c + 8, hi);
+    }
   }
 }
 
@@ -154,18 +140,18 @@ Tensor CpuBackendImpl::SumRows(const Tensor& x, DType out) {
     const bool vector = UseAvx512Kernels() && cols % 16 == 0 &&
                         (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16);
 #endif
-    ForColumnSlices(rows, cols, [&](int64_t c0, int64_t c1) {
+    ForColumnRanges(rows, cols, [&](int64_t c0, int64_t c1) {
 #ifdef AMPD_HAS_AVX512_KERNELS
       if (vector) {
         return x.dtype() == DType::kBF16
-                   ? SumColumnSliceAvx512<true>(x.raw(), rows, cols, c0, c1 - c0, s.data() + c0)
-                   : SumColumnSliceAvx512<false>(x.raw(), rows, cols, c0, c1 - c0, s.data() + c0);
+                   ? SumColumnsAvx512<true>(x.raw(), rows, cols, c0, c1, s.data())
+                   : SumColumnsAvx512<false>(x.raw(), rows, cols, c0, c1, s.data());
       }
 #endif
-      float row_buf[kColumnSlice];
+      std::vector<float> row_buf(c1 - c0);
       double* __restrict sp = s.data() + c0;
       for (int64_t r = 0; r < rows; ++r) {
-        const float* __restrict xr = LoadBlock(x, r * cols + c0, c1 - c0, row_buf);
+        const float* __restrict xr = LoadBlock(x, r * cols + c0, c1 - c0, row_buf.data());
         AMPD_SIMD
         for (int64_t c = 0; c < c1 - c0; ++c) sp[c] += xr[c];
       }

@@ -19,6 +19,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/backend/quant_map.h"
@@ -182,17 +183,50 @@ LayerNormRun RunLayerNorm(int64_t rows, int64_t cols, DType d) {
   return {y.ToDoubles(), x.grad().ToDoubles(), gamma.grad().ToDoubles(), beta.grad().ToDoubles()};
 }
 
+// LayerNorm in f32 against f64, forward and dx, on both paths: 256 columns
+// (a power of two: dx multiplies by 1 / cols), 320 and 48 (divides).
+TEST_F(VectorKernelsTest, LayerNormMatchesF64OnBothPaths) {
+  for (const int64_t cols : {256, 320, 48}) {
+    const int64_t rows = 600;
+    const LayerNormRun want = RunLayerNorm(rows, cols, DType::kF64);
+    const auto [vector, portable] =
+        BothPaths([&] { return RunLayerNorm(rows, cols, DType::kF32); });
+    for (const LayerNormRun* got : {&vector, &portable}) {
+      for (size_t i = 0; i < want.y.size(); ++i) {
+        ASSERT_NEAR(got->y[i], want.y[i], 2e-6 * std::max(1.0, std::fabs(want.y[i])))
+            << cols << " y " << i;
+        ASSERT_NEAR(got->dx[i], want.dx[i], 2e-5 * std::max(1.0, std::fabs(want.dx[i])))
+            << cols << " dx " << i;
+      }
+    }
+  }
+}
+
 // LayerNorm's dgamma/dbeta and SumRows (bias gradients) add each column in
 // row order in double on both paths, so the vector kernels give the same
 // bits; and none of LayerNorm's results or SumRows' depend on the number of
-// threads. 320 columns = five 64-column slices; 48 = one partial slice.
+// threads. 320 columns: twenty 16-column groups; 48: three.
 TEST_F(VectorKernelsTest, ColumnSumsAreBitwiseThePortableOnesAndIndependentOfThreads) {
   for (const int64_t cols : {320, 48}) {
     const int64_t rows = 1000;  // over kParallelMin elements: split across threads
     for (DType d : {DType::kF32, DType::kBF16}) {
-      const auto [vector, portable] = BothPaths([&] { return RunLayerNorm(rows, cols, d); });
-      EXPECT_EQ(vector.dgamma, portable.dgamma) << cols << " " << DTypeName(d);
-      EXPECT_EQ(vector.dbeta, portable.dbeta) << cols << " " << DTypeName(d);
+      // The paths' forwards sum a row's mean and variance in different
+      // orders, so the column sums are compared on one forward's results.
+      const Tensor x = Tensor::FromDoubles(RandomValues(rows * cols, 11, 2.0), {rows, cols}, d);
+      const Tensor gamma = Tensor::FromDoubles(RandomValues(cols, 12), {cols}, DType::kF32);
+      const Tensor beta = Tensor::FromDoubles(RandomValues(cols, 13), {cols}, DType::kF32);
+      const Tensor dy = Tensor::FromDoubles(RandomValues(rows * cols, 14), {rows, cols}, d);
+      const backend::LayerNormResult fwd =
+          backend::Kernel<backend::LayerNormKernel>(Device::kCpu)(x, gamma, beta, 1e-5, d);
+      auto grads = [&] {
+        const backend::LayerNormGrads g =
+            backend::Kernel<backend::LayerNormBackwardKernel>(Device::kCpu)(x, gamma, fwd, dy);
+        return std::make_pair(g.dgamma.ToDoubles(), g.dbeta.ToDoubles());
+      };
+      const auto [vector_grads, portable_grads] = BothPaths(grads);
+      EXPECT_EQ(vector_grads.first, portable_grads.first) << cols << " " << DTypeName(d);
+      EXPECT_EQ(vector_grads.second, portable_grads.second) << cols << " " << DTypeName(d);
+      const LayerNormRun vector = RunLayerNorm(rows, cols, d);
       const Tensor m = Tensor::FromDoubles(RandomValues(rows * cols, 15), {rows, cols}, d);
       auto sum_rows = [&] {
         return backend::Kernel<backend::SumRowsKernel>(Device::kCpu)(m, DType::kF64).ToDoubles();
