@@ -1,7 +1,9 @@
 // The CPU backend: fused causal self-attention (backend/kernels/attention.h),
-// blocked over (batch, head) pairs across threads. Each (batch, head)'s rows
-// are read where they lie in qkv (and widened from bf16 / f16 once), and its
-// results rounded straight into the output tensors.
+// shared across threads as tasks of one sequence's heads: all of them when
+// there are at least twice as many sequences as threads (the sequence's rows
+// are then one contiguous span, widened from bf16 / f16 in one pass and its
+// results rounded back in one), else one head per task. Each head's
+// arithmetic is the same either way, and so are the results.
 //
 // Forward: tiles of keys within a row, with an online softmax in the compute
 // type (f32; f64 for f64 input). Nothing of size T x T is stored. On CPUs
@@ -334,9 +336,20 @@ AMPD_AVX512 void ScoreGradsAvx512(const float* lse, const float* delta, int64_t 
 // thread's own for its (b, h), summed over the blocks in order.
 constexpr int64_t kRowBlock = 64;
 
+// One task's rows as f32: the rows of one sequence for its heads
+// [h0, h0 + hc), all of a row's values for those heads side by side.
+struct SeqSpans {
+  const float* qkv;  // row i at qkv + i * 3 hc D: the hc heads' q, then k, then v
+  const float* y;    // row i at y + i * hc D
+  const float* dy;   // as y
+  float* dx;         // as qkv
+  int64_t hc;
+};
+
 struct HeadBackwardArgs {
-  const Tensor *qkv, *y, *dy;  // in their own dtype: each head's rows are widened once
-  const float* lse;            // logsumexp rows
+  const SeqSpans* rows;
+  int64_t hl;        // the head's place in rows
+  const float* lse;  // logsumexp rows
   QkvLayout L;
   int64_t b, h;
   float scale;
@@ -375,17 +388,18 @@ void ScoreGrads(const HeadBackwardArgs& a, const GemmScratch& w, int64_t r0, int
   }
 }
 
-void AttentionBackwardHeadGemm(const HeadBackwardArgs& a, GemmScratch& w, const Tensor& dx) {
+void AttentionBackwardHeadGemm(const HeadBackwardArgs& a, GemmScratch& w) {
   const QkvLayout& L = a.L;
   const int64_t T = L.T, D = L.D;
   w.Resize(T, D);
+  const SeqSpans& sp = *a.rows;
+  const int64_t S = 3 * sp.hc * D, Sy = sp.hc * D, at = a.hl * D;
   for (int64_t i = 0; i < T; ++i) {
-    LoadRow(*a.qkv, L.Q(a.b, i, a.h), D, &w.q[i * D]);
-    LoadRow(*a.qkv, L.K(a.b, i, a.h), D, &w.k[i * D]);
-    LoadRow(*a.qkv, L.V(a.b, i, a.h), D, &w.v[i * D]);
-    LoadRow(*a.dy, L.Y(a.b, i, a.h), D, &w.go[i * D]);
-    LoadRow(*a.y, L.Y(a.b, i, a.h), D, w.o.data());
-    w.delta[i] = Dot(&w.go[i * D], w.o.data(), D);  // dO_i . O_i
+    std::memcpy(&w.q[i * D], sp.qkv + i * S + at, D * sizeof(float));
+    std::memcpy(&w.k[i * D], sp.qkv + i * S + Sy + at, D * sizeof(float));
+    std::memcpy(&w.v[i * D], sp.qkv + i * S + 2 * Sy + at, D * sizeof(float));
+    std::memcpy(&w.go[i * D], sp.dy + i * Sy + at, D * sizeof(float));
+    w.delta[i] = Dot(&w.go[i * D], sp.y + i * Sy + at, D);  // dO_i . O_i
   }
   for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
     const int64_t r1 = std::min(T, r0 + kRowBlock), rows = r1 - r0, n = r1;
@@ -403,9 +417,9 @@ void AttentionBackwardHeadGemm(const HeadBackwardArgs& a, GemmScratch& w, const 
     for (int64_t e = 0; e < n * D; ++e) w.dv[e] += part[e];
   }
   for (int64_t i = 0; i < T; ++i) {
-    StoreBlock(&w.dq[i * D], dx, L.Q(a.b, i, a.h), D);
-    StoreBlock(&w.dk[i * D], dx, L.K(a.b, i, a.h), D);
-    StoreBlock(&w.dv[i * D], dx, L.V(a.b, i, a.h), D);
+    std::memcpy(sp.dx + i * S + at, &w.dq[i * D], D * sizeof(float));
+    std::memcpy(sp.dx + i * S + Sy + at, &w.dk[i * D], D * sizeof(float));
+    std::memcpy(sp.dx + i * S + 2 * Sy + at, &w.dv[i * D], D * sizeof(float));
   }
 }
 
@@ -426,41 +440,66 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
 #ifdef AMPD_HAS_AVX512_KERNELS
   if constexpr (std::is_same_v<C, float>) {
     if (Avx512Head(L.D)) {
-      // Each head's q, k and v rows are read (and widened) where they lie,
-      // and its output rows rounded straight into y: no whole-tensor f32
-      // copies. The rows' values, and so the results, are the same.
+      // A task is one sequence's heads, all of them when there are enough
+      // sequences to share out: its rows of qkv are then one contiguous
+      // span, widened in one pass (or read in place when f32), and its
+      // output rows one span, rounded into y in one pass. Reading each
+      // head's rows where they lie (a row's 64 values every 3C) stalled on
+      // the strided loads. Either way each row's arithmetic is the same.
       const RowAvx512Fn row = kRowAvx512[L.D / 16 - 1];
       const RowPairAvx512Fn pair =
           L.D / 16 <= kMaxPairChunks ? kRowPairAvx512[L.D / 16 - 1] : nullptr;
-      const int64_t ld = PaddedKeys(T), D = L.D;
+      const int64_t ld = PaddedKeys(T), D = L.D, H = n_head;
+      const int64_t hc = B >= 2 * PoolThreads() ? H : 1;  // heads per task
+      const int64_t S = 3 * hc * D;                       // a row's q, k, v in seq
       const Tensor y = Tensor::Uninitialized({B * T, L.C}, qkv.dtype());
       Output<float> lse({B, n_head, T}, DType::kF32);
+      const bool in_place = qkv.dtype() == DType::kF32 && hc == H;
 #pragma omp parallel
       {
-        std::vector<float> q(T * D), k(T * D), v(T * D), kt(D * ld), out(2 * D);
+        std::vector<float> seq(in_place ? 0 : T * S), ys(T * hc * D), q(T * D), kt(D * ld);
 #pragma omp for schedule(dynamic)
-        for (int64_t bh = 0; bh < B * n_head; ++bh) {
-          const int64_t b = bh / n_head, h = bh % n_head;
-          for (int64_t i = 0; i < T; ++i) {
-            LoadRow(qkv, L.Q(b, i, h), D, &q[i * D]);
-            LoadRow(qkv, L.K(b, i, h), D, &k[i * D]);
-            LoadRow(qkv, L.V(b, i, h), D, &v[i * D]);
-          }
-          TransposeHead(k.data(), D, T, D, ld, kt.data());
-          for (int64_t i = 0; i < T;) {
-            // Rows i and i + 1 together where they have the same key tiles.
-            if (pair != nullptr && i + 1 < T && (i + 1) % kKeyTile != 0) {
-              pair(&q[i * D], kt.data(), ld, v.data(), D, i + 1, scale, out.data(),
-                   &lse[bh * T + i]);
-              StoreBlock(out.data(), y, L.Y(b, i, h), D);
-              StoreBlock(out.data() + D, y, L.Y(b, i + 1, h), D);
-              i += 2;
-            } else {
-              lse[bh * T + i] =
-                  row(&q[i * D], kt.data(), ld, v.data(), D, i + 1, scale, out.data());
-              StoreBlock(out.data(), y, L.Y(b, i, h), D);
-              i += 1;
+        for (int64_t task = 0; task < B * (H / hc); ++task) {
+          const int64_t b = task / (H / hc), h0 = task % (H / hc) * hc;
+          const float* rows = seq.data();
+          if (in_place) {
+            rows = qkv.data<float>() + L.Q(b, 0, 0);
+          } else if (hc == H) {
+            LoadRow(qkv, L.Q(b, 0, 0), T * S, seq.data());
+          } else {
+            for (int64_t i = 0; i < T; ++i) {
+              LoadRow(qkv, L.Q(b, i, h0), D, &seq[i * S]);
+              LoadRow(qkv, L.K(b, i, h0), D, &seq[i * S + D]);
+              LoadRow(qkv, L.V(b, i, h0), D, &seq[i * S + 2 * D]);
             }
+          }
+          for (int64_t hl = 0; hl < hc; ++hl) {
+            const int64_t bh = b * H + h0 + hl;
+            const float* qh = rows + hl * D;
+            const float* kh = rows + hc * D + hl * D;
+            const float* vh = rows + 2 * hc * D + hl * D;
+            for (int64_t i = 0; i < T; ++i) std::memcpy(&q[i * D], qh + i * S, D * sizeof(float));
+            TransposeHead(kh, S, T, D, ld, kt.data());
+            float* out = ys.data() + hl * D;  // row i at out + i * hc * D
+            for (int64_t i = 0; i < T;) {
+              // Rows i and i + 1 together where they have the same key tiles.
+              if (pair != nullptr && i + 1 < T && (i + 1) % kKeyTile != 0) {
+                float two[2 * kMaxPairChunks * 16];
+                pair(&q[i * D], kt.data(), ld, vh, S, i + 1, scale, two, &lse[bh * T + i]);
+                std::memcpy(out + i * hc * D, two, D * sizeof(float));
+                std::memcpy(out + (i + 1) * hc * D, two + D, D * sizeof(float));
+                i += 2;
+              } else {
+                lse[bh * T + i] =
+                    row(&q[i * D], kt.data(), ld, vh, S, i + 1, scale, out + i * hc * D);
+                i += 1;
+              }
+            }
+          }
+          if (hc == H) {
+            StoreBlock(ys.data(), y, L.Y(b, 0, 0), T * L.C);
+          } else {
+            for (int64_t i = 0; i < T; ++i) StoreBlock(&ys[i * D], y, L.Y(b, i, h0), D);
           }
         }
       }
@@ -501,18 +540,56 @@ Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tens
   const QkvLayout L{T, C3 / 3, n_head, C3 / 3 / n_head};
   const C scale = C(1) / std::sqrt(C(L.D));
   if constexpr (std::is_same_v<C, float>) {
-    // Each head's rows are read (and widened) where they lie and its
-    // gradients rounded straight into dx: no whole-tensor f32 copies.
+    // A task is one sequence's heads, all of them when there are enough
+    // sequences to share out (as in the forward): its rows of qkv, y and dy
+    // are contiguous spans, widened in one pass each (or read in place when
+    // f32), and its rows of dx one span, rounded into dx in one pass.
+    const int64_t H = n_head, D = L.D;
+    const int64_t hc = B >= 2 * PoolThreads() ? H : 1;
+    const int64_t S = 3 * hc * D, Sy = hc * D;
+    const bool in_place = hc == H && qkv.dtype() == DType::kF32 && y.dtype() == DType::kF32 &&
+                          dy.dtype() == DType::kF32;
     const Values<float> lv(lse);
     const Tensor dx = Tensor::Uninitialized(qkv.shape(), qkv.dtype());
 #pragma omp parallel
     {
       GemmScratch scratch;
+      const int64_t span = in_place ? 0 : T;
+      std::vector<float> qkv_s(span * S), y_s(span * Sy), dy_s(span * Sy), dx_s(span * S);
 #pragma omp for schedule(dynamic)
-      for (int64_t bh = 0; bh < B * n_head; ++bh) {
-        AttentionBackwardHeadGemm(
-            HeadBackwardArgs{&qkv, &y, &dy, lv.data(), L, bh / n_head, bh % n_head, scale}, scratch,
-            dx);
+      for (int64_t task = 0; task < B * (H / hc); ++task) {
+        const int64_t b = task / (H / hc), h0 = task % (H / hc) * hc;
+        SeqSpans rows{qkv_s.data(), y_s.data(), dy_s.data(), dx_s.data(), hc};
+        if (in_place) {
+          rows = {qkv.data<float>() + L.Q(b, 0, 0), y.data<float>() + L.Y(b, 0, 0),
+                  dy.data<float>() + L.Y(b, 0, 0), dx.data<float>() + L.Q(b, 0, 0), hc};
+        } else if (hc == H) {
+          LoadRow(qkv, L.Q(b, 0, 0), T * S, qkv_s.data());
+          LoadRow(y, L.Y(b, 0, 0), T * Sy, y_s.data());
+          LoadRow(dy, L.Y(b, 0, 0), T * Sy, dy_s.data());
+        } else {
+          for (int64_t i = 0; i < T; ++i) {
+            LoadRow(qkv, L.Q(b, i, h0), D, &qkv_s[i * S]);
+            LoadRow(qkv, L.K(b, i, h0), D, &qkv_s[i * S + D]);
+            LoadRow(qkv, L.V(b, i, h0), D, &qkv_s[i * S + 2 * D]);
+            LoadRow(y, L.Y(b, i, h0), D, &y_s[i * D]);
+            LoadRow(dy, L.Y(b, i, h0), D, &dy_s[i * D]);
+          }
+        }
+        for (int64_t hl = 0; hl < hc; ++hl) {
+          AttentionBackwardHeadGemm(HeadBackwardArgs{&rows, hl, lv.data(), L, b, h0 + hl, scale},
+                                    scratch);
+        }
+        if (in_place) continue;
+        if (hc == H) {
+          StoreBlock(dx_s.data(), dx, L.Q(b, 0, 0), T * S);
+        } else {
+          for (int64_t i = 0; i < T; ++i) {
+            StoreBlock(&dx_s[i * S], dx, L.Q(b, i, h0), D);
+            StoreBlock(&dx_s[i * S + D], dx, L.K(b, i, h0), D);
+            StoreBlock(&dx_s[i * S + 2 * D], dx, L.V(b, i, h0), D);
+          }
+        }
       }
     }
     return dx;
