@@ -40,6 +40,8 @@
 #include "engine/backend/kernels/matmul.h"
 #include "engine/core/half.h"
 #include "engine/core/tensor.h"
+#include "engine/cpu/adamw8bit_coder.h"
+#include "engine/cpu/blockwise_quant.h"
 #include "engine/cpu/capabilities.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/host_memory.h"
@@ -179,17 +181,25 @@ void PrintMeta(const Options& o) {
   const dnnl_version_t* v = dnnl::version();
   const char* omp = std::getenv("OMP_NUM_THREADS");
   const std::string isa = IsaName(dnnl::get_effective_cpu_isa());
+  // The 8-bit states' coder: the fused block's (VBMI CPUs) or blockwise_quant's path.
+  const std::string coder =
+      engine::cpu::HasQuantPath(engine::cpu::QuantPath::kAvx512Vbmi)
+          ? std::string("fused, ") + engine::cpu::FusedCoderName(engine::cpu::ResolvedFusedCoder())
+          : std::string("unfused, ") + engine::cpu::QuantPathName(engine::cpu::QuantPath::kBest);
   if (o.json) {
     std::printf(
         "{\"bench\":\"meta\",\"onednn\":\"%d.%d.%d\",\"onednn_isa\":\"%s\","
-        "\"half_conversions\":\"%s\",\"hardware_threads\":%u,\"omp_num_threads\":\"%s\"}\n",
+        "\"half_conversions\":\"%s\",\"adamw8bit_coder\":\"%s\",\"hardware_threads\":%u,"
+        "\"omp_num_threads\":\"%s\"}\n",
         v->major, v->minor, v->patch, isa.c_str(), engine::core::HalfConversionPath(),
-        std::thread::hardware_concurrency(), omp ? omp : "");
+        coder.c_str(), std::thread::hardware_concurrency(), omp ? omp : "");
   } else {
-    std::printf("oneDNN %d.%d.%d, ISA %s; half conversions: %s; %u hardware threads%s%s\n\n",
-                v->major, v->minor, v->patch, isa.c_str(), engine::core::HalfConversionPath(),
-                std::thread::hardware_concurrency(), omp ? ", OMP_NUM_THREADS=" : "",
-                omp ? omp : "");
+    std::printf(
+        "oneDNN %d.%d.%d, ISA %s; half conversions: %s; 8-bit coder: %s; %u hardware "
+        "threads%s%s\n\n",
+        v->major, v->minor, v->patch, isa.c_str(), engine::core::HalfConversionPath(),
+        coder.c_str(), std::thread::hardware_concurrency(), omp ? ", OMP_NUM_THREADS=" : "",
+        omp ? omp : "");
   }
   std::fflush(stdout);
 }

@@ -4,7 +4,8 @@
 // on one kernel block (2048 values, in L1) as the optimizer steps use it.
 // Then the whole AdamW step over --step_params values (the MLP benchmark's
 // 5.8 M weights by default, both threads), 32-bit states against 8-bit
-// ones, side by side: the optimizer's share of engine_bench's adamw8bit row.
+// ones (with each of the fused block's two coders), side by side: the
+// optimizer's share of engine_bench's adamw8bit row.
 //   bazel run -c opt //bench:quant_bench [-- --values=2048 --calls=2000 --rounds=7]
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/quant_map.h"
 #include "engine/core/tensor.h"
+#include "engine/cpu/adamw8bit_coder.h"
 #include "engine/cpu/blockwise_quant.h"
 
 ABSL_FLAG(int64_t, values, 2048, "Values per call (2048: one CPU kernel block, in L1)");
@@ -30,7 +32,11 @@ ABSL_FLAG(int64_t, steps, 10, "AdamW steps per timed round");
 
 namespace {
 
+using ampd::engine::cpu::FusedCoder;
+using ampd::engine::cpu::FusedCoderName;
 using ampd::engine::cpu::QuantPath;
+using ampd::engine::cpu::ResolvedFusedCoder;
+using ampd::engine::cpu::SetFusedCoder;
 using Clock = std::chrono::steady_clock;
 
 double Median(std::vector<double> v) {
@@ -59,7 +65,12 @@ void BenchAdamWSteps(int64_t n, int64_t rounds, int64_t steps) {
   backend::DeviceAmp::AdamWHyper h;
   h.lr = 1e-3f;
   h.weight_decay = 0.01f;
-  std::vector<double> t32, t8;
+  // Both coders of the fused block, forced in turn (same codes, own states).
+  const FusedCoder chosen = ResolvedFusedCoder();
+  Tensor p8g = grad.Clone();
+  Tensor mcg = Tensor::Zeros({n}, DType::kU8), vcg = Tensor::Zeros({n}, DType::kU8);
+  Tensor mag = Tensor::Zeros({blocks}, DType::kF32), vag = Tensor::Zeros({blocks}, DType::kF32);
+  std::vector<double> t32, t8, t8g;
   int64_t step = 0;
   for (int64_t r = 0; r < rounds + 1; ++r) {  // round 0 warms up
     Clock::time_point t = Clock::now();
@@ -68,24 +79,39 @@ void BenchAdamWSteps(int64_t n, int64_t rounds, int64_t steps) {
       be->AdamWStep(p32, grad, m, v, h);
     }
     const double ms32 = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
+    SetFusedCoder(FusedCoder::kSearch);
     t = Clock::now();
     for (int64_t s = 0; s < steps; ++s) {
       h.step = step + s + 1;
       adamw8bit(p8, grad, mc, ma, vc, va, h, backend::DeviceAmp::FusedStepArgs{});
     }
     const double ms8 = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
+    SetFusedCoder(FusedCoder::kGather);
+    t = Clock::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      h.step = step + s + 1;
+      adamw8bit(p8g, grad, mcg, mag, vcg, vag, h, backend::DeviceAmp::FusedStepArgs{});
+    }
+    const double ms8g = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
+    SetFusedCoder(FusedCoder::kAuto);
     step += steps;
     if (r > 0) {
       t32.push_back(ms32);
       t8.push_back(ms8);
+      t8g.push_back(ms8g);
     }
   }
   std::printf("\nAdamW step over %lld values, median of %lld rounds x %lld steps\n",
               static_cast<long long>(n), static_cast<long long>(rounds),
               static_cast<long long>(steps));
-  std::printf("states  step ms  vs 32-bit\n");
-  std::printf("32-bit  %7.3f  %8.2fx\n", Median(t32), 1.0);
-  std::printf("8-bit   %7.3f  %8.2fx\n", Median(t8), Median(t8) / Median(t32));
+  std::printf("states                 step ms  vs 32-bit\n");
+  std::printf("32-bit                 %7.3f  %8.2fx\n", Median(t32), 1.0);
+  std::printf("8-bit, vbmi-search     %7.3f  %8.2fx\n", Median(t8), Median(t8) / Median(t32));
+  std::printf("8-bit, table-gather    %7.3f  %8.2fx\n", Median(t8g), Median(t8g) / Median(t32));
+  std::printf(
+      "(the fused 8-bit block uses %s here: its first-use timing's choice;\n"
+      " both coders need AVX-512 VBMI, and give the same codes)\n",
+      FusedCoderName(chosen));
 }
 
 }  // namespace

@@ -11,12 +11,16 @@
 // The fused form's arguments are host tensors here: the skip flag and the
 // step counter are read directly, and the model copy is written per block.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/quant_map.h"
+#include "engine/cpu/adamw8bit_coder.h"
 #include "engine/cpu/blockwise_quant.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
@@ -54,6 +58,9 @@ using FusedArgs = DeviceAmp::FusedStepArgs;
 //    permute units code (measured: 3-5 % faster than updating the
 //    parameters after each 64 values' codes, 12 % faster than a loop that
 //    pipelines whole blocks, which spills).
+// The new codes come from the VBMI search (kGather false) or from the code
+// table's gathers (true), whichever ResolvedFusedCoder() found faster here
+// (adamw8bit_coder.h): the same codes either way.
 // A block with a non-finite moment or an extreme absmax is coded by
 // QuantizeBlocks, which takes the reference's codes there.
 #define AMPD_ADAMW8_ATTRS __attribute__((target(AMPD_QUANT_VBMI_ISA), optimize("fp-contract=off")))
@@ -108,6 +115,22 @@ AMPD_ADAMW8_ATTRS __attribute__((always_inline)) inline void Params16(const Coef
 
 // g, p, out: the block's kQuantBlock values (out may alias p); mc/ma, vc/va:
 // its codes and absmax, read and replaced.
+// 16 codes of x * inv by the code table: one gather of the bucket's packed
+// entry (its first code and the one threshold inside it), a compare of the
+// low bits: CodeTable::Code, as QuantizeBlockAvx512 computes it.
+AMPD_ADAMW8_ATTRS __attribute__((always_inline)) inline __m128i GatherCode16(const int* entry,
+                                                                             __m512 x, __m512 inv) {
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i bits = _mm512_castps_si512(_mm512_mul_ps(x, inv));
+  const __m512i e = _mm512_i32gather_epi32(_mm512_srli_epi32(bits, 16), entry, 4);
+  const __m512i low = _mm512_xor_si512(_mm512_and_si512(bits, low16),
+                                       _mm512_and_si512(_mm512_srai_epi32(bits, 31), low16));
+  const __mmask16 up = _mm512_cmpgt_epi32_mask(low, _mm512_and_si512(e, low16));
+  const __m512i start = _mm512_srli_epi32(e, 16);
+  return _mm512_cvtepi32_epi8(_mm512_mask_add_epi32(start, up, start, _mm512_set1_epi32(1)));
+}
+
+template <bool kGather>
 AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::PermuteTables& mt,
                                           const vbmi::PermuteTables& vt, const float* g,
                                           const float* p, float* out, uint8_t* mc, float* ma,
@@ -141,6 +164,27 @@ AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::Per
   *ma = m_abs;
   *va = v_abs;
   const __m512 m_invs = _mm512_set1_ps(m_inv), v_invs = _mm512_set1_ps(v_inv);
+  if constexpr (kGather) {
+    static const int* m_entry =
+        reinterpret_cast<const int*>(backend::CodeTableFor(DynamicMap())->entry.data());
+    static const int* v_entry =
+        reinterpret_cast<const int*>(backend::CodeTableFor(UnsignedDynamicMap())->entry.data());
+    for (int64_t q = 0; q < kQuantBlock; q += 64) {
+      for (int64_t i = q; i < q + 64; i += 16) {
+        Prefetch(g, kPrefetchAhead + i);
+        Prefetch(p, kPrefetchAhead + i);
+      }
+      Prefetch(mc, kPrefetchAhead + q);
+      Prefetch(vc, kPrefetchAhead + q);
+      for (int64_t i = q; i < q + 64; i += 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(mc + i),
+                         GatherCode16(m_entry, _mm512_load_ps(m + i), m_invs));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(vc + i),
+                         GatherCode16(v_entry, _mm512_load_ps(v + i), v_invs));
+      }
+    }
+    return;
+  }
   const vbmi::Tree m_tree = vbmi::LoadTree(mt.node), v_tree = vbmi::LoadTree(vt.node);
   for (int64_t q = 0; q < kQuantBlock; q += 64 * kCodeGroups) {
     // The data of the block after next, a share at a time, so that memory
@@ -159,7 +203,48 @@ AMPD_ADAMW8_ATTRS void AdamW8bitBlockVbmi(const Coefficients& k, const vbmi::Per
                                              v_invs, vc + q);
   }
 }
+// Which coder is faster here, timed once: both blocks over the same 64
+// quantization blocks of moment-like data, alternated five times, the best
+// time of each kept.
+FusedCoder TimeFusedCoders() {
+  const vbmi::PermuteTables* mt = vbmi::PermuteTablesFor(DynamicMap());
+  const vbmi::PermuteTables* vt = vbmi::PermuteTablesFor(UnsignedDynamicMap());
+  if (mt == nullptr || vt == nullptr) return FusedCoder::kSearch;
+  constexpr int64_t kBlocks = 64, n = kBlocks * kQuantBlock;
+  std::vector<float> g(n), p(n), out(n), ma(kBlocks, 1e-3f), va(kBlocks, 1e-6f);
+  std::vector<uint8_t> mc(n), vc(n);
+  uint32_t x = 12345;
+  for (int64_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;  // a fixed sequence: nothing here affects results
+    g[i] = (static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * 1e-3f;
+    p[i] = g[i] * 100;
+    mc[i] = static_cast<uint8_t>(x >> 3);
+    vc[i] = static_cast<uint8_t>(x >> 11);
+  }
+  DeviceAmp::AdamWHyper h;
+  h.step = 10;
+  const AdamWBlockMath::Coefficients k =
+      AdamWBlockMath(h, AdamWBlockMath::Form::kBitsandbytes).coefficients();
+  double best[2] = {1e30, 1e30};
+  for (int round = 0; round < 5; ++round) {
+    for (int gather = 0; gather < 2; ++gather) {
+      const auto t = std::chrono::steady_clock::now();
+      for (int64_t b = 0; b < kBlocks; ++b) {
+        const int64_t at = b * kQuantBlock;
+        (gather ? AdamW8bitBlockVbmi<true> : AdamW8bitBlockVbmi<false>)(k, *mt, *vt, &g[at], &p[at],
+                                                                        &out[at], &mc[at], &ma[b],
+                                                                        &vc[at], &va[b]);
+      }
+      best[gather] =
+          std::min(best[gather],
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    }
+  }
+  return best[1] < best[0] ? FusedCoder::kGather : FusedCoder::kSearch;
+}
 #endif  // AMPD_QUANT_X86
+
+std::atomic<FusedCoder> forced_coder{FusedCoder::kAuto};
 
 bool Skipped(const FusedArgs& args) {
   return args.found_inf.defined() && args.found_inf.data<float>()[0] != 0.0f;
@@ -186,6 +271,7 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
   if (UseAvx512Kernels() && HasQuantPath(QuantPath::kAvx512Vbmi) && vt != nullptr) {
     fused = vbmi::PermuteTablesFor(signed_map);
   }
+  const bool gather = fused != nullptr && ResolvedFusedCoder() == FusedCoder::kGather;
 #endif
   ForBlocks(param.numel(), [&](int64_t begin, int64_t len) {
     float g_buf[kBlock], p_buf[kBlock];
@@ -199,8 +285,9 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
       const int64_t at = begin + q, qb = at / kQuantBlock, qlen = std::min(kQuantBlock, len - q);
 #ifdef AMPD_QUANT_X86
       if (fused != nullptr && qlen == kQuantBlock) {
-        AdamW8bitBlockVbmi(coefficients, *fused, *vt, gs + q, ps + q, out + q, mc + at, ma + qb,
-                           vc + at, va + qb);
+        (gather ? AdamW8bitBlockVbmi<true>
+                : AdamW8bitBlockVbmi<false>)(coefficients, *fused, *vt, gs + q, ps + q, out + q,
+                                             mc + at, ma + qb, vc + at, va + qb);
         continue;
       }
 #endif
@@ -236,6 +323,32 @@ void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes, c
 }
 
 }  // namespace
+
+void SetFusedCoder(FusedCoder coder) { forced_coder.store(coder); }
+
+FusedCoder ResolvedFusedCoder() {
+  const FusedCoder forced = forced_coder.load();
+  if (forced != FusedCoder::kAuto) return forced;
+#ifdef AMPD_QUANT_X86
+  // The hardware decides, not UseAvx512Kernels(): tests flip that at will.
+  static const FusedCoder timed =
+      HasQuantPath(QuantPath::kAvx512Vbmi) ? TimeFusedCoders() : FusedCoder::kSearch;
+  return timed;
+#else
+  return FusedCoder::kSearch;
+#endif
+}
+
+const char* FusedCoderName(FusedCoder coder) {
+  switch (coder) {
+    case FusedCoder::kSearch:
+      return "vbmi-search";
+    case FusedCoder::kGather:
+      return "table-gather";
+    default:
+      return "auto";
+  }
+}
 
 AMPD_REGISTER_KERNEL(AdamW8bitStepKernel, Device::kCpu, AdamW8bitStep);
 AMPD_REGISTER_KERNEL(Sgd8bitStepKernel, Device::kCpu, Sgd8bitStep);

@@ -23,6 +23,7 @@
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/backend/quant_map.h"
+#include "engine/cpu/adamw8bit_coder.h"
 #include "engine/cpu/avx512_math.h"
 #include "engine/cpu/vector_isa.h"
 #include "engine/ops/attention.h"
@@ -338,12 +339,19 @@ TEST_F(VectorKernelsTest, AdamWStepsAreBitwiseThePortableOnes) {
                vc.ToDoubles(), ma.ToDoubles(), va.ToDoubles()};
   };
   for (bool eight_bit : {false, true}) {
-    const auto [vector, portable] = BothPaths([&] { return run(eight_bit); });
-    EXPECT_TRUE(vector == portable) << (eight_bit ? "8-bit states" : "32-bit states");
-    // And the steps moved the parameters.
-    EXPECT_NE(vector.param, Tensor::FromDoubles(RandomValues(n, 20), {n}, DType::kF32).ToDoubles())
-        << eight_bit;
+    for (FusedCoder coder : {FusedCoder::kSearch, FusedCoder::kGather}) {
+      SetFusedCoder(coder);
+      const auto [vector, portable] = BothPaths([&] { return run(eight_bit); });
+      EXPECT_TRUE(vector == portable)
+          << (eight_bit ? "8-bit states, " : "32-bit states, ") << FusedCoderName(coder);
+      // And the steps moved the parameters.
+      EXPECT_NE(vector.param,
+                Tensor::FromDoubles(RandomValues(n, 20), {n}, DType::kF32).ToDoubles())
+          << eight_bit;
+    }
   }
+  SetFusedCoder(FusedCoder::kAuto);
+  EXPECT_NE(ResolvedFusedCoder(), FusedCoder::kAuto);
 }
 
 // The fused 8-bit block (optimizers8bit.cc) hands blocks it cannot code
@@ -370,11 +378,15 @@ TEST_F(VectorKernelsTest, EightBitAdamWBlocksWithZeroOrInfiniteMomentsAreThePort
     return std::vector<std::vector<double>>{p.ToDoubles(), mc.ToDoubles(), vc.ToDoubles(),
                                             ma.ToDoubles(), va.ToDoubles()};
   };
-  const auto [vector, portable] = BothPaths(run);
-  EXPECT_EQ(vector, portable);
-  EXPECT_EQ(vector[3][1], 0.0) << "the zero block's first moment";
-  EXPECT_TRUE(std::isinf(vector[4][4])) << "the overflowing block's second moment";
-  for (double x : vector[0]) ASSERT_TRUE(std::isfinite(x));
+  for (FusedCoder coder : {FusedCoder::kSearch, FusedCoder::kGather}) {
+    SetFusedCoder(coder);
+    const auto [vector, portable] = BothPaths(run);
+    EXPECT_EQ(vector, portable) << FusedCoderName(coder);
+    EXPECT_EQ(vector[3][1], 0.0) << "the zero block's first moment";
+    EXPECT_TRUE(std::isinf(vector[4][4])) << "the overflowing block's second moment";
+    for (double x : vector[0]) ASSERT_TRUE(std::isfinite(x));
+  }
+  SetFusedCoder(FusedCoder::kAuto);
 }
 
 }  // namespace
