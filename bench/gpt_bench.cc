@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "bench/kernel_profile.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/cpu/host_memory.h"
@@ -46,6 +47,9 @@ ABSL_FLAG(int64_t, heads, 4, "Attention heads");
 ABSL_FLAG(std::string, torch_python, "python3",
           "Python with torch for bench/torch_gpt_bench.py (skipped when torch is not importable)");
 ABSL_FLAG(bool, no_torch, false, "Do not run the PyTorch comparison");
+ABSL_FLAG(bool, profile, false,
+          "Then two more steps per precision with every kernel timed: ms per step by kernel "
+          "and the costliest calls by arguments (bench/kernel_profile.h)");
 ABSL_FLAG(std::string, precisions, "32-true,bf16-mixed",
           "Comma-separated precisions to run (32-true, bf16-mixed); one alone is for profiling");
 
@@ -223,6 +227,14 @@ int Main() {
   if (torch && torch_ms[0].empty() && torch_ms[1].empty()) {
     std::printf("PyTorch comparison skipped: torch is not importable by %s\n",
                 absl::GetFlag(FLAGS_torch_python).c_str());
+  }
+  if (absl::GetFlag(FLAGS_profile)) {
+    InstallKernelProfile(engine::core::Device::kCpu, nullptr);
+    for (int i = 0; i < 2; ++i) {
+      if (!wanted[i]) continue;
+      ProfileSteps(absl::StrCat("gpt_bench ", names[i]).c_str(), 2,
+                   [&] { Step(runs[i], windows[i], batch); });
+    }
   }
   return 0;
 }

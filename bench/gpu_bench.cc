@@ -49,6 +49,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "bench/kernel_profile.h"
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/fp8.h"
@@ -84,6 +85,7 @@ namespace {
 using engine::DType;
 using engine::Tensor;
 using Clock = std::chrono::steady_clock;
+using ampd::bench::InstallKernelProfile;
 
 constexpr int64_t kInput = 1024;
 constexpr int64_t kClasses = 1000;
@@ -224,99 +226,11 @@ engine::train::TrainerConfig Config(const std::string& precision, int64_t hidden
   return c;
 }
 
-// --profile: the device is synchronised before and after every kernel, so a
-// kernel's time is its launch and its device work; a kernel's own time
-// excludes the kernels it calls (a stack). What is left of the step is the
-// device AMP work (unscale, norm, optimizer: not registry kernels) and host
-// work.
-struct KernelTime {
-  int64_t calls = 0;
-  double seconds = 0;
-};
-struct ProfileFrame {
-  Clock::time_point start;
-  double children = 0;
-};
-std::map<std::string, KernelTime>& Profile() {
-  static auto* m = new std::map<std::string, KernelTime>();
-  return *m;
-}
-std::vector<ProfileFrame>& ProfileStack() {
-  static auto* s = new std::vector<ProfileFrame>();
-  return *s;
-}
-bool profiling = false;
-void BeforeKernel(const char*) {
-  if (!profiling) return;
-  engine::cuda::SynchronizeThisThread();
-  ProfileStack().push_back({Clock::now(), 0});
-}
-void AfterKernel(const char* name) {
-  if (!profiling || ProfileStack().empty()) return;
-  engine::cuda::SynchronizeThisThread();
-  const ProfileFrame f = ProfileStack().back();
-  ProfileStack().pop_back();
-  const double total = Seconds(f.start, Clock::now());
-  KernelTime& k = Profile()[name];
-  k.calls += 1;
-  k.seconds += total - f.children;
-  if (!ProfileStack().empty()) ProfileStack().back().children += total;
-}
-
-void PrintProfile(double step_seconds, int64_t steps) {
-  // By kernel (the detail's first word), then the costliest calls by shape.
-  std::map<std::string, KernelTime> by_kernel;
-  for (const auto& [detail, k] : Profile()) {
-    KernelTime& sum = by_kernel[detail.substr(0, detail.find(' '))];
-    sum.calls += k.calls;
-    sum.seconds += k.seconds;
-  }
-  auto sorted = [](const std::map<std::string, KernelTime>& m) {
-    std::vector<std::pair<std::string, KernelTime>> rows(m.begin(), m.end());
-    std::sort(rows.begin(), rows.end(),
-              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-    return rows;
-  };
-  double kernels = 0;
-  std::printf(" %lld steps, %.1f ms/step synchronised\n%-28s %8s %10s %7s\n", (long long)steps,
-              step_seconds * 1e3, "kernel", "calls", "ms/step", "share");
-  for (const auto& [name, k] : sorted(by_kernel)) {
-    const double ms = k.seconds / steps * 1e3;
-    kernels += k.seconds / steps;
-    std::printf("%-28s %8lld %10.2f %6.1f%%\n", name.c_str(), (long long)(k.calls / steps), ms,
-                100 * k.seconds / steps / step_seconds);
-    std::printf("PROFILE kernel=%s calls=%lld ms=%.3f\n", name.c_str(),
-                (long long)(k.calls / steps), ms);
-  }
-  std::printf("%-28s %8s %10.2f %6.1f%%\n", "(outside kernels)", "", (step_seconds - kernels) * 1e3,
-              100 * (step_seconds - kernels) / step_seconds);
-  std::printf("costliest calls by arguments (dtype[shape] ..., ms/step, calls/step):\n");
-  int shown = 0;
-  for (const auto& [detail, k] : sorted(Profile())) {
-    if (++shown > 15) break;
-    std::printf("  %8.2f ms %5lld x  %s\n", k.seconds / steps * 1e3, (long long)(k.calls / steps),
-                detail.c_str());
-  }
-  std::fflush(stdout);
-}
-
-// Two more steps of `t`, synchronised around every kernel, and the table.
+// --profile: two more steps of `t`, the device synchronised around every
+// kernel (bench/kernel_profile.h), and the table.
 void ProfileSteps(const char* what, engine::train::Trainer& t) {
-  static const bool wrapped = [] {
-    engine::backend::WrapKernels(engine::Device::kCuda,
-                                 {&BeforeKernel, &AfterKernel, /*detail=*/true, &profiling});
-    return true;
-  }();
-  (void)wrapped;
-  Profile().clear();
-  const int64_t steps = 2;
-  profiling = true;
-  const auto t0 = Clock::now();
-  for (int64_t s = 0; s < steps; ++s) t.RunStep();
-  engine::cuda::SynchronizeThisThread();
-  profiling = false;
-  std::printf("\nprofile of %s:", what);
-  PrintProfile(Seconds(t0, Clock::now()) / steps, steps);
+  InstallKernelProfile(engine::Device::kCuda, [] { engine::cuda::SynchronizeThisThread(); });
+  ampd::bench::ProfileSteps(what, 2, [&] { t.RunStep(); });
 }
 
 // GPT-2's training step on the GPU in `precision`; random tokens (the step
