@@ -103,6 +103,12 @@ PlanRecorder::~PlanRecorder() { State().recorder = previous_; }
 
 namespace {
 
+// Whether every value of `from` is a value of `to` (a cast would copy only).
+bool WidensExactly(DType from, DType to) {
+  const bool to_wide = to == DType::kF32 || to == DType::kF64;
+  return (core::IsLowPrecision(from) && to_wide) || (from == DType::kF32 && to == DType::kF64);
+}
+
 Tensor CastForAutocast(const Tensor& t, DType dtype) {
   ThreadState& s = State();
   const bool cacheable = t.is_leaf() && t.requires_grad() && t.dtype() == DType::kF32 &&
@@ -118,9 +124,16 @@ Tensor CastForAutocast(const Tensor& t, DType dtype) {
 }  // namespace
 
 OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs)
-    : OpDispatch(op, std::move(inputs), {}) {}
+    : OpDispatch(op, std::move(inputs), {}, /*widen_in_kernel=*/false) {}
 
 OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const Tensor*> read_as_is)
+    : OpDispatch(op, std::move(inputs), std::move(read_as_is), /*widen_in_kernel=*/false) {}
+
+OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs, WidenInKernel)
+    : OpDispatch(op, std::move(inputs), {}, /*widen_in_kernel=*/true) {}
+
+OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const Tensor*> read_as_is,
+                       bool widen_in_kernel)
     : op_(op) {
   ThreadState& s = State();
   bool any_f64 = false;
@@ -157,6 +170,7 @@ OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const T
   }
   for (Tensor* t : inputs) {
     if (!IsFloating(*t) || t->dtype() == compute_) continue;
+    if (widen_in_kernel && WidensExactly(t->dtype(), compute_)) continue;
     *t = enabled ? CastForAutocast(*t, compute_) : Cast(*t, compute_);
   }
 }

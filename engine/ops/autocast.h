@@ -119,6 +119,13 @@ class OpDispatch {
   // floating dtype and widen them to compute_dtype() themselves (batch
   // norm's activations: no whole-tensor f32 copy).
   OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const Tensor*> read_as_is);
+  // `WidenInKernel`: an input is cast only when the cast would change its
+  // values; one that widens exactly to compute_dtype() (bf16/f16 to f32, f32
+  // to f64) is left as it is, because the op's kernels widen as they load
+  // (the binary family: a residual add reads the bf16 branch itself, with no
+  // f32 copy of it). Results are bitwise those of casting first.
+  struct WidenInKernel {};
+  OpDispatch(OpId op, std::vector<Tensor*> inputs, WidenInKernel);
   DType compute_dtype() const { return compute_; }
   CastPolicy policy() const { return policy_; }
   void Finish(const Tensor& output);
@@ -126,6 +133,9 @@ class OpDispatch {
   void set_fp8(const Fp8Operands& fp8) { fp8_ = fp8; }
 
  private:
+  OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const Tensor*> read_as_is,
+             bool widen_in_kernel);
+
   OpId op_;
   std::vector<DType> input_dtypes_;
   CastPolicy policy_;

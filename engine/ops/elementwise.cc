@@ -27,7 +27,7 @@ Tensor UnaryOpImpl(OpId op, Tensor x) {
 }
 
 Tensor BinaryOpImpl(OpId op, Tensor a, Tensor b) {
-  OpDispatch d(op, {&a, &b});
+  OpDispatch d(op, {&a, &b}, OpDispatch::WidenInKernel{});
   Tensor y = Kernel<BinaryKernel>(a.device())(op, a, b, d.compute_dtype());
   d.Finish(y);
   return RecordOp(y, op, {.inputs = {a, b}});
@@ -42,16 +42,21 @@ std::vector<Tensor> UnaryGradient(const SavedForBackward& s, const Tensor& g) {
 
 std::vector<Tensor> BinaryGradient(const SavedForBackward& s, const Tensor& g) {
   const Tensor &a = s.inputs[0], &b = s.inputs[1];
+  // An input narrower than the result was widened by the kernel, not by a
+  // Cast op (BinaryOpImpl): its gradient is reduced in g's dtype first and
+  // then rounded to it, as the Cast's gradient would have done.
+  const auto reduce_to_b = [&](const Tensor& full) {
+    return AsDType(ReduceTo(full, b, full.dtype()), b.dtype());
+  };
   switch (s.op) {
     case OpId::kAdd:
-      return {AsDType(g, a.dtype()), ReduceTo(AsDType(g, b.dtype()), b)};
+      return {AsDType(g, a.dtype()), reduce_to_b(g)};
     case OpId::kSub:
       return {AsDType(g, a.dtype()),
-              ReduceTo(Kernel<ScaleKernel>(g.device())(g, -1.0, b.dtype()), b)};
+              reduce_to_b(Kernel<ScaleKernel>(g.device())(g, -1.0, g.dtype()))};
     case OpId::kMul: {
       Tensor ga = Kernel<BinaryKernel>(g.device())(OpId::kMul, g, b, a.dtype());
-      Tensor gb_full = Kernel<BinaryKernel>(g.device())(OpId::kMul, g, a, g.dtype());
-      return {ga, ReduceTo(AsDType(gb_full, b.dtype()), b)};
+      return {ga, reduce_to_b(Kernel<BinaryKernel>(g.device())(OpId::kMul, g, a, g.dtype()))};
     }
     default:  // the descriptor gives this gradient to the binary family only
       return {};

@@ -9,12 +9,12 @@
 
 namespace ampd::engine::ops::internal {
 
-// Gradient of a broadcast operand: reduce back to its own shape.
-inline Tensor ReduceTo(const Tensor& grad, const Tensor& like) {
+// Gradient of a broadcast operand: reduce back to its own shape, summing into
+// `dtype`.
+inline Tensor ReduceTo(const Tensor& grad, const Tensor& like, DType dtype) {
   if (like.numel() == grad.numel()) return grad;
-  if (like.numel() == 1)
-    return backend::Kernel<backend::SumAllKernel>(grad.device())(grad, like.dtype());
-  return backend::Kernel<backend::SumRowsKernel>(grad.device())(grad, like.dtype());
+  if (like.numel() == 1) return backend::Kernel<backend::SumAllKernel>(grad.device())(grad, dtype);
+  return backend::Kernel<backend::SumRowsKernel>(grad.device())(grad, dtype);
 }
 
 // Whether backward needs t's gradient: t is a leaf that asks for one, or the

@@ -232,18 +232,23 @@ TEST_F(CudaBackendTest, UnaryOpsAndTheirGradients) {
   }
 }
 
-TEST_F(CudaBackendTest, BinaryOpsWithEveryBroadcast) {
+TEST_F(CudaBackendTest, BinaryOpsWithEveryBroadcastAndMixedDtypes) {
   for (DType d : kLowAndF32) {
     Tensor a = Random({17, 40}, d, 4);
     for (const std::vector<int64_t>& bshape :
          std::vector<std::vector<int64_t>>{{17, 40}, {40}, {1}}) {
-      Tensor b = Random(bshape, d, 5);
-      for (OpId op : {OpId::kAdd, OpId::kSub, OpId::kMul}) {
-        for (DType out : {d, DType::kF32}) {
-          ExpectClose(
-              Gpu<BinaryKernel>()(op, G(a), G(b), out), Cpu<BinaryKernel>()(op, a, b, out),
-              Tol(out),
-              "binary " + std::to_string(int(op)) + " b numel " + std::to_string(b.numel()));
+      // b in every dtype: a promoted binary reads a narrower input as it is
+      // and widens it as it loads (OpDispatch::WidenInKernel).
+      for (DType bd : kLowAndF32) {
+        Tensor b = Random(bshape, bd, 5);
+        for (OpId op : {OpId::kAdd, OpId::kSub, OpId::kMul}) {
+          for (DType out : {d, DType::kF32}) {
+            ExpectClose(Gpu<BinaryKernel>()(op, G(a), G(b), out),
+                        Cpu<BinaryKernel>()(op, a, b, out), Tol(out),
+                        "binary " + std::to_string(int(op)) + " " + std::string(DTypeName(d)) +
+                            " with " + std::string(DTypeName(bd)) + "[" +
+                            std::to_string(b.numel()) + "]");
+          }
         }
       }
     }

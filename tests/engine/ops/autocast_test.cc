@@ -1,5 +1,10 @@
 #include "engine/ops/autocast.h"
 
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
@@ -71,6 +76,62 @@ TEST(AutocastTest, PromoteOpsUseTheWidestInput) {
   EXPECT_EQ(Add(lo, hi).dtype(), DType::kF32);
   EXPECT_EQ(Mul(lo, lo).dtype(), DType::kBF16);
   EXPECT_EQ(Add(Tensor::Full({2, 3}, DType::kF16, 1.0), lo).dtype(), DType::kF32);
+}
+
+Tensor RandomLeaf(const std::vector<int64_t>& shape, DType dtype, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist(0, 1);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(gen);
+  return Tensor::FromDoubles(v, shape, dtype).set_requires_grad(true);
+}
+
+void ExpectBitwise(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.defined() && want.defined()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.ToDoubles(), want.ToDoubles()) << what;
+}
+
+// A residual add of a bf16 branch to the f32 stream reads the branch as it
+// is (no f32 copy, no Cast node), with the results of casting it first, in
+// the forward and in both gradients, broadcast operands included (their
+// gradient summed in f32 and rounded once, as the Cast's gradient did).
+TEST(AutocastTest, PromotedBinariesWidenInTheKernelWithTheResultsOfCastingFirst) {
+  for (OpId op : {OpId::kAdd, OpId::kSub, OpId::kMul}) {
+    for (const std::vector<int64_t>& bshape :
+         std::vector<std::vector<int64_t>>{{33, 40}, {40}, {1}}) {
+      const std::string what =
+          absl::StrCat(ops::OpName(op), " f32[33, 40] with bf16[", bshape[0], "]");
+      auto run = [&](bool cast_first) {
+        Tensor a = RandomLeaf({33, 40}, DType::kF32, 1);
+        Tensor b = RandomLeaf(bshape, DType::kBF16, 2);
+        Tensor w = RandomLeaf({33, 40}, DType::kF32, 3).set_requires_grad(false);
+        AutocastScope region(true);
+        Tensor bb = cast_first ? ops::Cast(b, DType::kF32) : b;
+        Tensor y = op == OpId::kAdd ? Add(a, bb) : op == OpId::kSub ? ops::Sub(a, bb) : Mul(a, bb);
+        if (!cast_first) {
+          // The kernel got the bf16 tensor itself.
+          EXPECT_EQ(y.grad_fn()->inputs[1].impl(), b.impl()) << what;
+        }
+        Backward(Sum(Mul(y, w)));
+        return std::vector<Tensor>{y, a.grad(), b.grad()};
+      };
+      const std::vector<Tensor> got = run(false), want = run(true);
+      ExpectBitwise(got[0], want[0], what + ": forward");
+      ExpectBitwise(got[1], want[1], what + ": gradient of a");
+      ExpectBitwise(got[2], want[2], what + ": gradient of b");
+    }
+  }
+  // A cast that narrows is still a Cast op: add in bf16 by override.
+  AutocastOverrides o;
+  o.op_policies[OpId::kAdd] = ops::CastPolicy::kLowerPrecision;
+  AutocastScope region(AutocastOptions{true, DType::kBF16, o});
+  Tensor y = Add(RandomLeaf({4}, DType::kF32, 4), RandomLeaf({4}, DType::kBF16, 5));
+  EXPECT_EQ(y.dtype(), DType::kBF16);
+  EXPECT_EQ(y.grad_fn()->inputs[0].dtype(), DType::kBF16);
+  EXPECT_EQ(y.grad_fn()->inputs[0].grad_fn()->op, OpId::kCast);
 }
 
 TEST(AutocastTest, PassThroughOpsKeepTheInputDtype) {
