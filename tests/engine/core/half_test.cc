@@ -5,13 +5,20 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 namespace ampd::engine {
 
@@ -440,6 +447,44 @@ TEST_P(HalfBulkTest, RoundTrips) {
     }
   }
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// XINUSE (XGETBV with ECX = 1): which state components are not in their
+// initial state. Bit 2: the upper halves of ymm0-15; bit 6: the upper
+// halves of zmm0-15. Both are cleared by vzeroupper.
+constexpr uint64_t kDirtyUpperState = (1u << 2) | (1u << 6);
+
+bool CanReadXInUse() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
+  return __get_cpuid_count(0xD, 1, &a, &b, &c, &d) && (a & (1u << 2));
+}
+__attribute__((target("xsave"))) uint64_t XInUse() { return _xgetbv(1); }
+__attribute__((target("avx"))) void ClearUpperState() { _mm256_zeroupper(); }
+
+// A vector kernel must return with the upper register state clean: after
+// one that does not, every SSE instruction of the (baseline-compiled) caller
+// pays for it (half.cc; a LayerNorm's bf16 rows ran 2x slower). Lengths with
+// and without a scalar tail.
+TEST_P(HalfBulkTest, LeavesTheUpperVectorStateClean) {
+  if (!CanReadXInUse()) GTEST_SKIP() << "XGETBV(1) not available";
+  std::vector<float> f(257, 1.5f);
+  std::vector<uint16_t> h(257);
+  for (size_t n : {size_t{256}, size_t{257}}) {
+    const std::pair<const char*, std::function<void()>> calls[] = {
+        {"ConvertF32ToF16", [&] { ConvertF32ToF16(f.data(), h.data(), n); }},
+        {"ConvertF32ToBF16", [&] { ConvertF32ToBF16(f.data(), h.data(), n); }},
+        {"ConvertF16ToF32", [&] { ConvertF16ToF32(h.data(), f.data(), n); }},
+        {"ConvertBF16ToF32", [&] { ConvertBF16ToF32(h.data(), f.data(), n); }},
+    };
+    for (const auto& [name, call] : calls) {
+      ClearUpperState();
+      call();
+      EXPECT_EQ(XInUse() & kDirtyUpperState, 0u) << name << " of " << n;
+    }
+  }
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(AllTiers, HalfBulkTest,
                          ::testing::Values(HalfIsaCap::kScalar, HalfIsaCap::kAvx2,
