@@ -82,6 +82,9 @@ int main(int argc, char** argv) {
       {"sum_rows bf16 [R, C] (c_proj bias grad)", 2 * n, [&] { sum_rows(dx_bf16, DType::kF32); }},
       {"layer_norm f32 [R, C]", 8 * n, [&] { ln(x, gamma, beta, 1e-5, DType::kF32); }},
       {"layer_norm_backward f32 [R, C]", 12 * n, [&] { ln_back(x, gamma, ln_fwd, dy); }},
+      // A norm feeding a bf16 linear (ops/layer_norm.h): bf16 y, bf16 dy.
+      {"layer_norm f32 -> bf16 [R, C]", 6 * n, [&] { ln(x, gamma, beta, 1e-5, DType::kBF16); }},
+      {"layer_norm_backward bf16 dy [R, C]", 10 * n, [&] { ln_back(x, gamma, ln_fwd, dx_bf16); }},
       {"gelu_tanh bf16 [R, 4C]", 4 * 4 * n, [&] { unary(OpId::kGeluTanh, h); }},
       {"gelu_tanh_backward bf16 [R, 4C]", 6 * 4 * n, [&] { unary_back(OpId::kGeluTanh, h, dh); }},
       {"add f32 + bf16 -> f32 [R, C]", 10 * n,

@@ -50,6 +50,17 @@ AMPD_AVX512 inline __m512 MaskedExp16(__mmask16 valid, __m512 x) {
   return _mm512_maskz_mov_ps(valid, Exp16(x));
 }
 
+// 16 f32 or bf16 values as floats (bf16 -> f32 is exact: the bits << 16).
+template <bool kBf16>
+AMPD_AVX512 inline __m512 Load16(const void* p) {
+  if constexpr (kBf16) {
+    const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_loadu_ps(static_cast<const float*>(p));
+  }
+}
+
 // The first min(n, 16) lanes.
 AMPD_AVX512 inline __mmask16 FirstLanes(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);

@@ -2,6 +2,10 @@
 
 #include "engine/backend/kernels/layer_norm.h"
 
+#include <optional>
+#include <type_traits>
+#include <vector>
+
 #include "engine/cpu/avx512_math.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
@@ -24,9 +28,14 @@ namespace {
 // the range's columns for each, so memory is read in sequential streams.
 constexpr int64_t kGradRowBlock = 8;
 
-AMPD_AVX512 void GammaBetaGradsAvx512(const float* x, const float* dy, const float* mean,
+// dy is f32 or bf16 (a norm that fed a bf16 linear: ops/layer_norm.h), widened
+// as it loads.
+template <bool kBf16>
+AMPD_AVX512 void GammaBetaGradsAvx512(const float* x, const void* dy_base, const float* mean,
                                       const float* rstd, int64_t rows, int64_t cols, int64_t c0,
                                       int64_t c1, double* dg, double* db) {
+  using DyT = std::conditional_t<kBf16, uint16_t, float>;
+  const DyT* dy = static_cast<const DyT*>(dy_base);
   auto halves = [](__m512 v, __m512d* lo, __m512d* hi) AMPD_AVX512 {
     *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
     *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -43,7 +52,7 @@ AMPD_AVX512 void GammaBetaGradsAvx512(const float* x, const float* dy, const flo
       __m512d b_lo = _mm512_loadu_pd(db + c), b_hi = _mm512_loadu_pd(db + c + 8);
       for (int64_t k = 0; k < n; ++k) {
         const int64_t o = (r0 + k) * cols + c;
-        const __m512 d = _mm512_loadu_ps(dy + o);
+        const __m512 d = Load16<kBf16>(dy + o);
         const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + o), m[k]), rs[k]);
         __m512d lo, hi;
         halves(_mm512_mul_ps(d, xhat), &lo, &hi);
@@ -136,22 +145,30 @@ LayerNormResult CpuBackendImpl::LayerNormImpl(const Tensor& x, const Tensor& gam
   const int64_t cols = x.dim(-1), rows = Rows(x);
   const DType stat = std::is_same_v<C, double> ? DType::kF64 : DType::kF32;
   Values<C> xv(x), gv(gamma), bv(beta);
-  Output<C> y(x.shape(), out), mean({rows}, stat), rstd({rows}, stat);
+  Output<C> mean({rows}, stat), rstd({rows}, stat);
   const C* __restrict g = gv.data();
   const C* __restrict b = bv.data();
-  C* __restrict yp = y.data();
   // Rows are independent: each is computed whole by one thread.
 #ifdef AMPD_HAS_AVX512_KERNELS
   if constexpr (std::is_same_v<C, float>) {
     if (cols % 16 == 0 && UseAvx512Kernels()) {
+      // A low-precision y (a norm feeding a bf16 linear: ops/layer_norm.h)
+      // is rounded a row at a time, while the row is in L1.
+      Tensor y = Tensor::Uninitialized(x.shape(), out);
       ForRowChunks(rows, cols, [&](int64_t r) {
-        LayerNormRowAvx512(xv.data() + r * cols, g, b, cols, static_cast<float>(eps), yp + r * cols,
-                           &mean[r], &rstd[r]);
+        thread_local std::vector<float> row;
+        if (static_cast<int64_t>(row.size()) < cols) row.resize(cols);
+        float* yr = DestBlock(y, r * cols, row.data());
+        LayerNormRowAvx512(xv.data() + r * cols, g, b, cols, static_cast<float>(eps), yr, &mean[r],
+                           &rstd[r]);
+        StoreBlock(yr, y, r * cols, cols);
       });
-      return {y.Finish(), mean.Finish(), rstd.Finish()};
+      return {y, mean.Finish(), rstd.Finish()};
     }
   }
 #endif
+  Output<C> y(x.shape(), out);
+  C* __restrict yp = y.data();
   ForRowChunks(rows, cols, [&](int64_t r) {
     const C* __restrict xr = xv.data() + r * cols;
     C mu = 0;
@@ -182,67 +199,77 @@ template <typename C>
 LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tensor& gamma,
                                                      const LayerNormResult& fwd, const Tensor& dy) {
   const int64_t cols = x.dim(-1), rows = Rows(x);
-  Values<C> xv(x), gv(gamma), dv(dy), mv(fwd.mean), rv(fwd.rstd);
+  Values<C> xv(x), gv(gamma), mv(fwd.mean), rv(fwd.rstd);
   Output<C> dx(x.shape(), x.dtype());
   const C* __restrict xp = xv.data();
   const C* __restrict g = gv.data();
-  const C* __restrict dyp = dv.data();
   C* __restrict dxp = dx.data();
   // A division per element keeps the divider busy (16 cycles a vector on
   // Intel's cores). When cols is a power of two, 1 / cols is exact and
   // multiplying by it rounds exactly as dividing does: same bits, no divide.
   const C inv_cols = (cols & (cols - 1)) == 0 ? C(1) / static_cast<C>(cols) : C(0);
-  // dx: rows are independent, each computed whole by one thread.
-  bool dx_done = false;
-#ifdef AMPD_HAS_AVX512_KERNELS
-  if constexpr (std::is_same_v<C, float>) {
-    if (cols % 16 == 0 && UseAvx512Kernels()) {
-      ForRowChunks(rows, cols, [&](int64_t r) {
-        LayerNormBackwardRowAvx512(xp + r * cols, g, dyp + r * cols, cols, mv[r], rv[r], inv_cols,
-                                   dxp + r * cols);
-      });
-      dx_done = true;
-    }
-  }
-#endif
-  if (!dx_done)
-    ForRowChunks(rows, cols, [&](int64_t r) {
-      const int64_t o = r * cols;
-      const C m = mv[r], rs = rv[r];
-      C sum_g = 0, sum_gx = 0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-      for (int64_t c = 0; c < cols; ++c) {
-        const C gc = dyp[o + c] * g[c];
-        sum_g += gc;
-        sum_gx += gc * ((xp[o + c] - m) * rs);
-      }
-      if (inv_cols != 0) {
-        AMPD_SIMD
-        for (int64_t c = 0; c < cols; ++c) {
-          const C xhat = (xp[o + c] - m) * rs;
-          dxp[o + c] = rs * (dyp[o + c] * g[c] - (sum_g + xhat * sum_gx) * inv_cols);
-        }
-      } else {
-        AMPD_SIMD
-        for (int64_t c = 0; c < cols; ++c) {
-          const C xhat = (xp[o + c] - m) * rs;
-          dxp[o + c] = rs * (dyp[o + c] * g[c] - (sum_g + xhat * sum_gx) / cols);
-        }
-      }
-    });
   // dgamma, dbeta: each column summed over the rows in order, in double, by
   // the one thread that owns its slice of columns (so the sums do not depend
   // on the thread count).
   std::vector<double> dg(cols, 0.0), db(cols, 0.0);
-  ForColumnRanges(rows, cols, [&](int64_t c0, int64_t c1) {
+  auto finish = [&] {
+    return LayerNormGrads{dx.Finish(), Tensor::FromDoubles(dg, {cols}, gamma.dtype()),
+                          Tensor::FromDoubles(db, {cols}, gamma.dtype())};
+  };
 #ifdef AMPD_HAS_AVX512_KERNELS
-    if constexpr (std::is_same_v<C, float>) {
-      if (cols % 16 == 0 && UseAvx512Kernels()) {
-        return GammaBetaGradsAvx512(xp, dyp, mv.data(), rv.data(), rows, cols, c0, c1, dg.data(),
-                                    db.data());
+  if constexpr (std::is_same_v<C, float>) {
+    if (cols % 16 == 0 && UseAvx512Kernels()) {
+      // dy is read as it is when f32 or bf16 (the gradient of a norm that fed
+      // a bf16 linear: widened as it loads); another dtype is widened whole.
+      const bool bf16_dy = dy.dtype() == DType::kBF16;
+      std::optional<Values<float>> widened;
+      if (!bf16_dy && dy.dtype() != DType::kF32) widened.emplace(dy);
+      const void* dy_base = widened ? widened->data() : dy.raw();
+      // dx: rows are independent, each computed whole by one thread.
+      ForRowChunks(rows, cols, [&](int64_t r) {
+        thread_local std::vector<float> row;
+        if (static_cast<int64_t>(row.size()) < cols) row.resize(cols);
+        const float* dyr =
+            widened ? widened->data() + r * cols : LoadBlock(dy, r * cols, cols, row.data());
+        LayerNormBackwardRowAvx512(xp + r * cols, g, dyr, cols, mv[r], rv[r], inv_cols,
+                                   dxp + r * cols);
+      });
+      ForColumnRanges(rows, cols, [&](int64_t c0, int64_t c1) {
+        (bf16_dy ? GammaBetaGradsAvx512<true>
+                 : GammaBetaGradsAvx512<false>)(xp, dy_base, mv.data(), rv.data(), rows, cols, c0,
+                                                c1, dg.data(), db.data());
+      });
+      return finish();
+    }
+  }
+#endif
+  Values<C> dv(dy);
+  const C* __restrict dyp = dv.data();
+  ForRowChunks(rows, cols, [&](int64_t r) {
+    const int64_t o = r * cols;
+    const C m = mv[r], rs = rv[r];
+    C sum_g = 0, sum_gx = 0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+    for (int64_t c = 0; c < cols; ++c) {
+      const C gc = dyp[o + c] * g[c];
+      sum_g += gc;
+      sum_gx += gc * ((xp[o + c] - m) * rs);
+    }
+    if (inv_cols != 0) {
+      AMPD_SIMD
+      for (int64_t c = 0; c < cols; ++c) {
+        const C xhat = (xp[o + c] - m) * rs;
+        dxp[o + c] = rs * (dyp[o + c] * g[c] - (sum_g + xhat * sum_gx) * inv_cols);
+      }
+    } else {
+      AMPD_SIMD
+      for (int64_t c = 0; c < cols; ++c) {
+        const C xhat = (xp[o + c] - m) * rs;
+        dxp[o + c] = rs * (dyp[o + c] * g[c] - (sum_g + xhat * sum_gx) / cols);
       }
     }
-#endif
+  });
+  ForColumnRanges(rows, cols, [&](int64_t c0, int64_t c1) {
     double* __restrict dgp = dg.data();
     double* __restrict dbp = db.data();
     for (int64_t r = 0; r < rows; ++r) {
@@ -255,8 +282,7 @@ LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tens
       }
     }
   });
-  return {dx.Finish(), Tensor::FromDoubles(dg, {cols}, gamma.dtype()),
-          Tensor::FromDoubles(db, {cols}, gamma.dtype())};
+  return finish();
 }
 
 AMPD_REGISTER_KERNEL(LayerNormKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::LayerNorm>::Call);

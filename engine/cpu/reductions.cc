@@ -16,17 +16,6 @@ using backend::SumRowsKernel;
 namespace {
 
 #ifdef AMPD_HAS_AVX512_KERNELS
-// 16 f32 or bf16 values as floats (bf16 -> f32 is exact: the bits << 16).
-template <bool kBf16>
-AMPD_AVX512 inline __m512 Load16(const void* p) {
-  if constexpr (kBf16) {
-    const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  } else {
-    return _mm512_loadu_ps(static_cast<const float*>(p));
-  }
-}
-
 // out[c0, c1) += the sums over `rows` rows of columns [c0, c1) (a multiple
 // of 16 wide) of a [rows, cols] f32 or bf16 matrix, each column in row order
 // in double: the portable loop's sums bit for bit. The rows go by in blocks

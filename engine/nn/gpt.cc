@@ -214,16 +214,17 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
     return p > 0 ? Dropout(x, p, dropout_seed * 1000003 + dropout_index++, training) : x;
   };
   // LayerNorm with no bias: zeros that are not trained.
-  auto norm = [&](const Tensor& x, const std::string& layer) {
+  auto norm = [&](const Tensor& x, const std::string& layer,
+                  std::optional<DType> feeds = std::nullopt) {
     LayerScope scope(layer);
     const Tensor& w = P(layer + ".weight");
     const Tensor& b = P(layer + ".bias");
-    if (b.defined()) return LayerNorm(x, w, b);
+    if (b.defined()) return LayerNorm(x, w, b, 1e-5, feeds);
     if (!zero_bias_.defined() || zero_bias_.dtype() != w.dtype() ||
         zero_bias_.device() != w.device()) {
       zero_bias_ = Tensor::Zeros(w.shape(), w.dtype(), w.device());
     }
-    return LayerNorm(x, w, zero_bias_);
+    return LayerNorm(x, w, zero_bias_, 1e-5, feeds);
   };
   // Evaluations cast with a copy of the FP8 state: they record no amax
   // into the training's histories (nor move its scales).
@@ -238,6 +239,17 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
       }
     }
     return Linear(x, P(layer + ".weight"), P(layer + ".bias"));
+  };
+  // A block's norm and the linear that reads it: the norm writes the dtype
+  // the linear computes in (ops/layer_norm.h), the same bits as the f32 norm
+  // cast by the linear. Not for an FP8 linear: it casts its f32 input itself.
+  auto norm_linear = [&](const Tensor& x, const std::string& norm_layer, const std::string& layer) {
+    std::optional<DType> feeds;
+    if (fp8 == nullptr || fp8->IndexOf(layer) < 0) {
+      LayerScope scope(layer);
+      feeds = ops::AutocastComputeDType(OpId::kLinear, DType::kF32);
+    }
+    return linear(norm(x, norm_layer, feeds), layer);
   };
   Tensor x;
   {
@@ -255,7 +267,7 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
   x = drop(x);
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string h = absl::StrCat("h.", l, ".");
-    Tensor a = linear(norm(x, h + "ln_1"), h + "attn.c_attn");
+    Tensor a = norm_linear(x, h + "ln_1", h + "attn.c_attn");
     {
       LayerScope scope(h + "attn");
       a = cache != nullptr
@@ -263,7 +275,7 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
               : CausalSelfAttention(a, T, s.n_head);
     }
     x = Add(x, drop(linear(a, h + "attn.c_proj")));
-    Tensor m = linear(norm(x, h + "ln_2"), h + "mlp.c_fc");
+    Tensor m = norm_linear(x, h + "ln_2", h + "mlp.c_fc");
     m = s.activation == GptSpec::Activation::kGeluTanh ? GeluTanh(m) : Gelu(m);
     x = Add(x, drop(linear(m, h + "mlp.c_proj")));
   }

@@ -103,6 +103,34 @@ PlanRecorder::~PlanRecorder() { State().recorder = previous_; }
 
 namespace {
 
+// An op's policy and compute dtype in the current region and layers, for
+// inputs whose widest dtype is `widest`.
+struct Resolved {
+  CastPolicy policy;
+  DType compute;
+  bool enabled;  // autocast applies (a region is on and no input is f64)
+};
+
+Resolved Resolve(OpId op, DType widest, bool any_f64) {
+  const ThreadState& s = State();
+  CastPolicy policy = DefaultCastPolicy(op);
+  const Region* region = s.regions.empty() ? nullptr : &s.regions.back();
+  const bool enabled = region != nullptr && region->enabled && !any_f64;
+  if (region != nullptr) {
+    auto o = region->overrides.op_policies.find(op);
+    if (o != region->overrides.op_policies.end()) policy = o->second;
+    if (policy == CastPolicy::kLowerPrecision) {
+      for (const std::string& layer : s.layers) {
+        if (region->overrides.fp32_layers.count(layer)) policy = CastPolicy::kFp32;
+      }
+    }
+  }
+  if (enabled && policy == CastPolicy::kLowerPrecision) return {policy, region->dtype, true};
+  if (enabled && policy == CastPolicy::kFp32) return {policy, DType::kF32, true};
+  // Promote, pass-through, and everything outside autocast: the widest input.
+  return {policy, widest, enabled};
+}
+
 // Whether every value of `from` is a value of `to` (a cast would copy only).
 bool WidensExactly(DType from, DType to) {
   const bool to_wide = to == DType::kF32 || to == DType::kF64;
@@ -123,6 +151,10 @@ Tensor CastForAutocast(const Tensor& t, DType dtype) {
 
 }  // namespace
 
+DType AutocastComputeDType(OpId op, DType widest) {
+  return Resolve(op, widest, widest == DType::kF64).compute;
+}
+
 OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs)
     : OpDispatch(op, std::move(inputs), {}, /*widen_in_kernel=*/false) {}
 
@@ -135,7 +167,6 @@ OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs, WidenInKernel)
 OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const Tensor*> read_as_is,
                        bool widen_in_kernel)
     : op_(op) {
-  ThreadState& s = State();
   bool any_f64 = false;
   DType widest = DType::kF32;
   bool first = true;
@@ -148,26 +179,10 @@ OpDispatch::OpDispatch(OpId op, std::vector<Tensor*> inputs, std::vector<const T
     widest = first ? t->dtype() : PromoteTypes(widest, t->dtype());
     first = false;
   }
-  policy_ = DefaultCastPolicy(op);
-  const Region* region = s.regions.empty() ? nullptr : &s.regions.back();
-  const bool enabled = region != nullptr && region->enabled && !any_f64;
-  if (region != nullptr) {
-    auto o = region->overrides.op_policies.find(op_);
-    if (o != region->overrides.op_policies.end()) policy_ = o->second;
-    if (policy_ == CastPolicy::kLowerPrecision) {
-      for (const std::string& layer : s.layers) {
-        if (region->overrides.fp32_layers.count(layer)) policy_ = CastPolicy::kFp32;
-      }
-    }
-  }
-  if (enabled && policy_ == CastPolicy::kLowerPrecision) {
-    compute_ = region->dtype;
-  } else if (enabled && policy_ == CastPolicy::kFp32) {
-    compute_ = DType::kF32;
-  } else {
-    // Promote, pass-through, and everything outside autocast: the widest input.
-    compute_ = widest;
-  }
+  const Resolved r = Resolve(op, widest, any_f64);
+  policy_ = r.policy;
+  compute_ = r.compute;
+  const bool enabled = r.enabled;
   for (Tensor* t : inputs) {
     if (!IsFloating(*t) || t->dtype() == compute_) continue;
     if (widen_in_kernel && WidensExactly(t->dtype(), compute_)) continue;

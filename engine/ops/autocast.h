@@ -57,6 +57,9 @@ class AutocastScope {
 
 bool AutocastEnabled();
 DType AutocastDType();
+// The dtype `op` computes in here (this region, these layers) when the widest
+// of its floating inputs is `widest`: what its OpDispatch will choose.
+DType AutocastComputeDType(OpId op, DType widest);
 int AutocastDepth();
 size_t AutocastCacheSize();
 

@@ -13,11 +13,18 @@ using backend::LayerNormKernel;
 using backend::LayerNormResult;
 
 Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps) {
+  return LayerNorm(std::move(x), std::move(gamma), std::move(beta), eps, std::nullopt);
+}
+
+Tensor LayerNorm(Tensor x, Tensor gamma, Tensor beta, double eps, std::optional<DType> feeds) {
   const DType x_dtype = x.dtype();
   OpDispatch d(OpId::kLayerNorm, {&x, &gamma, &beta});
   // Outside autocast (Apex O2 keeps norm weights in f32 while activations are
   // f16) the output keeps the activation dtype; under autocast it is f32.
-  const DType out = AutocastEnabled() ? d.compute_dtype() : x_dtype;
+  DType out = AutocastEnabled() ? d.compute_dtype() : x_dtype;
+  if (AutocastEnabled() && out == DType::kF32 && feeds && core::IsLowPrecision(*feeds)) {
+    out = *feeds;
+  }
   LayerNormResult r = Kernel<LayerNormKernel>(x.device())(x, gamma, beta, eps, out);
   d.Finish(r.y);
   return RecordOp(r.y, OpId::kLayerNorm, {.inputs = {x, gamma, beta}, .tensors = {r.mean, r.rstd}});

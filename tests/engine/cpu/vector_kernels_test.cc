@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "engine/cpu/avx512_math.h"
 #include "engine/cpu/vector_isa.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/autocast.h"
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
@@ -219,6 +221,41 @@ TEST_F(VectorKernelsTest, LayerNormMatchesF64OnBothPaths) {
         ASSERT_NEAR(got->dx[i], want.dx[i], 2e-5 * std::max(1.0, std::fabs(want.dx[i])))
             << cols << " dx " << i;
       }
+    }
+  }
+}
+
+// A norm told that it feeds a bf16 linear (ops/layer_norm.h) writes bf16 and
+// reads its bf16 gradient as it is: the forward and every gradient are the
+// bits of the f32 norm cast by the linear, on both paths. 256 and 48 columns
+// take the vector rows; 40 the portable ones on every CPU.
+TEST_F(VectorKernelsTest, ANormFeedingABf16LinearGivesTheBitsOfCastingItsF32Result) {
+  for (const int64_t cols : {256, 48, 40}) {
+    const int64_t rows = 300;
+    auto run = [&](bool fused) {
+      Tensor x = Tensor::FromDoubles(RandomValues(rows * cols, 21, 2.0), {rows, cols}, DType::kF32);
+      Tensor gamma = Tensor::FromDoubles(RandomValues(cols, 22), {cols}, DType::kF32);
+      Tensor beta = Tensor::FromDoubles(RandomValues(cols, 23), {cols}, DType::kF32);
+      Tensor w = Tensor::FromDoubles(RandomValues(24 * cols, 24), {24, cols}, DType::kF32);
+      for (Tensor* t : {&x, &gamma, &beta, &w}) t->set_requires_grad(true);
+      ops::AutocastScope region(true, DType::kBF16);
+      const std::optional<DType> feeds =
+          fused ? std::optional<DType>(DType::kBF16) : std::optional<DType>();
+      Tensor h = ops::LayerNorm(x, gamma, beta, 1e-5, feeds);
+      EXPECT_EQ(h.dtype(), fused ? DType::kBF16 : DType::kF32);
+      Tensor y = ops::Linear(h, w, Tensor());
+      autograd::Backward(
+          y, Tensor::FromDoubles(RandomValues(rows * 24, 25), {rows, 24}, DType::kBF16));
+      return std::vector<std::vector<double>>{y.ToDoubles(), x.grad().ToDoubles(),
+                                              gamma.grad().ToDoubles(), beta.grad().ToDoubles(),
+                                              w.grad().ToDoubles()};
+    };
+    const auto [vector_fused, portable_fused] = BothPaths([&] { return run(true); });
+    const auto [vector_cast, portable_cast] = BothPaths([&] { return run(false); });
+    const char* names[] = {"y", "dx", "dgamma", "dbeta", "dw"};
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(vector_fused[i], vector_cast[i]) << cols << " vector path " << names[i];
+      EXPECT_EQ(portable_fused[i], portable_cast[i]) << cols << " portable path " << names[i];
     }
   }
 }

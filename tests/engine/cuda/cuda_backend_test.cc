@@ -491,6 +491,19 @@ TEST_F(CudaBackendTest, LayerNormForwardAndBackward) {
     ExpectClose(gg.dgamma, cg.dgamma, Tol(d) * 4, "layer norm dgamma");
     ExpectClose(gg.dbeta, cg.dbeta, Tol(d) * 4, "layer norm dbeta");
   }
+  // An f32 norm feeding a bf16 linear (ops/layer_norm.h): y written in bf16,
+  // and its bf16 gradient read as it is.
+  Tensor x = Random({64, 256}, DType::kF32, 16);
+  Tensor gamma = Random({256}, DType::kF32, 17, 0.5, 1.5), beta = Random({256}, DType::kF32, 18);
+  Tensor dy = Random({64, 256}, DType::kBF16, 19);
+  LayerNormResult c = Cpu<LayerNormKernel>()(x, gamma, beta, 1e-5, DType::kBF16);
+  LayerNormResult g = Gpu<LayerNormKernel>()(G(x), G(gamma), G(beta), 1e-5, DType::kBF16);
+  ExpectClose(g.y, c.y, Tol(DType::kBF16), "bf16 y of an f32 layer norm");
+  LayerNormGrads cg = Cpu<LayerNormBackwardKernel>()(x, gamma, c, dy);
+  LayerNormGrads gg = Gpu<LayerNormBackwardKernel>()(G(x), G(gamma), g, G(dy));
+  ExpectClose(gg.dx, cg.dx, Tol(DType::kF32) * 4, "f32 dx from a bf16 dy");
+  ExpectClose(gg.dgamma, cg.dgamma, Tol(DType::kF32) * 4, "dgamma from a bf16 dy");
+  ExpectClose(gg.dbeta, cg.dbeta, Tol(DType::kF32) * 4, "dbeta from a bf16 dy");
 }
 
 // cuDNN's convolutions (conv.cu) against oneDNN's: every pass, several
