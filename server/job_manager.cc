@@ -1439,8 +1439,10 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, int local,
                        step > 0 ? absl::StrCat("the checkpoint of step ", step)
                                 : std::string("step 0 (no checkpoint yet)"),
                        " (restart ", restarts + 1, " of at most ", max_restarts, ")"));
+      // emplace, not assignment: GCC 12 -O2 warns (maybe-uninitialized, a
+      // false positive) on an optional's move assignment here.
       request.resume.reset();
-      if (rewound.checkpoint) request.resume = std::move(rewound.checkpoint->state);
+      if (rewound.checkpoint) request.resume.emplace(std::move(rewound.checkpoint->state));
     }
     Notify(*job);
   }

@@ -57,8 +57,10 @@ Result Ampctl(const std::vector<std::string>& args) {
   const std::string err = TmpFile("err" + std::to_string(counter++), "");
   pid_t pid = fork();
   if (pid == 0) {
-    freopen(out.c_str(), "w", stdout);
-    freopen(err.c_str(), "w", stderr);
+    if (freopen(out.c_str(), "w", stdout) == nullptr ||
+        freopen(err.c_str(), "w", stderr) == nullptr) {
+      _exit(126);
+    }
     std::vector<std::string> all = {Runfile("client/ampctl")};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
