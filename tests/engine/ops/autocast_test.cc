@@ -1,6 +1,5 @@
 #include "engine/ops/autocast.h"
 
-#include <random>
 #include <string>
 #include <vector>
 
@@ -8,6 +7,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
+#include "tests/engine/random_values.h"
 
 namespace ampd::engine {
 
@@ -79,13 +79,9 @@ TEST(AutocastTest, PromoteOpsUseTheWidestInput) {
 }
 
 Tensor RandomLeaf(const std::vector<int64_t>& shape, DType dtype, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0, 1);
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return Tensor::FromDoubles(v, shape, dtype).set_requires_grad(true);
+  return Tensor::FromDoubles(testing::RandomValues(n, seed), shape, dtype).set_requires_grad(true);
 }
 
 void ExpectBitwise(const Tensor& got, const Tensor& want, const std::string& what) {
