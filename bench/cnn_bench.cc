@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "bench/torch_step.h"
 #include "engine/amp/precision.h"
 #include "engine/autograd/autograd.h"
 #include "engine/cpu/host_memory.h"
@@ -105,25 +106,11 @@ void Step(Run& r, const Tensor& x, const std::vector<int32_t>& y) {
 
 // PyTorch eager on the same model and precision: ms per step, or -1.
 double TorchStepMs(const std::string& precision) {
-  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  const std::string script =
-      absl::StrCat(workspace != nullptr ? workspace : ".", "/bench/torch_cnn_bench.py");
-  const std::string cmd =
-      // PyTorch's process keeps its freed memory mapped too, as ampd's does
-      // (engine/cpu/host_memory.h), so the comparison is of the steps alone.
-      absl::StrCat("MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 ",
-                   absl::GetFlag(FLAGS_torch_python), " ", script, " --precision=", precision,
-                   " --batch=", absl::GetFlag(FLAGS_batch), " --steps=", absl::GetFlag(FLAGS_steps),
-                   " --warmup=", absl::GetFlag(FLAGS_warmup), " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  char line[512];
-  double ms = -1;
-  while (std::fgets(line, sizeof(line), p) != nullptr) {
-    std::sscanf(line, "RESULT torch_cnn step_ms=%lf", &ms);
-  }
-  pclose(p);
-  return ms;
+  return bench::TorchStepMs(
+      absl::GetFlag(FLAGS_torch_python), "torch_cnn_bench.py",
+      absl::StrCat("--precision=", precision, " --batch=", absl::GetFlag(FLAGS_batch), " --steps=",
+                   absl::GetFlag(FLAGS_steps), " --warmup=", absl::GetFlag(FLAGS_warmup)),
+      "torch_cnn");
 }
 
 int Main() {

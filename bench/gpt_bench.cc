@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "bench/kernel_profile.h"
+#include "bench/torch_step.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/cpu/host_memory.h"
@@ -114,28 +115,14 @@ void Step(Run& r, data::TokenWindows& windows, int64_t batch) {
 
 // PyTorch eager on the same model and precision: ms per step, or -1.
 double TorchStepMs(const std::string& precision) {
-  // `bazel run` starts in the runfiles; the script is read from the source tree.
-  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  const std::string script =
-      absl::StrCat(workspace != nullptr ? workspace : ".", "/bench/torch_gpt_bench.py");
-  const std::string cmd =
-      // PyTorch's process keeps its freed memory mapped too, as ampd's does
-      // (engine/cpu/host_memory.h), so the comparison is of the steps alone.
-      absl::StrCat("MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 ",
-                   absl::GetFlag(FLAGS_torch_python), " ", script, " --precision=", precision,
-                   " --batch=", absl::GetFlag(FLAGS_batch), " --block=", absl::GetFlag(FLAGS_block),
+  return bench::TorchStepMs(
+      absl::GetFlag(FLAGS_torch_python), "torch_gpt_bench.py",
+      absl::StrCat("--precision=", precision, " --batch=", absl::GetFlag(FLAGS_batch),
+                   " --block=", absl::GetFlag(FLAGS_block),
                    " --layers=", absl::GetFlag(FLAGS_layers), " --embd=", absl::GetFlag(FLAGS_embd),
                    " --heads=", absl::GetFlag(FLAGS_heads), " --steps=", absl::GetFlag(FLAGS_steps),
-                   " --warmup=", absl::GetFlag(FLAGS_warmup), " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  char line[512];
-  double ms = -1;
-  while (std::fgets(line, sizeof(line), p) != nullptr) {
-    std::sscanf(line, "RESULT torch_gpt step_ms=%lf", &ms);
-  }
-  pclose(p);
-  return ms;
+                   " --warmup=", absl::GetFlag(FLAGS_warmup)),
+      "torch_gpt");
 }
 
 int Main() {
