@@ -14,8 +14,11 @@
 // cuda_backend_test against the CPU on an H200 (2026-12-04, forward and
 // backward, the backward bitwise repeatable); GPT-2 124M's attention takes
 // 20 ms of a 57 ms step there (bench/README.md), about 10x flash
-// attention's time: WMMA tiles go through shared memory. The emulator checks
-// their indexing, barriers, shuffles and numerics in CI.
+// attention's time: WMMA tiles go through shared memory, and the forward's
+// softmax took two 5-step warp reductions per row and 32-key step. Since
+// 2026-12-06 a lane owns a row's half instead (one shuffle per reduction):
+// checked on the emulator, not yet run on a GPU. The emulator checks the
+// kernels' indexing, barriers, shuffles and numerics in CI.
 
 #include <mma.h>
 
@@ -232,17 +235,6 @@ __device__ __forceinline__ __nv_bfloat16 Cast<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// Butterfly reductions: every lane ends with the same value (a + b == b + a
-// bit for bit, so the lanes' sums agree however they pair).
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Rows are staged 16 bytes (8 values) at a time: qkv's and dO's rows start on
@@ -303,11 +295,18 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* s = &s_tile[warp][0][0];
   StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
-  // Every lane holds the softmax state of all 16 of its warp's rows, and
-  // columns lane and lane + 32 of their output.
-  float row_max[16], row_sum[16], o[16][2];
+  // Lane l owns row r = l % 16 of its warp's 16 and, of each 32-wide tile,
+  // the 16 columns from c0 = 16 (l / 16): the row's softmax state is in its
+  // registers (its partner, lane l ^ 16, holds the same), each step's row max
+  // and sum take one shuffle each, and its share of O is o[half][i]. A lane
+  // walks its 16 columns starting at column r (col): with the f32 tiles' row
+  // stride of 36 words, the 32 lanes then read 32 different banks.
+  const int r = lane % 16, c0 = 16 * (lane / 16);
+  auto col = [&](int i) { return c0 + (i + r) % 16; };
+  const int64_t row = q0 + warp * 16 + r;
+  float row_max = -INFINITY, row_sum = 0, o[2][16];
 #pragma unroll
-  for (int t = 0; t < 16; ++t) row_max[t] = -INFINITY, row_sum[t] = 0, o[t][0] = o[t][1] = 0;
+  for (int i = 0; i < 16; ++i) o[0][i] = o[1][i] = 0;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kFlashKeys) {
@@ -316,22 +315,27 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
     StageRows(v_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
     __syncthreads();
     RowsTimesTileT(&q_tile[warp * 16][0], k_tile, kFlashKeys, D, s);  // S
-    // Lane l takes key k0 + l of every row: neighbouring lanes touch
-    // neighbouring words of shared memory.
-    const int64_t j = k0 + lane;
-    float correction[16];
+    float p[16];
+    float m = -INFINITY;
 #pragma unroll
-    for (int t = 0; t < 16; ++t) {
-      const int64_t row = q0 + warp * 16 + t;
-      const float sv = j <= row && j < L.T ? s_tile[warp][t][lane] * scale : -INFINITY;
-      const float m = fmaxf(row_max[t], WarpMax(sv));
-      // A row with nothing visible yet keeps max -inf: no correction, P 0.
-      correction[t] = m == -INFINITY ? 1.0f : expf(row_max[t] - m);
-      const float pj = m == -INFINITY ? 0.0f : expf(sv - m);
-      p_tile[warp][t][lane] = Cast<T>(pj);
-      row_sum[t] = row_sum[t] * correction[t] + WarpSum(pj);
-      row_max[t] = m;
+    for (int i = 0; i < 16; ++i) {
+      const int64_t j = k0 + col(i);
+      p[i] = j <= row && j < L.T ? s_tile[warp][r][col(i)] * scale : -INFINITY;
+      m = fmaxf(m, p[i]);
     }
+    m = fmaxf(row_max, fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16)));
+    // A row with nothing visible yet keeps max -inf: no correction, P 0.
+    const float correction = m == -INFINITY ? 1.0f : expf(row_max - m);
+    float sum = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      p[i] = m == -INFINITY ? 0.0f : expf(p[i] - m);
+      p_tile[warp][r][col(i)] = Cast<T>(p[i]);
+      sum += p[i];
+    }
+    // a + b == b + a: both lanes of the row get the same bits.
+    row_sum = row_sum * correction + (sum + __shfl_xor_sync(0xFFFFFFFFu, sum, 16));
+    row_max = m;
     __syncwarp();
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -350,24 +354,26 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
         wmma::store_matrix_sync(s + n * 16, acc, kSLd, wmma::mem_row_major);
       }
       __syncwarp();
-      const bool mine = half * 32 + lane < D;
+      // D is a multiple of 16: a lane's 16 columns are all in or all out.
+      if (half * 32 + c0 < D) {
 #pragma unroll
-      for (int t = 0; t < 16; ++t) {
-        o[t][half] = o[t][half] * correction[t] + (mine ? s_tile[warp][t][lane] : 0.0f);
+        for (int i = 0; i < 16; ++i) {
+          o[half][i] = o[half][i] * correction + s_tile[warp][r][col(i)];
+        }
       }
       __syncwarp();
     }
   }
-#pragma unroll
-  for (int t = 0; t < 16; ++t) {
-    const int64_t row = q0 + warp * 16 + t;
-    if (row >= L.T) break;
+  if (row < L.T) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int c = half * 32 + lane;
-      if (c < D) y[L.Y(b, row, h) + c] = Cast<T>(o[t][half] / row_sum[t]);
+      if (half * 32 + c0 >= D) break;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        y[L.Y(b, row, h) + half * 32 + col(i)] = Cast<T>(o[half][i] / row_sum);
+      }
     }
-    if (lane == 0) Store<float>(lse, sdt, bh * L.T + row, row_max[t] + logf(row_sum[t]));
+    if (c0 == 0) Store<float>(lse, sdt, bh * L.T + row, row_max + logf(row_sum));
   }
 }
 
