@@ -64,6 +64,20 @@ void LoadRow(const Tensor& t, int64_t offset, int64_t n, float* out) {
   if (src != out) std::memcpy(out, src, n * sizeof(float));
 }
 
+// Sequence b's rows of heads [h0, h0 + hc) of qkv as f32 in dst, a row's
+// heads' Q, then K, then V (3 hc D values a row): one span when the heads
+// are all of them (qkv's own layout), else three pieces a row.
+void LoadSequenceQkv(const Tensor& qkv, const QkvLayout& L, int64_t b, int64_t h0, int64_t hc,
+                     float* dst) {
+  const int64_t S = 3 * hc * L.D;
+  if (hc == L.H) return LoadRow(qkv, L.Q(b, 0, 0), L.T * S, dst);
+  for (int64_t i = 0; i < L.T; ++i) {
+    LoadRow(qkv, L.Q(b, i, h0), hc * L.D, &dst[i * S]);
+    LoadRow(qkv, L.K(b, i, h0), hc * L.D, &dst[i * S + hc * L.D]);
+    LoadRow(qkv, L.V(b, i, h0), hc * L.D, &dst[i * S + 2 * hc * L.D]);
+  }
+}
+
 template <typename C>
 C Dot(const C* a, const C* b, int64_t n) {
   C s = 0;
@@ -464,14 +478,8 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
           const float* rows = seq.data();
           if (in_place) {
             rows = qkv.data<float>() + L.Q(b, 0, 0);
-          } else if (hc == H) {
-            LoadRow(qkv, L.Q(b, 0, 0), T * S, seq.data());
           } else {
-            for (int64_t i = 0; i < T; ++i) {
-              LoadRow(qkv, L.Q(b, i, h0), D, &seq[i * S]);
-              LoadRow(qkv, L.K(b, i, h0), D, &seq[i * S + D]);
-              LoadRow(qkv, L.V(b, i, h0), D, &seq[i * S + 2 * D]);
-            }
+            LoadSequenceQkv(qkv, L, b, h0, hc, seq.data());
           }
           for (int64_t hl = 0; hl < hc; ++hl) {
             const int64_t bh = b * H + h0 + hl;
@@ -563,17 +571,16 @@ Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tens
         if (in_place) {
           rows = {qkv.data<float>() + L.Q(b, 0, 0), y.data<float>() + L.Y(b, 0, 0),
                   dy.data<float>() + L.Y(b, 0, 0), dx.data<float>() + L.Q(b, 0, 0), hc};
-        } else if (hc == H) {
-          LoadRow(qkv, L.Q(b, 0, 0), T * S, qkv_s.data());
-          LoadRow(y, L.Y(b, 0, 0), T * Sy, y_s.data());
-          LoadRow(dy, L.Y(b, 0, 0), T * Sy, dy_s.data());
         } else {
-          for (int64_t i = 0; i < T; ++i) {
-            LoadRow(qkv, L.Q(b, i, h0), D, &qkv_s[i * S]);
-            LoadRow(qkv, L.K(b, i, h0), D, &qkv_s[i * S + D]);
-            LoadRow(qkv, L.V(b, i, h0), D, &qkv_s[i * S + 2 * D]);
-            LoadRow(y, L.Y(b, i, h0), D, &y_s[i * D]);
-            LoadRow(dy, L.Y(b, i, h0), D, &dy_s[i * D]);
+          LoadSequenceQkv(qkv, L, b, h0, hc, qkv_s.data());
+          if (hc == H) {
+            LoadRow(y, L.Y(b, 0, 0), T * Sy, y_s.data());
+            LoadRow(dy, L.Y(b, 0, 0), T * Sy, dy_s.data());
+          } else {
+            for (int64_t i = 0; i < T; ++i) {
+              LoadRow(y, L.Y(b, i, h0), Sy, &y_s[i * Sy]);
+              LoadRow(dy, L.Y(b, i, h0), Sy, &dy_s[i * Sy]);
+            }
           }
         }
         for (int64_t hl = 0; hl < hc; ++hl) {
