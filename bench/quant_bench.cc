@@ -67,47 +67,52 @@ void BenchAdamWSteps(int64_t n, int64_t rounds, int64_t steps) {
   h.weight_decay = 0.01f;
   // Both coders of the fused block, forced in turn (same codes, own states).
   const FusedCoder chosen = ResolvedFusedCoder();
-  Tensor p8g = grad.Clone();
-  Tensor mcg = Tensor::Zeros({n}, DType::kU8), vcg = Tensor::Zeros({n}, DType::kU8);
-  Tensor mag = Tensor::Zeros({blocks}, DType::kF32), vag = Tensor::Zeros({blocks}, DType::kF32);
-  std::vector<double> t32, t8, t8g;
+  struct EightBit {
+    FusedCoder coder;
+    Tensor p, mc, vc, ma, va;
+    std::vector<double> ms;
+  };
+  EightBit eight[] = {{FusedCoder::kSearch, p8, mc, vc, ma, va, {}},
+                      {FusedCoder::kGather,
+                       grad.Clone(),
+                       Tensor::Zeros({n}, DType::kU8),
+                       Tensor::Zeros({n}, DType::kU8),
+                       Tensor::Zeros({blocks}, DType::kF32),
+                       Tensor::Zeros({blocks}, DType::kF32),
+                       {}}};
+  std::vector<double> t32;
   int64_t step = 0;
+  // ms per step of `steps` calls of update(h), h.step counting on from `step`.
+  auto time = [&](const auto& update) {
+    const Clock::time_point t = Clock::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      h.step = step + s + 1;
+      update();
+    }
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
+  };
   for (int64_t r = 0; r < rounds + 1; ++r) {  // round 0 warms up
-    Clock::time_point t = Clock::now();
-    for (int64_t s = 0; s < steps; ++s) {
-      h.step = step + s + 1;
-      be->AdamWStep(p32, grad, m, v, h);
+    const double ms32 = time([&] { be->AdamWStep(p32, grad, m, v, h); });
+    if (r > 0) t32.push_back(ms32);
+    for (EightBit& e : eight) {
+      SetFusedCoder(e.coder);
+      const double ms = time([&] {
+        adamw8bit(e.p, grad, e.mc, e.ma, e.vc, e.va, h, backend::DeviceAmp::FusedStepArgs{});
+      });
+      if (r > 0) e.ms.push_back(ms);
     }
-    const double ms32 = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
-    SetFusedCoder(FusedCoder::kSearch);
-    t = Clock::now();
-    for (int64_t s = 0; s < steps; ++s) {
-      h.step = step + s + 1;
-      adamw8bit(p8, grad, mc, ma, vc, va, h, backend::DeviceAmp::FusedStepArgs{});
-    }
-    const double ms8 = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
-    SetFusedCoder(FusedCoder::kGather);
-    t = Clock::now();
-    for (int64_t s = 0; s < steps; ++s) {
-      h.step = step + s + 1;
-      adamw8bit(p8g, grad, mcg, mag, vcg, vag, h, backend::DeviceAmp::FusedStepArgs{});
-    }
-    const double ms8g = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / steps;
     SetFusedCoder(FusedCoder::kAuto);
     step += steps;
-    if (r > 0) {
-      t32.push_back(ms32);
-      t8.push_back(ms8);
-      t8g.push_back(ms8g);
-    }
   }
   std::printf("\nAdamW step over %lld values, median of %lld rounds x %lld steps\n",
               static_cast<long long>(n), static_cast<long long>(rounds),
               static_cast<long long>(steps));
   std::printf("states                 step ms  vs 32-bit\n");
   std::printf("32-bit                 %7.3f  %8.2fx\n", Median(t32), 1.0);
-  std::printf("8-bit, vbmi-search     %7.3f  %8.2fx\n", Median(t8), Median(t8) / Median(t32));
-  std::printf("8-bit, table-gather    %7.3f  %8.2fx\n", Median(t8g), Median(t8g) / Median(t32));
+  for (const EightBit& e : eight) {
+    std::printf("8-bit, %-15s %7.3f  %8.2fx\n", FusedCoderName(e.coder), Median(e.ms),
+                Median(e.ms) / Median(t32));
+  }
   std::printf(
       "(the fused 8-bit block uses %s here: its first-use timing's choice;\n"
       " both coders need AVX-512 VBMI, and give the same codes)\n",
