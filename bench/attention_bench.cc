@@ -13,6 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/random_matrix.h"
 #include "engine/backend/kernel_registry.h"
 #include "engine/backend/kernels/attention.h"
 #include "engine/core/tensor.h"
@@ -27,6 +28,8 @@ ABSL_FLAG(bool, bf16, false, "bf16 activations (as under bf16-mixed) instead of 
 
 namespace {
 
+using ampd::bench::RandomMatrix;
+
 using ampd::engine::core::Device;
 using ampd::engine::core::DType;
 using ampd::engine::core::Tensor;
@@ -35,14 +38,6 @@ using Clock = std::chrono::steady_clock;
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-Tensor Random(int64_t rows, int64_t cols, DType dtype, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(rows * cols);
-  for (float& x : v) x = normal(rng);
-  return Tensor::FromVector(v, {rows, cols}, dtype);
 }
 
 }  // namespace
@@ -57,8 +52,8 @@ int main(int argc, char** argv) {
   const DType dtype = absl::GetFlag(FLAGS_bf16) ? DType::kBF16 : DType::kF32;
   auto forward = backend::Kernel<backend::CausalAttentionKernel>(Device::kCpu);
   auto backward = backend::Kernel<backend::CausalAttentionBackwardKernel>(Device::kCpu);
-  const Tensor qkv = Random(B * T, 3 * C, dtype, 1);
-  const Tensor dy = Random(B * T, C, dtype, 2);
+  const Tensor qkv = RandomMatrix(B * T, 3 * C, dtype, 1);
+  const Tensor dy = RandomMatrix(B * T, C, dtype, 2);
   const backend::AttentionResult fwd = forward(qkv, T, H);
   std::vector<double> fwd_ms, bwd_ms;
   for (int64_t r = 0; r <= rounds; ++r) {  // round 0 warms up

@@ -15,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/random_matrix.h"
 #include "engine/backend/kernel_registry.h"
 #include "engine/backend/kernels/cast.h"
 #include "engine/backend/kernels/elementwise.h"
@@ -30,19 +31,13 @@ ABSL_FLAG(std::string, only, "", "Run only the kernels whose name contains this"
 
 namespace {
 
+using ampd::bench::RandomMatrix;
+
 using ampd::engine::core::Device;
 using ampd::engine::core::DType;
 using ampd::engine::core::Tensor;
 using ampd::engine::ops::OpId;
 using Clock = std::chrono::steady_clock;
-
-Tensor Random(int64_t rows, int64_t cols, DType dtype, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(rows * cols);
-  for (float& x : v) x = normal(rng);
-  return Tensor::FromVector(v, {rows, cols}, dtype);
-}
 
 struct Case {
   std::string name;
@@ -67,13 +62,15 @@ int main(int argc, char** argv) {
   auto binary = backend::Kernel<backend::BinaryKernel>(Device::kCpu);
   auto cast = backend::Kernel<backend::CastKernel>(Device::kCpu);
 
-  const Tensor x = Random(R, C, DType::kF32, 1), dx_bf16 = Random(R, C, DType::kBF16, 2);
-  const Tensor gamma = Random(1, C, DType::kF32, 3).Reshape({C});
-  const Tensor beta = Random(1, C, DType::kF32, 4).Reshape({C});
-  const Tensor h = Random(R, 4 * C, DType::kBF16, 5), dh = Random(R, 4 * C, DType::kBF16, 6);
-  const Tensor qkv_grad = Random(R, 3 * C, DType::kBF16, 7);
+  const Tensor x = RandomMatrix(R, C, DType::kF32, 1),
+               dx_bf16 = RandomMatrix(R, C, DType::kBF16, 2);
+  const Tensor gamma = RandomMatrix(1, C, DType::kF32, 3).Reshape({C});
+  const Tensor beta = RandomMatrix(1, C, DType::kF32, 4).Reshape({C});
+  const Tensor h = RandomMatrix(R, 4 * C, DType::kBF16, 5),
+               dh = RandomMatrix(R, 4 * C, DType::kBF16, 6);
+  const Tensor qkv_grad = RandomMatrix(R, 3 * C, DType::kBF16, 7);
   const backend::LayerNormResult ln_fwd = ln(x, gamma, beta, 1e-5, DType::kF32);
-  const Tensor dy = Random(R, C, DType::kF32, 8);
+  const Tensor dy = RandomMatrix(R, C, DType::kF32, 8);
   const double n = static_cast<double>(R * C);
   std::vector<Case> cases = {
       {"sum_rows bf16 [R, 3C] (c_attn bias grad)", 2 * 3 * n,
