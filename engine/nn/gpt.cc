@@ -178,7 +178,7 @@ const Tensor& Gpt::P(const std::string& name) const {
 
 Tensor Gpt::Logits(const std::vector<int32_t>& tokens, int64_t batch, int64_t T, bool training,
                    uint64_t dropout_seed) {
-  const Tensor x = Features(tokens, batch, T, training, dropout_seed);
+  const Tensor x = Features(tokens, batch, T, training, dropout_seed, OpId::kLinear);
   LayerScope scope("lm_head");
   return Linear(x, HeadWeight(), Tensor());
 }
@@ -188,13 +188,13 @@ const Tensor& Gpt::HeadWeight() const {
 }
 
 Tensor Gpt::Extend(const std::vector<int32_t>& tokens, int64_t batch, int64_t n, GptCache* cache) {
-  const Tensor x = Features(tokens, batch, n, /*training=*/false, 0, cache);
+  const Tensor x = Features(tokens, batch, n, /*training=*/false, 0, OpId::kLinear, cache);
   LayerScope scope("lm_head");
   return Linear(x, HeadWeight(), Tensor());
 }
 
 Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t T, bool training,
-                     uint64_t dropout_seed, GptCache* cache) {
+                     uint64_t dropout_seed, OpId head, GptCache* cache) {
   const GptSpec& s = spec_;
   std::vector<int32_t> cached_positions;
   if (cache != nullptr) {
@@ -280,13 +280,18 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
     x = Add(x, drop(linear(m, h + "mlp.c_proj")));
   }
   if (cache != nullptr) cache->length += T;
-  return norm(x, "ln_f");
+  std::optional<DType> feeds;
+  {
+    LayerScope scope("lm_head");
+    feeds = ops::AutocastComputeDType(head, DType::kF32);
+  }
+  return norm(x, "ln_f", feeds);
 }
 
 Tensor Gpt::Loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
                  int64_t batch, int64_t T, bool training, uint64_t dropout_seed) {
   // The head and the loss fused: the logits exist a chunk of rows at a time.
-  const Tensor x = Features(tokens, batch, T, training, dropout_seed);
+  const Tensor x = Features(tokens, batch, T, training, dropout_seed, OpId::kLmHeadCrossEntropy);
   LayerScope scope("lm_head");
   return LmHeadCrossEntropy(x, HeadWeight(), targets);
 }

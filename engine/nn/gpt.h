@@ -29,6 +29,7 @@
 #include "engine/core/tensor.h"
 #include "engine/nn/module.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/op_list.h"
 
 namespace ampd::engine::nn {
 
@@ -110,10 +111,12 @@ class Gpt final : public LanguageModel {
   explicit Gpt(const GptSpec& spec) : spec_(spec) {}
   const Tensor& P(const std::string& name) const;
   const Tensor& HeadWeight() const;
-  // The final LayerNorm's output [batch * seq_len, n_embd].
-  // With `cache`: the tokens follow the cached ones (Extend).
+  // The final LayerNorm's output [batch * seq_len, n_embd], in the dtype
+  // `head` (the op that reads it: the LM head's linear, or its fused
+  // cross-entropy) computes in. With `cache`: the tokens follow the cached
+  // ones (Extend).
   Tensor Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq_len, bool training,
-                  uint64_t dropout_seed, GptCache* cache = nullptr);
+                  uint64_t dropout_seed, ops::OpId head, GptCache* cache = nullptr);
   GptSpec spec_;
   std::vector<Parameter> params_;
   std::map<std::string, size_t> index_;  // name -> position in params_ (fixed after Build)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,59 @@ TEST(GptTest, WithoutBiasesItHasNoneAndStillTrains) {
   EXPECT_TRUE(std::isfinite(loss.ToDoubles()[0]));
   autograd::Backward(loss);
   for (const Parameter& p : gpt->parameters()) EXPECT_TRUE(p.value.grad().defined()) << p.name;
+}
+
+// Under bf16 autocast each LayerNorm writes the bf16 its linear (or the LM
+// head) computes in (ops/layer_norm.h), while computing in f32; a linear kept
+// in f32 by a layer override gets its norm's f32 output, and without
+// autocast every norm writes f32.
+TEST(GptTest, NormsWriteTheDtypeTheirConsumersComputeIn) {
+  GptSpec s;
+  s.vocab_size = 11;
+  s.block_size = 4;
+  s.n_layer = 2;
+  s.n_head = 2;
+  s.n_embd = 16;
+  std::unique_ptr<Gpt> gpt = *Gpt::Build(s, 2);
+  auto norm_outputs = [&](std::optional<ops::AutocastOptions> region) {
+    ops::PlanRecorder recorder;
+    {
+      std::optional<ops::AutocastScope> scope;
+      if (region) scope.emplace(*region);
+      gpt->Loss({1, 2, 3, 4, 5, 6, 7, 8}, {2, 3, 4, 5, 6, 7, 8, 9}, 2, 4, true);
+    }
+    std::map<std::string, std::string> out;
+    for (const ops::PlanEntry& e : recorder.entries()) {
+      if (e.op != "layer_norm") continue;
+      EXPECT_EQ(e.compute_dtype, DType::kF32) << e.layer;
+      out[e.layer] = std::string(DTypeName(e.output_dtype));
+    }
+    return out;
+  };
+  const std::map<std::string, std::string> all_bf16 = {{"h.0.ln_1", "bf16"},
+                                                       {"h.0.ln_2", "bf16"},
+                                                       {"h.1.ln_1", "bf16"},
+                                                       {"h.1.ln_2", "bf16"},
+                                                       {"ln_f", "bf16"}};
+  EXPECT_EQ(norm_outputs(ops::AutocastOptions{true, DType::kBF16, std::nullopt}), all_bf16);
+  ops::AutocastOverrides keep;
+  keep.fp32_layers = {"h.1.mlp.c_fc"};
+  std::map<std::string, std::string> one_f32 = all_bf16;
+  one_f32["h.1.ln_2"] = "f32";
+  EXPECT_EQ(norm_outputs(ops::AutocastOptions{true, DType::kBF16, keep}), one_f32);
+  const std::map<std::string, std::string> all_f32 = {{"h.0.ln_1", "f32"},
+                                                      {"h.0.ln_2", "f32"},
+                                                      {"h.1.ln_1", "f32"},
+                                                      {"h.1.ln_2", "f32"},
+                                                      {"ln_f", "f32"}};
+  EXPECT_EQ(norm_outputs(std::nullopt), all_f32);
+  // FP8 block linears cast their f32 input themselves: their norms write
+  // f32; the head's still writes bf16.
+  const backend::Fp8Recipe recipe;
+  gpt = *Gpt::Build(s, 2, DType::kF32, true, &recipe);
+  std::map<std::string, std::string> fp8 = all_f32;
+  fp8["ln_f"] = "bf16";
+  EXPECT_EQ(norm_outputs(ops::AutocastOptions{true, DType::kBF16, std::nullopt}), fp8);
 }
 
 TEST(GptTest, ValidationNamesTheField) {
