@@ -291,7 +291,9 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
   alignas(32) __shared__ T p_tile[kFlashWarps][16][kPLd];
   const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
   const int D = static_cast<int>(L.D);
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
+  // The last query rows (the most keys) first: the long blocks start early
+  // and the short ones fill the tail of the grid.
+  const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* s = &s_tile[warp][0][0];
   StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
@@ -513,7 +515,9 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
   __shared__ float lse_of[kFlashRows], delta_of[kFlashRows];
   const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
   const int D = static_cast<int>(L.D);
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
+  // The last query rows (the most keys) first: the long blocks start early
+  // and the short ones fill the tail of the grid.
+  const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
