@@ -33,6 +33,17 @@ GptSpec Gpt2Small() {
   return s;
 }
 
+// An 11-token vocabulary, contexts of 4, two heads.
+GptSpec TinyGpt(int64_t n_layer, int64_t n_embd) {
+  GptSpec s;
+  s.vocab_size = 11;
+  s.block_size = 4;
+  s.n_layer = n_layer;
+  s.n_head = 2;
+  s.n_embd = n_embd;
+  return s;
+}
+
 TEST(GptTest, Gpt2SmallHasHuggingFacesNamesAndParameterCount) {
   const std::vector<ParameterShape> p = GptParameters(Gpt2Small());
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -96,12 +107,7 @@ TEST(GptTest, WeightDecayAppliesToTheLinearsWeightsOnly) {
 // bias = false (nanoGPT's option): no bias tensors, LayerNorms with a fixed
 // zero shift, and every weight still gets a gradient.
 TEST(GptTest, WithoutBiasesItHasNoneAndStillTrains) {
-  GptSpec s;
-  s.vocab_size = 11;
-  s.block_size = 4;
-  s.n_layer = 1;
-  s.n_head = 2;
-  s.n_embd = 8;
+  GptSpec s = TinyGpt(1, 8);
   s.bias = false;
   std::unique_ptr<Gpt> gpt = *Gpt::Build(s, 2);
   for (const Parameter& p : gpt->parameters()) {
@@ -119,12 +125,7 @@ TEST(GptTest, WithoutBiasesItHasNoneAndStillTrains) {
 // in f32 by a layer override gets its norm's f32 output, and without
 // autocast every norm writes f32.
 TEST(GptTest, NormsWriteTheDtypeTheirConsumersComputeIn) {
-  GptSpec s;
-  s.vocab_size = 11;
-  s.block_size = 4;
-  s.n_layer = 2;
-  s.n_head = 2;
-  s.n_embd = 16;
+  const GptSpec s = TinyGpt(2, 16);
   std::unique_ptr<Gpt> gpt = *Gpt::Build(s, 2);
   auto norm_outputs = [&](std::optional<ops::AutocastOptions> region) {
     ops::PlanRecorder recorder;
