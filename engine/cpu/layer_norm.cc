@@ -21,6 +21,14 @@ using backend::LayerNormResult;
 
 namespace {
 
+// This thread's buffer of at least `cols` floats: one row converted while it
+// is in L1 (a bf16 y rounded, a bf16 dy widened).
+float* RowScratch(int64_t cols) {
+  thread_local std::vector<float> row;
+  if (static_cast<int64_t>(row.size()) < cols) row.resize(cols);
+  return row.data();
+}
+
 #ifdef AMPD_HAS_AVX512_KERNELS
 // dg[c0, c1) and db[c0, c1) += per column, in row order and in double,
 // dy * xhat (a float product) and dy, exactly as the portable loop adds
@@ -156,9 +164,7 @@ LayerNormResult CpuBackendImpl::LayerNormImpl(const Tensor& x, const Tensor& gam
       // is rounded a row at a time, while the row is in L1.
       Tensor y = Tensor::Uninitialized(x.shape(), out);
       ForRowChunks(rows, cols, [&](int64_t r) {
-        thread_local std::vector<float> row;
-        if (static_cast<int64_t>(row.size()) < cols) row.resize(cols);
-        float* yr = DestBlock(y, r * cols, row.data());
+        float* yr = DestBlock(y, r * cols, RowScratch(cols));
         LayerNormRowAvx512(xv.data() + r * cols, g, b, cols, static_cast<float>(eps), yr, &mean[r],
                            &rstd[r]);
         StoreBlock(yr, y, r * cols, cols);
@@ -227,10 +233,8 @@ LayerNormGrads CpuBackendImpl::LayerNormBackwardImpl(const Tensor& x, const Tens
       const void* dy_base = widened ? widened->data() : dy.raw();
       // dx: rows are independent, each computed whole by one thread.
       ForRowChunks(rows, cols, [&](int64_t r) {
-        thread_local std::vector<float> row;
-        if (static_cast<int64_t>(row.size()) < cols) row.resize(cols);
         const float* dyr =
-            widened ? widened->data() + r * cols : LoadBlock(dy, r * cols, cols, row.data());
+            widened ? widened->data() + r * cols : LoadBlock(dy, r * cols, cols, RowScratch(cols));
         LayerNormBackwardRowAvx512(xp + r * cols, g, dyr, cols, mv[r], rv[r], inv_cols,
                                    dxp + r * cols);
       });
