@@ -18,6 +18,7 @@
 #include "engine/cuda/conv.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/kernels/mma_sync.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -92,6 +93,33 @@ __global__ void OneTile(const __half* a, const __half* bt, float* cd) {
   wmma::store_matrix_sync(scd, acc, 16, wmma::mem_row_major);
   __syncthreads();
   for (int e = threadIdx.x; e < 256; e += 32) cd[e] = scd[e];
+}
+
+// D = A B + C for one m16n8k16 product through mma.sync (MmaM16N8K16), each
+// lane building its fragments value by value from the PTX ISA's table for
+// m16n8k16 (f16/bf16 A and B, f32 C and D), written here in the table's own
+// terms (element i of a lane's fragment, the lower-numbered element in the
+// low half of each register): a[16][16], b[16][8], cd[16][8] row-major.
+template <typename T>
+__global__ void OneMmaSync(const T* a, const T* b, float* cd) {
+  const int lane = threadIdx.x, g = lane >> 2, q = lane % 4;
+  uint16_t av[8], bv[4];
+  for (int i = 0; i < 8; ++i) {
+    const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+    const int col = q * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+    std::memcpy(&av[i], &a[row * 16 + col], 2);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int row = q * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+    std::memcpy(&bv[i], &b[row * 8 + g], 2);
+  }
+  uint32_t ar[4], br[2];
+  for (int j = 0; j < 4; ++j) ar[j] = av[2 * j] | (static_cast<uint32_t>(av[2 * j + 1]) << 16);
+  for (int j = 0; j < 2; ++j) br[j] = bv[2 * j] | (static_cast<uint32_t>(bv[2 * j + 1]) << 16);
+  float d[4];
+  for (int i = 0; i < 4; ++i) d[i] = cd[(g + (i < 2 ? 0 : 8)) * 8 + q * 2 + (i & 1)];
+  ampd::engine::cuda::kernel_util::MmaM16N8K16<T>(d, ar, br);
+  for (int i = 0; i < 4; ++i) cd[(g + (i < 2 ? 0 : 8)) * 8 + q * 2 + (i & 1)] = d[i];
 }
 
 __global__ void WriteIndex(int* out) {
@@ -360,6 +388,43 @@ TEST(CudaEmuTest, WmmaTileIsTheWarpsOneProduct) {
   EXPECT_EQ(cudaFree(da), cudaSuccess);
   EXPECT_EQ(cudaFree(dbt), cudaSuccess);
   EXPECT_EQ(cudaFree(dcd), cudaSuccess);
+}
+
+// The stand-in for mma.sync m16n8k16 follows the PTX ISA's fragment table,
+// in bf16 and f16: the layout the mma.sync attention kernels rely on.
+template <typename T>
+void CheckOneMmaSync(float (*to_float)(T), T (*from_float)(float)) {
+  cudaStream_t s = NewStream();
+  std::vector<T> a(16 * 16), b(16 * 8);
+  std::vector<float> c(16 * 8), want(16 * 8);
+  for (int i = 0; i < 256; ++i) a[i] = from_float(static_cast<float>(i % 11) - 5);
+  for (int i = 0; i < 128; ++i) b[i] = from_float(static_cast<float>(i % 13) * 0.5f - 3);
+  for (int i = 0; i < 128; ++i) c[i] = static_cast<float>(i);
+  for (int r = 0; r < 16; ++r) {
+    for (int n = 0; n < 8; ++n) {
+      float sum = c[r * 8 + n];
+      for (int k = 0; k < 16; ++k) sum += to_float(a[r * 16 + k]) * to_float(b[k * 8 + n]);
+      want[r * 8 + n] = sum;
+    }
+  }
+  T* da = DeviceAlloc<T>(256);
+  T* db = DeviceAlloc<T>(128);
+  float* dcd = DeviceAlloc<float>(128);
+  ASSERT_EQ(cudaMemcpyAsync(da, a.data(), 512, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(db, b.data(), 256, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dcd, c.data(), 512, cudaMemcpyHostToDevice, s), cudaSuccess);
+  AMPD_EMU_LAUNCH(OneMmaSync<T>, 1, 32, s)(da, db, dcd);
+  std::vector<float> got(128);
+  ASSERT_EQ(cudaMemcpyAsync(got.data(), dcd, 512, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(cudaFree(da), cudaSuccess);
+  EXPECT_EQ(cudaFree(db), cudaSuccess);
+  EXPECT_EQ(cudaFree(dcd), cudaSuccess);
+}
+
+TEST(CudaEmuTest, MmaSyncFragmentsFollowThePtxTable) {
+  CheckOneMmaSync<__nv_bfloat16>(__bfloat162float, __float2bfloat16_rn);
+  CheckOneMmaSync<__half>(__half2float, __float2half_rn);
 }
 
 // The fake cuBLASLt through the real GemmRunner (gemm.cu).

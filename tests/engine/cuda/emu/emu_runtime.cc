@@ -466,6 +466,51 @@ T ShuffleXor(unsigned mask, T v, int lane_mask, int width) {
 }  // namespace
 }  // namespace cudaemu
 
+namespace cudaemu {
+namespace {
+struct MmaSlot {
+  uint32_t a[4], b[2];
+};
+MmaSlot g_mma_slots[kMaxThreads];
+
+float HalfBits(uint32_t reg, int half, bool bf16) {
+  const uint16_t bits = static_cast<uint16_t>(half == 0 ? reg : reg >> 16);
+  return bf16 ? ampd::engine::core::BF16BitsToF32(bits) : ampd::engine::core::F16BitsToF32(bits);
+}
+}  // namespace
+}  // namespace cudaemu
+
+void AmpdEmuMmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf16) {
+  using namespace cudaemu;
+  const int t = g_current, base = t & ~(kWarpSize - 1);
+  if (base + kWarpSize > static_cast<int>(blockDim.x * blockDim.y * blockDim.z)) {
+    std::fprintf(stderr, "cuda emulator: %s: mma.sync in a warp of fewer than 32 threads\n",
+                 g_kernel);
+    std::abort();
+  }
+  for (int i = 0; i < 4; ++i) g_mma_slots[t].a[i] = a[i];
+  for (int i = 0; i < 2; ++i) g_mma_slots[t].b[i] = b[i];
+  __syncwarp();  // every lane has published its fragments
+  const int lane = t % kWarpSize, g = lane / 4, q = lane % 4;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * q + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k) {
+      // A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 (k >= 8).
+      const MmaSlot& as = g_mma_slots[base + (row % 8) * 4 + (k % 8) / 2];
+      const float av = HalfBits(as.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k & 1, bf16);
+      // B[k][col]: lane col * 4 + (k % 8) / 2, register k >= 8.
+      const MmaSlot& bs = g_mma_slots[base + col * 4 + (k % 8) / 2];
+      const float bv = HalfBits(bs.b[k >= 8 ? 1 : 0], k & 1, bf16);
+      acc += av * bv;
+    }
+    out[i] = acc;
+  }
+  __syncwarp();  // every lane has read before any publishes again
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width) {
   return cudaemu::ShuffleXor(mask, v, lane_mask, width);
 }

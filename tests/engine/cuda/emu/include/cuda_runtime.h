@@ -36,6 +36,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 // Blocks run one at a time, so one copy of a block's shared array serves all.
 #define __shared__ static
 
@@ -60,6 +61,13 @@ void __syncwarp(unsigned mask = 0xFFFFFFFFu);
 // int); two warp barriers around an exchange through a per-thread slot.
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32);
 int __shfl_xor_sync(unsigned mask, int v, int lane_mask, int width = 32);
+// The stand-in for PTX's mma.sync.aligned.m16n8k16.row.col.f32 with bf16 (or,
+// bf16 false, f16) inputs: d += a * b over the warp's fragments in the
+// instruction's documented layout (engine/cuda/kernels/mma_sync.h), every
+// lane taking part; an exchange through per-thread slots between two warp
+// barriers, as __shfl_xor_sync. Products are exact in f32 and summed in k
+// order onto d (tensor cores sum in an order of their own).
+void AmpdEmuMmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf16);
 
 using std::max;
 using std::min;
