@@ -17,7 +17,9 @@
 //    of the measured cuBLAS bf16 rate and of --peak_tflops, and the
 //    bf16-mixed / 32-true ratio. Modes are interleaved round by round; the
 //    median round is reported.
-// 3. gpt_step: GPT-2 124M (12 layers, 12 heads, 768 wide, block 1024, vocab
+// 3. attention: the fused causal attention at the GPT step's shape (bf16),
+//    forward and backward, WMMA's kernels against mma.sync's, interleaved.
+// 4. gpt_step: GPT-2 124M (12 layers, 12 heads, 768 wide, block 1024, vocab
 //    50257, tied head) trained by the same Trainer on random token windows,
 //    bf16-mixed: tokens/s and MFU (model FLOPs 6N + 12LTC per token over
 //    --peak_tflops), against PyTorch eager AMP on the same model
@@ -32,6 +34,7 @@
 //             [--gemm=8192] [--peak_tflops=989]
 //             [--gpt_layers=12] [--gpt_embd=768] [--gpt_heads=12] [--gpt_block=1024]
 //             [--gpt_vocab=50257] [--gpt_batch=8]   (--gpt_layers=0: no GPT)
+//             [--gpt_attention=mma]  (or wmma: the GPT step's flash attention kernels)
 //             [--profile]  (then the MLP's and the GPT step's time per kernel)
 
 #include <algorithm>
@@ -52,10 +55,12 @@
 #include "bench/kernel_profile.h"
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernels/attention.h"
 #include "engine/backend/kernels/fp8.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
 #include "engine/data/dataset.h"
 #include "engine/data/token_sequence.h"
 #include "engine/nn/gpt.h"
@@ -78,6 +83,9 @@ ABSL_FLAG(int64_t, gpt_heads, 12, "GPT heads");
 ABSL_FLAG(int64_t, gpt_block, 1024, "GPT context");
 ABSL_FLAG(int64_t, gpt_vocab, 50257, "GPT vocabulary");
 ABSL_FLAG(int64_t, gpt_batch, 8, "GPT sequences per step");
+ABSL_FLAG(std::string, gpt_attention, "mma",
+          "The flash attention kernels of the GPT step: mma (mma.sync's, the candidate) or "
+          "wmma (WMMA's, the engine's default until mma.sync's have passed on a GPU)");
 
 namespace ampd::bench {
 namespace {
@@ -99,6 +107,7 @@ struct Options {
   double peak_tflops = 989;  // H100/H200 SXM dense bf16, NVIDIA's datasheet
   engine::nn::GptSpec gpt;   // n_layer 0: skipped
   int64_t gpt_batch = 8;
+  engine::cuda::FlashKernels gpt_attention = engine::cuda::FlashKernels::kMma;
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -231,6 +240,50 @@ engine::train::TrainerConfig Config(const std::string& precision, int64_t hidden
 void ProfileSteps(const char* what, engine::train::Trainer& t) {
   InstallKernelProfile(engine::Device::kCuda, [] { engine::cuda::SynchronizeThisThread(); });
   ampd::bench::ProfileSteps(what, 2, [&] { t.RunStep(); });
+}
+
+// The fused causal attention at the GPT step's shape in bf16, forward and
+// backward, with the mma.sync kernels (the default) against the WMMA ones,
+// interleaved: ms per call and TFLOP/s by flash attention's count (the
+// causal half of 4 B H T^2 D forward, 2.5 times that backward).
+void BenchAttention(const Options& o) {
+  const engine::nn::GptSpec& g = o.gpt;
+  const int64_t B = o.gpt_batch, T = g.block_size, C = g.n_embd, H = g.n_head;
+  Tensor qkv = engine::Tensor::Full({B * T, 3 * C}, DType::kBF16, 0.01, engine::Device::kCuda);
+  Tensor dy = engine::Tensor::Full({B * T, C}, DType::kBF16, 0.01, engine::Device::kCuda);
+  const auto forward =
+      engine::backend::Kernel<engine::backend::CausalAttentionKernel>(engine::Device::kCuda);
+  const auto backward = engine::backend::Kernel<engine::backend::CausalAttentionBackwardKernel>(
+      engine::Device::kCuda);
+  const engine::backend::AttentionResult out = forward(qkv, T, H);
+  const engine::cuda::FlashKernels initial = engine::cuda::GetFlashKernels();
+  auto with = [](engine::cuda::FlashKernels k, const std::function<void()>& f) {
+    return [k, f] {
+      engine::cuda::SetFlashKernels(k);
+      f();
+    };
+  };
+  using engine::cuda::FlashKernels;
+  const auto [wmma_fwd, mma_fwd] =
+      TimeInterleaved(with(FlashKernels::kWmma, [&] { forward(qkv, T, H); }),
+                      with(FlashKernels::kMma, [&] { forward(qkv, T, H); }));
+  const auto [wmma_bwd, mma_bwd] =
+      TimeInterleaved(with(FlashKernels::kWmma, [&] { backward(qkv, out.y, out.lse, dy, T, H); }),
+                      with(FlashKernels::kMma, [&] { backward(qkv, out.y, out.lse, dy, T, H); }));
+  engine::cuda::SetFlashKernels(initial);
+  const double fwd_flops = 2.0 * B * H * T * T * (C / H), bwd_flops = 2.5 * fwd_flops;
+  std::printf(
+      "\nattention bf16 B=%lld T=%lld H=%lld D=%lld: forward mma.sync %.3f ms (%.0f TFLOP/s), "
+      "WMMA %.3f ms (%.0f), WMMA/mma %.2fx; backward mma.sync %.3f ms (%.0f TFLOP/s), WMMA "
+      "%.3f ms (%.0f), WMMA/mma %.2fx\n",
+      (long long)B, (long long)T, (long long)H, (long long)(C / H), mma_fwd * 1e3,
+      fwd_flops / mma_fwd / 1e12, wmma_fwd * 1e3, fwd_flops / wmma_fwd / 1e12, wmma_fwd / mma_fwd,
+      mma_bwd * 1e3, bwd_flops / mma_bwd / 1e12, wmma_bwd * 1e3, bwd_flops / wmma_bwd / 1e12,
+      wmma_bwd / mma_bwd);
+  std::printf(
+      "RESULT attention kernels=mma fwd_ms=%.4f bwd_ms=%.4f\nRESULT attention kernels=wmma "
+      "fwd_ms=%.4f bwd_ms=%.4f\n",
+      mma_fwd * 1e3, mma_bwd * 1e3, wmma_fwd * 1e3, wmma_bwd * 1e3);
 }
 
 // GPT-2's training step on the GPU in `precision`; random tokens (the step
@@ -385,6 +438,10 @@ int RunBenchmarks(const Options& o) {
   }
   if (o.gpt.n_layer > 0) {
     double bf16_step = 0, fp8_step = 0;
+    BenchAttention(o);
+    engine::cuda::SetFlashKernels(o.gpt_attention);
+    std::printf("gpt_step attention kernels: %s\n",
+                o.gpt_attention == engine::cuda::FlashKernels::kMma ? "mma.sync" : "WMMA");
     if (int rc = BenchGpt(o, "bf16-mixed", &bf16_step); rc != 0) return rc;
     if (fp8) {
       // Transformer Engine's recipe: E4M3 forward, E5M2 gradients, delayed scaling.
@@ -436,6 +493,14 @@ int main(int argc, char** argv) {
   o.gpt.block_size = absl::GetFlag(FLAGS_gpt_block);
   o.gpt.vocab_size = absl::GetFlag(FLAGS_gpt_vocab);
   o.gpt_batch = absl::GetFlag(FLAGS_gpt_batch);
+  const std::string attention = absl::GetFlag(FLAGS_gpt_attention);
+  if (attention != "mma" && attention != "wmma") {
+    std::fprintf(stderr, "gpu_bench: --gpt_attention must be mma or wmma, not \"%s\"\n",
+                 attention.c_str());
+    return 2;
+  }
+  o.gpt_attention = attention == "mma" ? ampd::engine::cuda::FlashKernels::kMma
+                                       : ampd::engine::cuda::FlashKernels::kWmma;
   if (o.gpt.n_layer > 0) {
     if (absl::Status s = ampd::engine::nn::ValidateGpt(o.gpt); !s.ok() || o.gpt_batch <= 0) {
       std::fprintf(stderr, "gpu_bench: bad GPT flags: %s\n",

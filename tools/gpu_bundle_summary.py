@@ -67,6 +67,12 @@ def main():
             x = float(r["tokens_per_s"]) / torch_gpt[0]
             print(f"gpt bf16-mixed: ampd / PyTorch eager AMP = {x:.2f}x "
                   f"({'meets' if x >= 1.1 else 'MISSES'} >= 1.1x)")
+    attention = {r.get("kernels"): r for k, r in ours if k == "attention"}
+    if "mma" in attention and "wmma" in attention:
+        m, w = attention["mma"], attention["wmma"]
+        print(f"attention at the GPT shape, WMMA / mma.sync time: forward "
+              f"{float(w['fwd_ms']) / float(m['fwd_ms']):.2f}x ({m['fwd_ms']} ms), backward "
+              f"{float(w['bwd_ms']) / float(m['bwd_ms']):.2f}x ({m['bwd_ms']} ms)")
     bf16_gpt = [float(r["tokens_per_s"]) for k, r in ours if k == "gpt"]
     for kind, r in ours:
         if kind == "gpt_fp8" and bf16_gpt:

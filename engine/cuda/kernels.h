@@ -129,6 +129,15 @@ std::string LaunchFp8CastTranspose(const void* x, int dt, int64_t rows, int64_t 
 constexpr int kMaxAttentionHeadDim = 256;
 std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
                                   int64_t H, void* y, void* lse, int sdt, Stream s);
+// Which tensor-core kernels the flash attention forward and backward take
+// for f16 and bf16 (head sizes 16, 32, 48, 64): WMMA's (the default: they
+// passed the GPU suite on an H200) or mma.sync's (flash attention 2's form,
+// checked on the emulator only; the default once they have passed on a GPU).
+// AMPD_CUDA_FLASH_ATTENTION=mma in the environment picks mma.sync's at
+// start-up; tests and gpu_bench set it directly.
+enum class FlashKernels { kWmma, kMma };
+void SetFlashKernels(FlashKernels kernels);
+FlashKernels GetFlashKernels();
 // Generation's attention against a KV cache (backend/kernels/attention.h's
 // CachedAttentionKernel): qkv [B*n, 3C] of n new rows at [past, past + n),
 // their k, v appended to k_cache, v_cache [B, max_len, E], y [B*n, E].

@@ -1,28 +1,37 @@
 // Fused causal self-attention (backend/kernels/attention.h) on the GPU.
 //
 // f16 and bf16 with a head size that is a multiple of 16 up to 64 (GPT-2's 64
-// included) take flash-attention kernels on tensor cores (WMMA tiles):
-// FlashAttentionForwardKernel, and a backward of two kernels, one owning keys
-// (dK, dV) and one owning queries (dQ). Everything else, f32 and f64
-// included, takes the reference: one thread per query row with an online
-// softmax in f32 (f64 for f64 input), and a backward of one thread per query
-// for dQ and one per key for dK and dV. All store only each row's
-// logsumexp, and every backward recomputes the probabilities from it.
+// included) take flash-attention kernels on tensor cores: a forward, and a
+// backward of two kernels, one owning keys (dK, dV) and one owning queries
+// (dQ). There are two sets (SetFlashKernels, kernels.h):
+//  - mma.sync's (2026-12-06): flash attention 2's form, scores,
+//    probabilities and accumulators in registers (the instruction's fragment
+//    layout is documented: mma_sync.h). Checked on the emulator against the
+//    CPU; NOT yet run on a GPU, so not the default.
+//  - WMMA's (the default): every per-element step through shared memory
+//    (WMMA's fragment layout is unspecified). They passed cuda_backend_test
+//    against the CPU on
+//    an H200 (2026-12-04, the backward bitwise repeatable), where GPT-2
+//    124M's attention took 20 ms of a 57 ms step, about 10x flash
+//    attention's time (bench/README.md). Since 2026-12-06 the forward's
+//    lane owns half a row (one shuffle per reduction): emulator-checked only.
+// gpu_bench times both sets side by side at GPT-2's shape.
+// Everything else, f32 and f64 included, takes the reference: one thread per
+// query row with an online softmax in f32 (f64 for f64 input), and a
+// backward of one thread per query for dQ and one per key for dK and dV. All
+// store only each row's logsumexp, and every backward recomputes the
+// probabilities from it.
 //
 // Every gradient element has one writer and a fixed summation order (no
-// atomics): the same bits every run. The tensor-core kernels passed
-// cuda_backend_test against the CPU on an H200 (2026-12-04, forward and
-// backward, the backward bitwise repeatable); GPT-2 124M's attention takes
-// 20 ms of a 57 ms step there (bench/README.md), about 10x flash
-// attention's time: WMMA tiles go through shared memory, and the forward's
-// softmax took two 5-step warp reductions per row and 32-key step. Since
-// 2026-12-06 a lane owns a row's half instead (one shuffle per reduction):
-// checked on the emulator, not yet run on a GPU. The emulator checks the
-// kernels' indexing, barriers, shuffles and numerics in CI.
+// atomics): the same bits every run. The emulator checks the kernels'
+// indexing, barriers, shuffles, mma.sync fragments and numerics in CI.
 
 #include <mma.h>
 
+#include <cstdlib>
+
 #include "engine/cuda/kernels/kernel_util.h"
+#include "engine/cuda/kernels/mma_sync.h"
 
 namespace ampd::engine::cuda {
 namespace {
@@ -379,6 +388,186 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
   }
 }
 
+// ---- The same three kernels with mma.sync (mma_sync.h), flash attention 2's
+// form: the products' fragments have a documented layout, so scores,
+// probabilities and accumulators never leave registers. Tiles are staged in
+// shared memory as above ([rows][kLd] of T); fragments are read from them:
+
+// The A fragment of the tile's rows [r0, r0 + 16), columns [c0, c0 + 16).
+template <typename T>
+__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const T (*tile)[kLd], int r0, int c0) {
+  const int g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
+  const T* at = &tile[r0 + g][c0 + 2 * q];
+  a[0] = LoadPair(at);
+  a[1] = LoadPair(at + 8 * kLd);
+  a[2] = LoadPair(at + 8);
+  a[3] = LoadPair(at + 8 * kLd + 8);
+}
+
+// The B fragment of the tile transposed: B[k][n] = tile[n0 + n][k0 + k] (a
+// product with the tile's rows, as S = Q K^T takes K's).
+template <typename T>
+__device__ __forceinline__ void LoadBTransposed(uint32_t (&b)[2], const T (*tile)[kLd], int n0,
+                                                int k0) {
+  const int g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
+  const T* at = &tile[n0 + g][k0 + 2 * q];
+  b[0] = LoadPair(at);
+  b[1] = LoadPair(at + 8);
+}
+
+// The B fragment of the tile as it is: B[k][n] = tile[k0 + k][n0 + n] (as
+// P V takes V), two rows to a register.
+template <typename T>
+__device__ __forceinline__ void LoadB(uint32_t (&b)[2], const T (*tile)[kLd], int k0, int n0) {
+  const int g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
+  const T* at = &tile[k0 + 2 * q][n0 + g];
+  b[0] = JoinPair(at[0], at[kLd]);
+  b[1] = JoinPair(at[8 * kLd], at[9 * kLd]);
+}
+
+// Two 16 x 8 f32 accumulators side by side (columns 0-7, 8-15), rounded to T,
+// as the A fragment of a 16 x 16 operand: an accumulator's layout is the A
+// operand's, so no value moves between lanes.
+template <typename T>
+__device__ __forceinline__ void PackA(uint32_t (&a)[4], const float (&left)[4],
+                                      const float (&right)[4]) {
+  a[0] = JoinPair(Cast<T>(left[0]), Cast<T>(left[1]));
+  a[1] = JoinPair(Cast<T>(left[2]), Cast<T>(left[3]));
+  a[2] = JoinPair(Cast<T>(right[0]), Cast<T>(right[1]));
+  a[3] = JoinPair(Cast<T>(right[2]), Cast<T>(right[3]));
+}
+
+// Rows r (0: g, 1: g + 8) of the 16 x D accumulators acc into dst's rows
+// `row` at element offset at(row), rounded to T.
+template <typename T, int D>
+__device__ __forceinline__ void StoreRow(T* dst, int64_t at, const float (&acc)[D / 8][4], int r,
+                                         float divisor) {
+  const int q = threadIdx.x % 4;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    StorePair(dst + at + n * 8 + 2 * q,
+              JoinPair(Cast<T>(acc[n][2 * r] / divisor), Cast<T>(acc[n][2 * r + 1] / divisor)));
+  }
+}
+
+// Forward with mma.sync, flash attention 2's form: the products'
+// fragments have a documented layout, so S, P and O never leave registers.
+// A block takes 64 query rows of one head, four warps of 16 rows each, and
+// walks the keys up to its last row 64 at a time (one K and V tile staged per
+// step, two barriers a step). Per warp and step:
+//   S = Q K^T: 8 tiles of 16 x 8 (Q's fragments loaded once, in registers);
+//   the online softmax in f32 on S's registers: lane (g, q) holds rows g and
+//   g + 8, columns 2q, 2q + 1 of each tile, so a row's max is two shuffles
+//   among the four lanes of g; its running sum stays per lane, summed across
+//   them once at the end;
+//   P = exp(S - max) rounded to T: S's accumulator layout is the A operand's
+//   for the second product, so P is packed where it lies;
+//   O = O * correction + P V: D / 8 tiles of 16 x 8 in registers.
+// Numerics as the WMMA kernel's: P rounded to T for the product, the row sums
+// of the unrounded P, the logsumexp stored for the backward.
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    FlashAttentionForwardMmaKernel(const T* qkv, Layout L, T* y, void* lse, int sdt) {
+  constexpr int kKeys = 64;  // keys per step
+  alignas(16) __shared__ T q_tile[kFlashRows][kLd];
+  alignas(16) __shared__ T k_tile[kKeys][kLd];
+  alignas(16) __shared__ T v_tile[kKeys][kLd];
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) LoadA(qf[kk], q_tile, warp * 16, kk * 16);
+  const int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  const int64_t warp_last = q0 + warp * 16 + 15;  // the warp's last row
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0}, o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  const int64_t key_end = min(L.T, q0 + kFlashRows);
+  for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
+    __syncthreads();  // every warp is done with the previous keys
+    StageRows(k_tile, qkv, k0, kKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
+    StageRows(v_tile, qkv, k0, kKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    __syncthreads();
+    // Key tiles of 8 this warp's rows see at all (the same for every lane).
+    const int tiles =
+        static_cast<int>(min(static_cast<int64_t>(kKeys / 8), (warp_last - k0) / 8 + 1));
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+      if (n < tiles) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t kb[2];
+          LoadBTransposed(kb, k_tile, n * 8, kk * 16);
+          MmaM16N8K16<T>(s[n], qf[kk], kb);
+        }
+      }
+    }
+    float m[2] = {row_max[0], row_max[1]};
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t j = k0 + n * 8 + 2 * q + (i & 1), row = rows[i / 2];
+        s[n][i] = n < tiles && j <= row && j < L.T ? s[n][i] * scale : -INFINITY;
+        m[i / 2] = fmaxf(m[i / 2], s[n][i]);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m[r] = fmaxf(m[r], __shfl_xor_sync(0xFFFFFFFFu, m[r], 1));
+      m[r] = fmaxf(m[r], __shfl_xor_sync(0xFFFFFFFFu, m[r], 2));
+      // A row with nothing visible yet keeps max -inf: no correction, P 0.
+      correction[r] = m[r] == -INFINITY ? 1.0f : expf(row_max[r] - m[r]);
+      row_max[r] = m[r];
+      row_sum[r] *= correction[r];
+    }
+    // P in place, then rounded and packed as the A operand: 16 keys a
+    // fragment.
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float mr = m[i / 2];
+        s[n][i] = mr == -INFINITY ? 0.0f : expf(s[n][i] - mr);
+        row_sum[i / 2] += s[n][i];
+      }
+    }
+    uint32_t pf[kKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) PackA<T>(pf[kk], s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        if (2 * kk >= tiles) break;  // P is 0 there
+        uint32_t vb[2];
+        LoadB(vb, v_tile, kk * 16, n * 8);
+        MmaM16N8K16<T>(o[n], pf[kk], vb);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // (a + b) + (c + d) in every lane of the four: the same bits in each.
+    row_sum[r] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[r], 2);
+    if (rows[r] >= L.T) continue;
+    StoreRow<T, D>(y, L.Y(b, rows[r], h), o, r, row_sum[r]);
+    if (q == 0) Store<float>(lse, sdt, bh * L.T + rows[r], row_max[r] + logf(row_sum[r]));
+  }
+}
+
 // ---- The backward on tensor cores (the same dtypes and head sizes), flash
 // attention 2's split without atomics: one kernel per gradient owner, so
 // every element of dQ, dK and dV has one writer and a fixed order of sums.
@@ -565,6 +754,233 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
   }
 }
 
+// The backward with mma.sync: the WMMA kernels' split (one kernel owns keys,
+// one queries, every gradient element one writer and one order of sums) and
+// numerics (P and dS rounded to T before their products), with everything per
+// element in registers.
+//
+// grid (ceil(T / 64), B * H): a block owns 64 keys of one head (16 per warp,
+// whose K and V fragments stay in registers) and walks the queries that see
+// them, 32 at a time. Per warp and step, for its 16 keys by 32 queries:
+//   S^T = K Q^T and dP^T = V dO^T (4 tiles of 16 x 8 each);
+//   P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta) scale, in place;
+//   dV += P^T dO and dK += dS^T Q (D / 8 tiles each, in registers).
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    FlashAttentionBackwardKeyValueMmaKernel(const T* qkv, const T* dy, Layout L, const void* lse,
+                                            int sdt, const float* delta, T* dqkv) {
+  constexpr int kQueries = kFlashKeys;  // queries a step
+  alignas(16) __shared__ T k_tile[kFlashRows][kLd];
+  alignas(16) __shared__ T v_tile[kFlashRows][kLd];
+  alignas(16) __shared__ T q_tile[kQueries][kLd];
+  alignas(16) __shared__ T do_tile[kQueries][kLd];
+  __shared__ float lse_of[kQueries], delta_of[kQueries];
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
+  StageRows(k_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
+  StageRows(v_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+  __syncthreads();
+  uint32_t kf[D / 16][4], vf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    LoadA(kf[kk], k_tile, warp * 16, kk * 16);
+    LoadA(vf[kk], v_tile, warp * 16, kk * 16);
+  }
+  const int64_t warp_first = j0 + warp * 16;  // the warp's first key
+  const int64_t keys[2] = {warp_first + g, warp_first + g + 8};
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dk[n][i] = dv[n][i] = 0;
+  }
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  for (int64_t i0 = j0; i0 < L.T; i0 += kQueries) {
+    __syncthreads();  // every warp is done with the previous queries
+    StageRows(q_tile, qkv, i0, kQueries, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+    StageRows(do_tile, dy, i0, kQueries, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+    if (threadIdx.x < kQueries) {
+      const int64_t i = i0 + threadIdx.x;
+      lse_of[threadIdx.x] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
+      delta_of[threadIdx.x] = i < L.T ? delta[bh * L.T + i] : 0.0f;
+    }
+    __syncthreads();
+    if (i0 + kQueries <= warp_first) continue;  // no query here sees the warp's keys
+    // Leading query tiles of 8 that see none of them (the same in every lane).
+    const int first = static_cast<int>(max(static_cast<int64_t>(0), (warp_first - i0) / 8));
+    float p[kQueries / 8][4], ds[kQueries / 8][4];
+#pragma unroll
+    for (int n = 0; n < kQueries / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p[n][i] = ds[n][i] = 0;
+      if (n < first) continue;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bq[2], bo[2];
+        LoadBTransposed(bq, q_tile, n * 8, kk * 16);
+        MmaM16N8K16<T>(p[n], kf[kk], bq);  // S^T
+        LoadBTransposed(bo, do_tile, n * 8, kk * 16);
+        MmaM16N8K16<T>(ds[n], vf[kk], bo);  // dP^T
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kQueries / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = n * 8 + 2 * q + (i & 1);
+        const int64_t query = i0 + c;
+        const bool visible = n >= first && query >= keys[i / 2] && query < L.T;
+        p[n][i] = visible ? expf(p[n][i] * scale - lse_of[c]) : 0.0f;
+        ds[n][i] = p[n][i] * (ds[n][i] - delta_of[c]) * scale;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kQueries / 16; ++kk) {
+      if (2 * kk + 1 < first) continue;  // P and dS are 0 there
+      uint32_t pa[4], da[4];
+      PackA<T>(pa, p[2 * kk], p[2 * kk + 1]);
+      PackA<T>(da, ds[2 * kk], ds[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        uint32_t bo[2], bq[2];
+        LoadB(bo, do_tile, kk * 16, n * 8);
+        MmaM16N8K16<T>(dv[n], pa, bo);  // dV += P^T dO
+        LoadB(bq, q_tile, kk * 16, n * 8);
+        MmaM16N8K16<T>(dk[n], da, bq);  // dK += dS^T Q
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= L.T) continue;
+    StoreRow<T, D>(dqkv, L.K(b, keys[r], h), dk, r, 1.0f);
+    StoreRow<T, D>(dqkv, L.V(b, keys[r], h), dv, r, 1.0f);
+  }
+}
+
+// grid (ceil(T / 64), B * H): a block owns 64 queries of one head (16 per
+// warp, whose Q and dO fragments stay in registers) and walks the keys they
+// see, 32 at a time, the last query rows first. Per warp and step:
+//   S = Q K^T and dP = dO V^T; P and dS from them in place; dQ += dS K.
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    FlashAttentionBackwardQueryMmaKernel(const T* qkv, const T* dy, Layout L, const void* lse,
+                                         int sdt, const float* delta, T* dqkv) {
+  constexpr int kKeys = kFlashKeys;  // keys a step
+  alignas(16) __shared__ T q_tile[kFlashRows][kLd];
+  alignas(16) __shared__ T do_tile[kFlashRows][kLd];
+  alignas(16) __shared__ T k_tile[kKeys][kLd];
+  alignas(16) __shared__ T v_tile[kKeys][kLd];
+  const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
+  const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
+  StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+  StageRows(do_tile, dy, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+  __syncthreads();
+  uint32_t qf[D / 16][4], of[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    LoadA(qf[kk], q_tile, warp * 16, kk * 16);
+    LoadA(of[kk], do_tile, warp * 16, kk * 16);
+  }
+  const int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  const int64_t warp_last = q0 + warp * 16 + 15;
+  float lse_r[2], delta_r[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    lse_r[r] = rows[r] < L.T ? Load<float>(lse, sdt, bh * L.T + rows[r]) : 0.0f;
+    delta_r[r] = rows[r] < L.T ? delta[bh * L.T + rows[r]] : 0.0f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  const int64_t key_end = min(L.T, q0 + kFlashRows);
+  for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
+    __syncthreads();  // every warp is done with the previous keys
+    StageRows(k_tile, qkv, k0, kKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
+    StageRows(v_tile, qkv, k0, kKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    __syncthreads();
+    if (k0 > warp_last) continue;  // no key here is seen by the warp's rows
+    // Key tiles of 8 the warp's rows see at all (the same in every lane).
+    const int tiles =
+        static_cast<int>(min(static_cast<int64_t>(kKeys / 8), (warp_last - k0) / 8 + 1));
+    float p[kKeys / 8][4], ds[kKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p[n][i] = ds[n][i] = 0;
+      if (n >= tiles) continue;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bk[2], bv[2];
+        LoadBTransposed(bk, k_tile, n * 8, kk * 16);
+        MmaM16N8K16<T>(p[n], qf[kk], bk);  // S
+        LoadBTransposed(bv, v_tile, n * 8, kk * 16);
+        MmaM16N8K16<T>(ds[n], of[kk], bv);  // dP
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t j = k0 + n * 8 + 2 * q + (i & 1), row = rows[i / 2];
+        const bool visible = n < tiles && row < L.T && j <= row;
+        p[n][i] = visible ? expf(p[n][i] * scale - lse_r[i / 2]) : 0.0f;
+        ds[n][i] = p[n][i] * (ds[n][i] - delta_r[i / 2]) * scale;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      if (2 * kk >= tiles) break;  // dS is 0 there
+      uint32_t da[4];
+      PackA<T>(da, ds[2 * kk], ds[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        uint32_t bk[2];
+        LoadB(bk, k_tile, kk * 16, n * 8);
+        MmaM16N8K16<T>(dq[n], da, bk);  // dQ += dS K
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] < L.T) StoreRow<T, D>(dqkv, L.Q(b, rows[r], h), dq, r, 1.0f);
+  }
+}
+
+template <typename T, int D>
+void LaunchFlashBackwardMma(const T* qkv, const T* dy, const Layout& L, dim3 grid, const void* lse,
+                            int sdt, const float* delta, T* dqkv, Stream s) {
+  const auto key_value = FlashAttentionBackwardKeyValueMmaKernel<T, D>;
+  LAUNCH(key_value, grid, kFlashThreads, S(s), qkv, dy, L, lse, sdt, delta, dqkv);
+  const auto query = FlashAttentionBackwardQueryMmaKernel<T, D>;
+  LAUNCH(query, grid, kFlashThreads, S(s), qkv, dy, L, lse, sdt, delta, dqkv);
+}
+
+// D is 16, 32, 48 or 64 (FlashApplies).
+template <typename T>
+void LaunchFlashBackwardMma(const T* qkv, const T* dy, const Layout& L, dim3 grid, const void* lse,
+                            int sdt, const float* delta, T* dqkv, Stream s) {
+  switch (L.D) {
+    case 16:
+      return LaunchFlashBackwardMma<T, 16>(qkv, dy, L, grid, lse, sdt, delta, dqkv, s);
+    case 32:
+      return LaunchFlashBackwardMma<T, 32>(qkv, dy, L, grid, lse, sdt, delta, dqkv, s);
+    case 48:
+      return LaunchFlashBackwardMma<T, 48>(qkv, dy, L, grid, lse, sdt, delta, dqkv, s);
+    default:
+      return LaunchFlashBackwardMma<T, 64>(qkv, dy, L, grid, lse, sdt, delta, dqkv, s);
+  }
+}
+
+FlashKernels InitialFlashKernels() {
+  const char* v = std::getenv("AMPD_CUDA_FLASH_ATTENTION");
+  return v != nullptr && std::string(v) == "mma" ? FlashKernels::kMma : FlashKernels::kWmma;
+}
+FlashKernels g_flash_kernels = InitialFlashKernels();
+
 std::string LaunchFlashBackward(const void* qkv, const void* y, const void* dy, int dt,
                                 const void* lse, int sdt, const Layout& L, int64_t B, void* delta,
                                 void* dqkv, Stream s) {
@@ -574,6 +990,17 @@ std::string LaunchFlashBackward(const void* qkv, const void* y, const void* dy, 
   LAUNCH(AttentionDeltaKernel<float>, rows_grid, kThreads, S(s), y, dy, dt, L, d);
   const dim3 grid(static_cast<unsigned>((L.T + kFlashRows - 1) / kFlashRows),
                   static_cast<unsigned>(B * L.H));
+  if (g_flash_kernels == FlashKernels::kMma) {
+    if (dt == kF16) {
+      LaunchFlashBackwardMma(static_cast<const __half*>(qkv), static_cast<const __half*>(dy), L,
+                             grid, lse, sdt, d, static_cast<__half*>(dqkv), s);
+    } else {
+      LaunchFlashBackwardMma(static_cast<const __nv_bfloat16*>(qkv),
+                             static_cast<const __nv_bfloat16*>(dy), L, grid, lse, sdt, d,
+                             static_cast<__nv_bfloat16*>(dqkv), s);
+    }
+    return Check("FlashAttentionBackwardMma");
+  }
   if (dt == kF16) {
     const auto* x = static_cast<const __half*>(qkv);
     const auto* g = static_cast<const __half*>(dy);
@@ -594,10 +1021,43 @@ std::string LaunchFlashBackward(const void* qkv, const void* y, const void* dy, 
   return Check("FlashAttentionBackward");
 }
 
+template <typename T, int D>
+void LaunchFlashForwardMma(const T* qkv, const Layout& L, dim3 grid, T* y, void* lse, int sdt,
+                           Stream s) {
+  const auto kernel = FlashAttentionForwardMmaKernel<T, D>;
+  LAUNCH(kernel, grid, kFlashThreads, S(s), qkv, L, y, lse, sdt);
+}
+
+// D is 16, 32, 48 or 64 (FlashApplies).
+template <typename T>
+void LaunchFlashForwardMma(const T* qkv, const Layout& L, dim3 grid, T* y, void* lse, int sdt,
+                           Stream s) {
+  switch (L.D) {
+    case 16:
+      return LaunchFlashForwardMma<T, 16>(qkv, L, grid, y, lse, sdt, s);
+    case 32:
+      return LaunchFlashForwardMma<T, 32>(qkv, L, grid, y, lse, sdt, s);
+    case 48:
+      return LaunchFlashForwardMma<T, 48>(qkv, L, grid, y, lse, sdt, s);
+    default:
+      return LaunchFlashForwardMma<T, 64>(qkv, L, grid, y, lse, sdt, s);
+  }
+}
+
 std::string LaunchFlashForward(const void* qkv, int dt, const Layout& L, int64_t B, void* y,
                                void* lse, int sdt, Stream s) {
   const dim3 grid(static_cast<unsigned>((L.T + kFlashRows - 1) / kFlashRows),
                   static_cast<unsigned>(B * L.H));
+  if (g_flash_kernels == FlashKernels::kMma) {
+    if (dt == kF16) {
+      LaunchFlashForwardMma(static_cast<const __half*>(qkv), L, grid, static_cast<__half*>(y), lse,
+                            sdt, s);
+    } else {
+      LaunchFlashForwardMma(static_cast<const __nv_bfloat16*>(qkv), L, grid,
+                            static_cast<__nv_bfloat16*>(y), lse, sdt, s);
+    }
+    return Check("FlashAttentionForwardMmaKernel");
+  }
   if (dt == kF16) {
     LAUNCH(FlashAttentionForwardKernel<__half>, grid, kFlashThreads, S(s),
            static_cast<const __half*>(qkv), L, static_cast<__half*>(y), lse, sdt);
@@ -608,6 +1068,9 @@ std::string LaunchFlashForward(const void* qkv, int dt, const Layout& L, int64_t
   return Check("FlashAttentionForwardKernel");
 }
 }  // namespace
+
+void SetFlashKernels(FlashKernels kernels) { g_flash_kernels = kernels; }
+FlashKernels GetFlashKernels() { return g_flash_kernels; }
 
 std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
                                   int64_t H, void* y, void* lse, int sdt, Stream s) {

@@ -30,6 +30,12 @@ for h in 64 128; do
   expect "^hidden $h: bf16-mixed / 32-true = [0-9.]+x"
 done
 expect '^RESULT gpt layers=1 embd=32 block=16 batch=2 tokens_per_s=[0-9.]+ mfu=[0-9.]+'
+# The attention kernels at the GPT step's shape, mma.sync against WMMA; the
+# GPT step with mma.sync's (--gpt_attention's default).
+for k in mma wmma; do
+  expect "^RESULT attention kernels=$k fwd_ms=[0-9.]+ bwd_ms=[0-9.]+"
+done
+expect '^gpt_step attention kernels: mma.sync$'
 # The emulator reports compute capability 9.0: the FP8 GEMM and the GPT step
 # in fp8-hybrid run (on its cuBLASLt's FP8 GEMMs).
 expect '^RESULT fp8_gemm size=256 cublas_tflops=[0-9.]+ engine_tflops=[0-9.]+'
@@ -76,6 +82,8 @@ fp8_rate=$(printf 'RESULT fp8_gemm size=8 cublas_tflops=100.0 engine_tflops=95.0
   python3 "$2" "$log.fp8" /nonexistent)
 grep -qE "^gemm 8\^3 fp8: engine 95.0 TFLOP/s = 0.95 of cuBLASLt \(meets >= 0.90\)" <<<"$fp8_rate" ||
   { echo "FAIL: summary's FP8 GEMM ratio: $fp8_rate"; fail=1; }
+grep -qE "^attention at the GPT shape, WMMA / mma.sync time: forward [0-9.]+x \([0-9.]+ ms\), backward [0-9.]+x" <<<"$summary" ||
+  { echo "FAIL: summary lacks the attention kernels' line"; fail=1; }
 grep -qE "^gpt fp8-hybrid / bf16-mixed = [0-9.]+x \((meets|MISSES) >= 1.3x\)" <<<"$summary" ||
   { echo "FAIL: summary lacks the FP8 GPT ratio"; fail=1; }
 python3 "$2" "$log" /nonexistent | grep -q "no PyTorch numbers" ||
