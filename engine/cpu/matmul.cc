@@ -99,6 +99,12 @@ void GemmF32(const float* a, const float* b, float* c, int64_t m, int64_t n, int
   DnnlMatmul::Get().Run(dt::f32, dt::f32, a, b, c, m, n, k, trans_a, trans_b);
 }
 
+void GemmBf16(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
+              bool trans_a, bool trans_b) {
+  using dt = dnnl::memory::data_type;
+  DnnlMatmul::Get().Run(dt::bf16, dt::f32, a, b, c, m, n, k, trans_a, trans_b);
+}
+
 Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                               DType out) {
   const int64_t m = trans_a ? a.dim(1) : a.dim(0);

@@ -2,7 +2,8 @@
 // against libm, GELU tanh and causal attention (forward and backward) against
 // f64 and against the portable loops they replace on CPUs without AVX-512,
 // the AdamW update (32-bit and 8-bit states) bit for bit against them;
-// the cached attention at these head sizes is in ops/attention_test. Each
+// the bf16 attention backward against f64 with its rounding points; the
+// cached attention at these head sizes is in ops/attention_test. Each
 // attention case uses head sizes the vector kernels take (16, 48, 64, 128)
 // and 150 keys, so that three key tiles and a partial 16-key group are
 // crossed. On a CPU without AVX-512 both sides are the portable loop and the
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -24,8 +26,10 @@
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/kernels/reductions.h"
 #include "engine/backend/quant_map.h"
+#include "engine/core/half.h"
 #include "engine/cpu/adamw8bit_coder.h"
 #include "engine/cpu/avx512_math.h"
+#include "engine/cpu/capabilities.h"
 #include "engine/cpu/vector_isa.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/autocast.h"
@@ -187,6 +191,97 @@ TEST_F(VectorKernelsTest, AttentionIsTheSameWhicheverWayItsTasksAreCut) {
     EXPECT_EQ(whole.y, per_head.y) << DTypeName(d);
     EXPECT_EQ(whole.dqkv, per_head.dqkv) << DTypeName(d);
   }
+}
+
+// Rounds to the nearest bf16 (ties to even), in double.
+double Bf16(double x) { return core::BF16BitsToF32(core::F32ToBF16Bits(static_cast<float>(x))); }
+
+// The backward of bf16 attention where oneDNN has a bf16 matmul rounds P and
+// dS to bf16 before they meet K, Q and dO (as flash attention's backward on
+// tensor cores); without one, the inputs are widened and P and dS stay f32.
+// Either way the gradients are those of f64 arithmetic on the bf16 inputs
+// with exactly those rounding points, to within the final rounding to bf16
+// (and a little more, where a sum cancels), and within bf16 error of plain
+// f64 attention.
+TEST_F(VectorKernelsTest, Bf16AttentionBackwardIsF64WithItsRoundingPoints) {
+  const int64_t B = 2, T = 150, H = 2, D = 64, C = H * D;
+  const bool rounds_p = ProbeCpu().bf16_matmul;
+  std::vector<double> qkv = RandomValues(B * T * 3 * C, 41);
+  std::vector<double> dy = RandomValues(B * T * C, 42);
+  for (double& v : qkv) v = Bf16(v);
+  for (double& v : dy) v = Bf16(v);
+  const AttentionGrads got = AttentionWithGrad(qkv, dy, B, T, C, H, DType::kBF16);
+  const AttentionGrads f64 = AttentionWithGrad(qkv, dy, B, T, C, H, DType::kF64);
+  // The reference, one (batch, head) at a time; O is the bf16 forward's.
+  std::vector<double> want(B * T * 3 * C, 0.0);
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto at = [&](int64_t b, int64_t t, int64_t part, int64_t h) {
+    return (b * T + t) * 3 * C + part * C + h * D;
+  };
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> p(T * T, 0.0), ds(T * T, 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        const double* q = &qkv[at(b, i, 0, h)];
+        std::vector<double> s(i + 1);
+        double m = -std::numeric_limits<double>::infinity(), sum = 0, delta = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double* k = &qkv[at(b, j, 1, h)];
+          s[j] = 0;
+          for (int64_t d = 0; d < D; ++d) s[j] += q[d] * k[d];
+          s[j] *= scale;
+          m = std::max(m, s[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
+        const double lse = m + std::log(sum);
+        const double* go = &dy[(b * T + i) * C + h * D];
+        for (int64_t d = 0; d < D; ++d) delta += go[d] * got.y[(b * T + i) * C + h * D + d];
+        for (int64_t j = 0; j <= i; ++j) {
+          const double* v = &qkv[at(b, j, 2, h)];
+          double dp = 0;
+          for (int64_t d = 0; d < D; ++d) dp += go[d] * v[d];
+          const double pij = std::exp(s[j] - lse);
+          p[i * T + j] = rounds_p ? Bf16(pij) : pij;
+          ds[i * T + j] = rounds_p ? Bf16(pij * (dp - delta) * scale) : pij * (dp - delta) * scale;
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t d = 0; d < D; ++d) {
+            want[at(b, i, 0, h) + d] += ds[i * T + j] * qkv[at(b, j, 1, h) + d];
+            want[at(b, j, 1, h) + d] += ds[i * T + j] * qkv[at(b, i, 0, h) + d];
+            want[at(b, j, 2, h) + d] += p[i * T + j] * dy[(b * T + i) * C + h * D + d];
+          }
+        }
+      }
+    }
+  }
+  // Nearly every gradient is the reference's, rounded to bf16 (a few differ
+  // by an ulp where the f32 sums round P or dS the other way); all are within
+  // two ulps of it, relative to the larger of the value and its tensor's rms
+  // (a sum that cancels to near zero keeps the error of its terms). Against
+  // plain f64 the kernel is only within bf16's error, so the exact share
+  // there is low: it tells which rounding points the kernel has.
+  double rms = 0;
+  for (double v : want) rms += v * v;
+  rms = std::sqrt(rms / want.size());
+  double worst = 0, worst_f64 = 0;
+  int64_t exact = 0, exact_f64 = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::fabs(got.dqkv[i] - want[i]) / (std::fabs(want[i]) + rms));
+    worst_f64 =
+        std::max(worst_f64, std::fabs(got.dqkv[i] - f64.dqkv[i]) / (std::fabs(f64.dqkv[i]) + rms));
+    exact += got.dqkv[i] == Bf16(want[i]);
+    exact_f64 += got.dqkv[i] == Bf16(f64.dqkv[i]);
+  }
+  const double n = static_cast<double>(want.size());
+  std::printf(
+      "bf16 attention backward (P, dS rounded to bf16: %s): against those rounding points "
+      "worst %.3g, %.4f exact; against f64 worst %.3g, %.4f exact\n",
+      rounds_p ? "yes" : "no", worst, exact / n, worst_f64, exact_f64 / n);
+  EXPECT_LT(worst, 1.0 / 128);
+  EXPECT_GT(exact / n, 0.99);
+  EXPECT_LT(worst_f64, 0.05);
 }
 
 struct LayerNormRun {
