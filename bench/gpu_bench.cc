@@ -17,15 +17,21 @@
 //    of the measured cuBLAS bf16 rate and of --peak_tflops, and the
 //    bf16-mixed / 32-true ratio. Modes are interleaved round by round; the
 //    median round is reported.
-// 3. attention: the fused causal attention at the GPT step's shape (bf16),
-//    forward and backward, WMMA's kernels against mma.sync's, interleaved.
-// 4. gpt_step: GPT-2 124M (12 layers, 12 heads, 768 wide, block 1024, vocab
+// 3. gpt_step: GPT-2 124M (12 layers, 12 heads, 768 wide, block 1024, vocab
 //    50257, tied head) trained by the same Trainer on random token windows,
-//    bf16-mixed: tokens/s and MFU (model FLOPs 6N + 12LTC per token over
-//    --peak_tflops), against PyTorch eager AMP on the same model
-//    (bench/torch_gpt_bench.py --device=cuda) in the bundle's summary.
-//    With FP8 tensor cores the same step in fp8-hybrid (E4M3 forward, E5M2
-//    gradients, delayed scaling) and bf16-mixed / fp8-hybrid (target >= 1.3x).
+//    bf16-mixed, with the engine's default flash attention kernels (WMMA's):
+//    tokens/s and MFU (model FLOPs 6N + 12LTC per token over --peak_tflops),
+//    against PyTorch eager AMP on the same model (bench/torch_gpt_bench.py
+//    --device=cuda) in the bundle's summary. With FP8 tensor cores the same
+//    step in fp8-hybrid (E4M3 forward, E5M2 gradients, delayed scaling) and
+//    bf16-mixed / fp8-hybrid (target >= 1.3x).
+// 4. attention: the fused causal attention at the GPT step's shape (bf16),
+//    WMMA's kernels against mma.sync's (never yet run on a GPU): their
+//    outputs compared on random data, then forward and backward timed,
+//    interleaved. Then, if they agreed and the device is healthy, the GPT
+//    step again with mma.sync's kernels, and its speed over WMMA's step.
+//    This comes after everything else, so that kernels which fault cost no
+//    other measurement.
 //
 // Lines starting with "RESULT " are machine-readable (tools/gpu_bundle's
 // summary compares them with PyTorch's numbers from bench/torch_amp_bench.py).
@@ -34,11 +40,12 @@
 //             [--gemm=8192] [--peak_tflops=989]
 //             [--gpt_layers=12] [--gpt_embd=768] [--gpt_heads=12] [--gpt_block=1024]
 //             [--gpt_vocab=50257] [--gpt_batch=8]   (--gpt_layers=0: no GPT)
-//             [--gpt_attention=mma]  (or wmma: the GPT step's flash attention kernels)
+//             [--gpt_attention=both]  (wmma: no attention comparison, no mma.sync step)
 //             [--profile]  (then the MLP's and the GPT step's time per kernel)
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -53,6 +60,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "bench/kernel_profile.h"
+#include "bench/random_matrix.h"
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kernels/attention.h"
@@ -83,9 +91,10 @@ ABSL_FLAG(int64_t, gpt_heads, 12, "GPT heads");
 ABSL_FLAG(int64_t, gpt_block, 1024, "GPT context");
 ABSL_FLAG(int64_t, gpt_vocab, 50257, "GPT vocabulary");
 ABSL_FLAG(int64_t, gpt_batch, 8, "GPT sequences per step");
-ABSL_FLAG(std::string, gpt_attention, "mma",
-          "The flash attention kernels of the GPT step: mma (mma.sync's, the candidate) or "
-          "wmma (WMMA's, the engine's default until mma.sync's have passed on a GPU)");
+ABSL_FLAG(std::string, gpt_attention, "both",
+          "The flash attention kernels the GPT step runs with: both (WMMA's, the engine's "
+          "default, then, after the attention comparison, mma.sync's) or wmma (WMMA's only, no "
+          "comparison)");
 
 namespace ampd::bench {
 namespace {
@@ -107,7 +116,7 @@ struct Options {
   double peak_tflops = 989;  // H100/H200 SXM dense bf16, NVIDIA's datasheet
   engine::nn::GptSpec gpt;   // n_layer 0: skipped
   int64_t gpt_batch = 8;
-  engine::cuda::FlashKernels gpt_attention = engine::cuda::FlashKernels::kMma;
+  bool gpt_mma = true;  // --gpt_attention=both: compare the kernel sets, step with mma.sync's
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -242,28 +251,65 @@ void ProfileSteps(const char* what, engine::train::Trainer& t) {
   ampd::bench::ProfileSteps(what, 2, [&] { t.RunStep(); });
 }
 
-// The fused causal attention at the GPT step's shape in bf16, forward and
-// backward, with the mma.sync kernels (the default) against the WMMA ones,
-// interleaved: ms per call and TFLOP/s by flash attention's count (the
-// causal half of 4 B H T^2 D forward, 2.5 times that backward).
-void BenchAttention(const Options& o) {
+// The fused causal attention at the GPT step's shape in bf16, WMMA's kernels
+// against mma.sync's. First their outputs on random data (y, the logsumexp,
+// dx), compared: both are bf16 results of f32 sums in different orders, so
+// they differ by rounding only, within `kTolerance` of the largest
+// magnitude; a wrong fragment or mask differs by far more. Then forward and
+// backward timed, interleaved: ms per call and TFLOP/s by flash attention's
+// count (the causal half of 4 B H T^2 D forward, 2.5 times that backward).
+// Returns whether they agreed.
+bool BenchAttention(const Options& o) {
   const engine::nn::GptSpec& g = o.gpt;
   const int64_t B = o.gpt_batch, T = g.block_size, C = g.n_embd, H = g.n_head;
-  Tensor qkv = engine::Tensor::Full({B * T, 3 * C}, DType::kBF16, 0.01, engine::Device::kCuda);
-  Tensor dy = engine::Tensor::Full({B * T, C}, DType::kBF16, 0.01, engine::Device::kCuda);
+  using engine::cuda::FlashKernels;
+  const Tensor qkv = RandomMatrix(B * T, 3 * C, DType::kBF16, 11).To(engine::Device::kCuda);
+  const Tensor dy = RandomMatrix(B * T, C, DType::kBF16, 12).To(engine::Device::kCuda);
   const auto forward =
       engine::backend::Kernel<engine::backend::CausalAttentionKernel>(engine::Device::kCuda);
   const auto backward = engine::backend::Kernel<engine::backend::CausalAttentionBackwardKernel>(
       engine::Device::kCuda);
+  const FlashKernels initial = engine::cuda::GetFlashKernels();
+  struct Outputs {
+    std::vector<double> y, lse, dx;
+  };
+  auto run = [&](FlashKernels k) {
+    engine::cuda::SetFlashKernels(k);
+    const engine::backend::AttentionResult r = forward(qkv, T, H);
+    const Tensor dx = backward(qkv, r.y, r.lse, dy, T, H);
+    return Outputs{r.y.To(engine::Device::kCpu).ToDoubles(),
+                   r.lse.To(engine::Device::kCpu).ToDoubles(),
+                   dx.To(engine::Device::kCpu).ToDoubles()};
+  };
+  const Outputs wmma = run(FlashKernels::kWmma), mma = run(FlashKernels::kMma);
+  constexpr double kTolerance = 2e-2;
+  bool agree = true;
+  auto compare = [&](const char* name, const std::vector<double>& w, const std::vector<double>& m) {
+    double scale = 0, diff = w.size() == m.size() ? 0 : INFINITY;
+    for (size_t i = 0; i < w.size() && i < m.size(); ++i) {
+      scale = std::max(scale, std::fabs(w[i]));
+      diff = std::max(diff, std::isfinite(m[i]) ? std::fabs(w[i] - m[i]) : INFINITY);
+    }
+    const double rel = diff / std::max(scale, 1e-30);
+    agree &= rel <= kTolerance;
+    std::printf(" %s_max_diff=%.3g", name, rel);
+  };
+  std::printf(
+      "\nattention mma.sync against WMMA on random bf16 data (|difference| / max |value|):\n"
+      "RESULT attention_check");
+  compare("y", wmma.y, mma.y);
+  compare("lse", wmma.lse, mma.lse);
+  compare("dx", wmma.dx, mma.dx);
+  std::printf(" agree=%d\n", agree ? 1 : 0);
+  std::fflush(stdout);
+
   const engine::backend::AttentionResult out = forward(qkv, T, H);
-  const engine::cuda::FlashKernels initial = engine::cuda::GetFlashKernels();
-  auto with = [](engine::cuda::FlashKernels k, const std::function<void()>& f) {
+  auto with = [](FlashKernels k, const std::function<void()>& f) {
     return [k, f] {
       engine::cuda::SetFlashKernels(k);
       f();
     };
   };
-  using engine::cuda::FlashKernels;
   const auto [wmma_fwd, mma_fwd] =
       TimeInterleaved(with(FlashKernels::kWmma, [&] { forward(qkv, T, H); }),
                       with(FlashKernels::kMma, [&] { forward(qkv, T, H); }));
@@ -273,7 +319,7 @@ void BenchAttention(const Options& o) {
   engine::cuda::SetFlashKernels(initial);
   const double fwd_flops = 2.0 * B * H * T * T * (C / H), bwd_flops = 2.5 * fwd_flops;
   std::printf(
-      "\nattention bf16 B=%lld T=%lld H=%lld D=%lld: forward mma.sync %.3f ms (%.0f TFLOP/s), "
+      "attention bf16 B=%lld T=%lld H=%lld D=%lld: forward mma.sync %.3f ms (%.0f TFLOP/s), "
       "WMMA %.3f ms (%.0f), WMMA/mma %.2fx; backward mma.sync %.3f ms (%.0f TFLOP/s), WMMA "
       "%.3f ms (%.0f), WMMA/mma %.2fx\n",
       (long long)B, (long long)T, (long long)H, (long long)(C / H), mma_fwd * 1e3,
@@ -284,11 +330,14 @@ void BenchAttention(const Options& o) {
       "RESULT attention kernels=mma fwd_ms=%.4f bwd_ms=%.4f\nRESULT attention kernels=wmma "
       "fwd_ms=%.4f bwd_ms=%.4f\n",
       mma_fwd * 1e3, mma_bwd * 1e3, wmma_fwd * 1e3, wmma_bwd * 1e3);
+  std::fflush(stdout);
+  return agree;
 }
 
 // GPT-2's training step on the GPU in `precision`; random tokens (the step
 // costs the same whatever they are). *step_s: the median step's seconds.
-int BenchGpt(const Options& o, const std::string& precision, double* step_s) {
+// `kind` names its RESULT line (gpt, gpt_fp8, gpt_mma) and its profile.
+int BenchGpt(const Options& o, const std::string& precision, const char* kind, double* step_s) {
   const engine::nn::GptSpec& g = o.gpt;
   std::vector<uint32_t> ids(static_cast<size_t>(g.block_size + 1) * o.gpt_batch * 16);
   uint64_t x = 88172645463325252ull;
@@ -334,13 +383,15 @@ int BenchGpt(const Options& o, const std::string& precision, double* step_s) {
       (long long)g.n_layer, (long long)g.n_embd, (long long)g.n_head, (long long)g.block_size,
       (long long)g.vocab_size, (long long)engine::nn::GptParameterCount(g), (long long)o.gpt_batch,
       precision.c_str(), step * 1e3, tokens_per_s, 100 * mfu, o.peak_tflops);
-  // (The bf16-mixed line keeps its old name: the bundle's summary reads it.)
   std::printf("RESULT %s layers=%lld embd=%lld block=%lld batch=%lld tokens_per_s=%.1f mfu=%.4f\n",
-              precision == "bf16-mixed" ? "gpt" : "gpt_fp8", (long long)g.n_layer,
-              (long long)g.n_embd, (long long)g.block_size, (long long)o.gpt_batch, tokens_per_s,
-              mfu);
+              kind, (long long)g.n_layer, (long long)g.n_embd, (long long)g.block_size,
+              (long long)o.gpt_batch, tokens_per_s, mfu);
   std::fflush(stdout);
-  if (absl::GetFlag(FLAGS_profile)) ProfileSteps(("gpt_step " + precision).c_str(), **t);
+  if (absl::GetFlag(FLAGS_profile)) {
+    ProfileSteps(
+        ("gpt_step " + precision + (std::string(kind) == "gpt_mma" ? " mma.sync" : "")).c_str(),
+        **t);
+  }
   return 0;
 }
 
@@ -438,14 +489,12 @@ int RunBenchmarks(const Options& o) {
   }
   if (o.gpt.n_layer > 0) {
     double bf16_step = 0, fp8_step = 0;
-    BenchAttention(o);
-    engine::cuda::SetFlashKernels(o.gpt_attention);
-    std::printf("gpt_step attention kernels: %s\n",
-                o.gpt_attention == engine::cuda::FlashKernels::kMma ? "mma.sync" : "WMMA");
-    if (int rc = BenchGpt(o, "bf16-mixed", &bf16_step); rc != 0) return rc;
+    engine::cuda::SetFlashKernels(engine::cuda::FlashKernels::kWmma);
+    std::printf("\ngpt_step attention kernels: WMMA\n");
+    if (int rc = BenchGpt(o, "bf16-mixed", "gpt", &bf16_step); rc != 0) return rc;
     if (fp8) {
       // Transformer Engine's recipe: E4M3 forward, E5M2 gradients, delayed scaling.
-      if (int rc = BenchGpt(o, "fp8-hybrid", &fp8_step); rc != 0) return rc;
+      if (int rc = BenchGpt(o, "fp8-hybrid", "gpt_fp8", &fp8_step); rc != 0) return rc;
       std::printf("gpt_step: bf16-mixed / fp8-hybrid = %.2fx (target >= 1.3x)\n",
                   bf16_step / fp8_step);
     } else {
@@ -454,6 +503,25 @@ int RunBenchmarks(const Options& o) {
     if (absl::Status health = (*gpu)->Health(); !health.ok()) {
       std::fprintf(stderr, "gpu_bench: %s\n", health.ToString().c_str());
       return 1;
+    }
+    if (o.gpt_mma) {
+      const bool agree = BenchAttention(o);
+      if (absl::Status health = (*gpu)->Health(); !health.ok()) {
+        std::fprintf(stderr, "gpu_bench: after the mma.sync attention kernels: %s\n",
+                     health.ToString().c_str());
+        return 1;
+      }
+      if (agree) {
+        double mma_step = 0;
+        engine::cuda::SetFlashKernels(engine::cuda::FlashKernels::kMma);
+        std::printf("\ngpt_step attention kernels: mma.sync\n");
+        if (int rc = BenchGpt(o, "bf16-mixed", "gpt_mma", &mma_step); rc != 0) return rc;
+        engine::cuda::SetFlashKernels(engine::cuda::FlashKernels::kWmma);
+        std::printf("gpt_step bf16-mixed: WMMA's step / mma.sync's = %.2fx\n",
+                    bf16_step / mma_step);
+      } else {
+        std::printf("SKIPPED gpt_step with mma.sync attention: its outputs disagree with WMMA's\n");
+      }
     }
   }
   const engine::cuda::AllocatorStats st = engine::cuda::CudaMemoryStats();
@@ -494,13 +562,12 @@ int main(int argc, char** argv) {
   o.gpt.vocab_size = absl::GetFlag(FLAGS_gpt_vocab);
   o.gpt_batch = absl::GetFlag(FLAGS_gpt_batch);
   const std::string attention = absl::GetFlag(FLAGS_gpt_attention);
-  if (attention != "mma" && attention != "wmma") {
-    std::fprintf(stderr, "gpu_bench: --gpt_attention must be mma or wmma, not \"%s\"\n",
+  if (attention != "both" && attention != "wmma") {
+    std::fprintf(stderr, "gpu_bench: --gpt_attention must be both or wmma, not \"%s\"\n",
                  attention.c_str());
     return 2;
   }
-  o.gpt_attention = attention == "mma" ? ampd::engine::cuda::FlashKernels::kMma
-                                       : ampd::engine::cuda::FlashKernels::kWmma;
+  o.gpt_mma = attention == "both";
   if (o.gpt.n_layer > 0) {
     if (absl::Status s = ampd::engine::nn::ValidateGpt(o.gpt); !s.ok() || o.gpt_batch <= 0) {
       std::fprintf(stderr, "gpu_bench: bad GPT flags: %s\n",

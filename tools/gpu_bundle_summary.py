@@ -67,6 +67,21 @@ def main():
             x = float(r["tokens_per_s"]) / torch_gpt[0]
             print(f"gpt bf16-mixed: ampd / PyTorch eager AMP = {x:.2f}x "
                   f"({'meets' if x >= 1.1 else 'MISSES'} >= 1.1x)")
+    for kind, r in ours:
+        if kind == "attention_check":
+            worst = max(float(r[f"{t}_max_diff"]) for t in ("y", "lse", "dx"))
+            verdict = "agree" if r.get("agree") == "1" else "DISAGREE"
+            print(f"attention mma.sync against WMMA on random data: {verdict} "
+                  f"(largest difference {worst:.3g} of the largest value)")
+    gpt_wmma = [float(r["tokens_per_s"]) for k, r in ours if k == "gpt"]
+    for kind, r in ours:
+        if kind == "gpt_mma":
+            mfu = float(r["mfu"])
+            speed = (f"; WMMA's step / mma.sync's {float(r['tokens_per_s']) / gpt_wmma[0]:.2f}x"
+                     if gpt_wmma else "")
+            print(f"gpt {r['layers']}x{r['embd']} block {r['block']} bf16-mixed with mma.sync "
+                  f"attention: {float(r['tokens_per_s']):.0f} tokens/s, MFU {100 * mfu:.1f}% "
+                  f"({'meets' if mfu >= 0.45 else 'MISSES'} >= 45%){speed}")
     attention = {r.get("kernels"): r for k, r in ours if k == "attention"}
     if "mma" in attention and "wmma" in attention:
         m, w = attention["mma"], attention["wmma"]
