@@ -30,6 +30,8 @@
 #include "bench/torch_step.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/matmul.h"
+#include "engine/cpu/bf16_gemm_route.h"
+#include "engine/cpu/capabilities.h"
 #include "engine/cpu/host_memory.h"
 #include "engine/data/text_tokens.h"
 #include "engine/data/token_windows.h"
@@ -52,7 +54,10 @@ ABSL_FLAG(bool, profile, false,
           "Then two more steps per precision with every kernel timed: ms per step by kernel "
           "and the costliest calls by arguments (bench/kernel_profile.h)");
 ABSL_FLAG(std::string, precisions, "32-true,bf16-mixed",
-          "Comma-separated precisions to run (32-true, bf16-mixed); one alone is for profiling");
+          "Comma-separated precisions to run (32-true, bf16-mixed); one alone is for profiling. "
+          "bf16-mixed:native is bf16-mixed with oneDNN's bf16 matmul for every bf16 GEMM, "
+          "whatever the CPU's chosen route (engine/cpu/bf16_gemm_route.h), to compare the two "
+          "in one run");
 
 namespace ampd::bench {
 namespace {
@@ -95,6 +100,7 @@ struct Run {
   std::unique_ptr<nn::Gpt> gpt;
   std::unique_ptr<engine::optim::Optimizer> opt;
   bool bf16 = false;
+  bool native_gemms = false;  // bf16 GEMMs forced onto oneDNN's bf16 matmul
   std::vector<double> step_s;
   double last_loss = 0;
 };
@@ -103,6 +109,8 @@ void Step(Run& r, data::TokenWindows& windows, int64_t batch) {
   const data::TokenBatch b = windows.Next(batch);
   r.opt->ZeroGrad();
   Tensor loss;
+  engine::cpu::SetBf16GemmRouteForTesting(r.native_gemms ? engine::cpu::Bf16GemmOverride::kNative
+                                                         : engine::cpu::Bf16GemmOverride::kDefault);
   {
     engine::ops::AutocastScope autocast(r.bf16, DType::kBF16);
     loss = r.gpt->Loss(b.inputs, b.targets, b.batch, b.block, true);
@@ -111,6 +119,7 @@ void Step(Run& r, data::TokenWindows& windows, int64_t batch) {
   r.opt->CollectGradients();
   r.opt->Step(1e-3);
   r.last_loss = loss.Item();
+  engine::cpu::SetBf16GemmRouteForTesting(engine::cpu::Bf16GemmOverride::kDefault);
 }
 
 // PyTorch eager on the same model and precision: ms per step, or -1.
@@ -152,14 +161,19 @@ int Main() {
       static_cast<long long>(spec.n_head), static_cast<long long>(spec.block_size),
       static_cast<long long>(batch), tokens.name().c_str(), nn::GptParameterCount(spec) / 1e6,
       peak);
-  Run runs[2];
-  const char* names[2] = {"32-true", "bf16-mixed"};
-  bool wanted[2] = {false, false};
+  std::printf("%s\n", engine::cpu::ChosenBf16GemmRoute().why.c_str());
+  constexpr int kRuns = 3;
+  Run runs[kRuns];
+  const char* names[kRuns] = {"32-true", "bf16-mixed", "bf16-mixed:native"};
+  bool wanted[kRuns] = {false, false, false};
   for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_precisions), ',')) {
-    if (p == names[0]) {
-      wanted[0] = true;
-    } else if (p == names[1]) {
-      wanted[1] = true;
+    const int i = static_cast<int>(std::find(names, names + kRuns, p) - names);
+    if (i == 2 && !engine::cpu::ProbeCpu().bf16_matmul) {
+      std::fprintf(stderr, "gpt_bench: bf16-mixed:native: no oneDNN bf16 matmul on this CPU\n");
+      return 2;
+    }
+    if (i < kRuns) {
+      wanted[i] = true;
     } else {
       std::fprintf(stderr, "gpt_bench: --precisions: unknown precision '%.*s'\n",
                    static_cast<int>(p.size()), p.data());
@@ -167,9 +181,10 @@ int Main() {
     }
   }
   std::vector<data::TokenWindows> windows;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kRuns; ++i) {
     runs[i].gpt = *nn::Gpt::Build(spec, 1);
-    runs[i].bf16 = i == 1;
+    runs[i].bf16 = i >= 1;
+    runs[i].native_gemms = i == 2;
     engine::optim::OptimizerSpec o;
     o.lr = 1e-3;
     runs[i].opt = std::make_unique<engine::optim::Optimizer>(o, &runs[i].gpt->parameters(), false);
@@ -178,22 +193,22 @@ int Main() {
     for (int64_t s = 0; s < absl::GetFlag(FLAGS_warmup); ++s) Step(runs[i], windows[i], batch);
   }
   const bool torch = !absl::GetFlag(FLAGS_no_torch);
-  std::vector<double> torch_ms[2];
+  std::vector<double> torch_ms[kRuns];
   for (int64_t round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRuns; ++i) {
       if (!wanted[i]) continue;
       const auto t0 = Clock::now();
       for (int64_t s = 0; s < absl::GetFlag(FLAGS_steps); ++s) Step(runs[i], windows[i], batch);
       runs[i].step_s.push_back(Seconds(t0, Clock::now()) / absl::GetFlag(FLAGS_steps));
-      if (torch) {
+      if (torch && i < 2) {  // PyTorch has one bf16-mixed
         const double ms = TorchStepMs(names[i]);
         if (ms > 0) torch_ms[i].push_back(ms);
       }
     }
   }
-  std::printf("%-11s %9s %10s %7s %9s %12s %8s\n", "precision", "step ms", "tokens/s", "MFU",
+  std::printf("%-17s %9s %10s %7s %9s %12s %8s\n", "precision", "step ms", "tokens/s", "MFU",
               "loss", "torch ms", "ratio");
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kRuns; ++i) {
     if (!wanted[i]) continue;
     const double s = Median(runs[i].step_s);
     const double tps = batch * spec.block_size / s;
@@ -201,7 +216,7 @@ int Main() {
     const std::string t = torch_ms[i].empty() ? "-" : absl::StrCat(Median(torch_ms[i]));
     const std::string ratio =
         torch_ms[i].empty() ? "-" : absl::StrCat(Median(torch_ms[i]) / (1e3 * s), "x");
-    std::printf("%-11s %9.1f %10.0f %6.1f%% %9.4f %12s %8s\n", names[i], 1e3 * s, tps, 100 * mfu,
+    std::printf("%-17s %9.1f %10.0f %6.1f%% %9.4f %12s %8s\n", names[i], 1e3 * s, tps, 100 * mfu,
                 runs[i].last_loss, t.c_str(), ratio.c_str());
     std::printf("RESULT gpt_bench precision=%s step_ms=%.2f tokens_per_s=%.0f mfu=%.4f%s\n",
                 names[i], 1e3 * s, tps, mfu,
@@ -211,13 +226,20 @@ int Main() {
                                    " ratio_vs_torch=", Median(torch_ms[i]) / (1e3 * s))
                           .c_str());
   }
+  if (wanted[1] && wanted[2]) {
+    const double ratio = Median(runs[2].step_s) / Median(runs[1].step_s);
+    std::printf("bf16-mixed with this CPU's %s bf16 GEMMs: %.2fx the speed of native ones\n",
+                engine::cpu::Bf16GemmRouteName(engine::cpu::ChosenBf16GemmRoute().route), ratio);
+    std::printf("RESULT gpt_bench bf16_gemm_route=%s vs_native=%.4f\n",
+                engine::cpu::Bf16GemmRouteName(engine::cpu::ChosenBf16GemmRoute().route), ratio);
+  }
   if (torch && torch_ms[0].empty() && torch_ms[1].empty()) {
     std::printf("PyTorch comparison skipped: torch is not importable by %s\n",
                 absl::GetFlag(FLAGS_torch_python).c_str());
   }
   if (absl::GetFlag(FLAGS_profile)) {
     InstallKernelProfile(engine::core::Device::kCpu, nullptr);
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRuns; ++i) {
       if (!wanted[i]) continue;
       ProfileSteps(absl::StrCat("gpt_bench ", names[i]).c_str(), 2,
                    [&] { Step(runs[i], windows[i], batch); });

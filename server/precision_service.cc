@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/amp/precision.h"
 #include "engine/backend/backend.h"
+#include "engine/cpu/bf16_gemm_route.h"
 #include "engine/cpu/capabilities.h"
 #include "engine/nn/model.h"
 #include "engine/runner/job_spec.h"
@@ -129,8 +130,9 @@ v1::DeviceInfo CpuDeviceInfo() {
   d.set_bf16_native(cpu.avx512_bf16);
   d.set_f16_native(false);
   d.set_fp8_native(false);
-  // bf16 runs on every CPU: through oneDNN's bf16 matmul where it has one,
-  // else widened to f32 (engine/cpu/matmul.cc); the notes say which.
+  // bf16 runs on every CPU: through oneDNN's bf16 matmul, or widened to f32
+  // where that is faster or missing (engine/cpu/bf16_gemm_route.h); the
+  // notes say which, and why.
   AddPrecisionModes(/*bf16=*/true, /*fp8_available=*/true, &d);
   if (absl::StatusOr<engine::backend::Backend*> be =
           engine::backend::BackendFor(engine::Device::kCpu);
@@ -141,10 +143,10 @@ v1::DeviceInfo CpuDeviceInfo() {
       cpu.threads,
       " threads. f16 matmul is computed as f16-rounded inputs with f32 "
       "accumulation (oneDNN 2.6 has no f16 matmul on CPUs); ",
-      !cpu.bf16_matmul  ? "bf16 matmul is computed the same way (oneDNN 2.6 has no bf16 matmul "
-                          "without AVX-512): bf16 saves memory here, not time."
-      : cpu.avx512_bf16 ? "bf16 matmul runs in oneDNN with native AVX-512 BF16."
-                        : "bf16 matmul runs in oneDNN (emulated: no AVX-512 BF16).",
+      engine::cpu::ChosenBf16GemmRoute().why,
+      !cpu.bf16_matmul  ? ""
+      : cpu.avx512_bf16 ? " oneDNN's bf16 matmul uses native AVX-512 BF16."
+                        : " oneDNN's bf16 matmul is emulated here (no AVX-512 BF16).",
       " FP8 modes run emulated: the same E4M3/E5M2 casts and scaling as a GPU's, bit for bit, "
       "then f32 GEMMs of the decoded values (a correctness reference, not a fast path)."));
   return d;

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/cpu/capabilities.h"
+#include "engine/cpu/bf16_gemm_route.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/kernel_util.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -187,10 +187,13 @@ class DnnlConv {
   std::map<std::vector<int64_t>, Entry> cache_;
 };
 
-// Whether this conv runs on oneDNN in bf16: where oneDNN 2.6 has bf16
-// convolutions (AVX-512); elsewhere bf16 operands are widened to f32, which
-// is exact (accumulation is f32 either way), as the matmul does.
-bool NativeBf16(const Tensor& x) { return x.dtype() == DType::kBF16 && ProbeCpu().bf16_matmul; }
+// Whether this conv runs on oneDNN in bf16: where the GEMMs' route is
+// native (bf16_gemm_route.h; oneDNN 2.6 has bf16 convolutions where it has
+// bf16 matmul); elsewhere bf16 operands are widened to f32, which is exact
+// (accumulation is f32 either way), as the matmul does.
+bool NativeBf16(const Tensor& x) {
+  return x.dtype() == DType::kBF16 && Bf16GemmRouteInEffect() == Bf16GemmRoute::kNative;
+}
 
 Tensor AsF32(const Tensor& t) {
   return t.dtype() == DType::kF32 ? t : CpuBackendImpl::Instance().Cast(t, DType::kF32);

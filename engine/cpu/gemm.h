@@ -8,6 +8,9 @@
 
 #include <cstdint>
 
+#include "engine/core/tensor.h"
+#include "engine/cpu/bf16_gemm_route.h"
+
 namespace ampd::engine::cpu {
 
 // c[m x n] = op(a) op(b), row-major and dense: op(a) is a [m x k] (stored
@@ -15,11 +18,18 @@ namespace ampd::engine::cpu {
 void GemmF32(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
              bool trans_a, bool trans_b);
 
-// The same with bf16 operands (raw bits) and an f32 result, on oneDNN's bf16
-// matmul (AMX or AVX512-BF16): only where ProbeCpu().bf16_matmul. The
+// The same with bf16 operands (raw bits) and an f32 result, by the route in
+// effect (bf16_gemm_route.h): oneDNN's bf16 matmul (AMX or AVX512-BF16), or
+// both operands widened into this thread's scratch and GemmF32. The
 // products of bf16 values are exact in f32; the sums are f32.
 void GemmBf16(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
               bool trans_a, bool trans_b);
+
+// Matmul's bf16 kernel by a given route: a, b bf16 (op(a) [m x k], op(b)
+// [k x n]), the result in `out` (bf16 or f32) rounded once. kNative only
+// where ProbeCpu().bf16_matmul.
+Tensor MatmulBf16(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out,
+                  Bf16GemmRoute route);
 
 }  // namespace ampd::engine::cpu
 

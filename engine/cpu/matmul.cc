@@ -4,8 +4,9 @@
 
 #include <map>
 #include <tuple>
+#include <vector>
 
-#include "engine/cpu/capabilities.h"
+#include "engine/core/half.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/kernel_util.h"
@@ -102,7 +103,37 @@ void GemmF32(const float* a, const float* b, float* c, int64_t m, int64_t n, int
 void GemmBf16(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
               bool trans_a, bool trans_b) {
   using dt = dnnl::memory::data_type;
-  DnnlMatmul::Get().Run(dt::bf16, dt::f32, a, b, c, m, n, k, trans_a, trans_b);
+  if (Bf16GemmRouteInEffect() == Bf16GemmRoute::kNative) {
+    DnnlMatmul::Get().Run(dt::bf16, dt::f32, a, b, c, m, n, k, trans_a, trans_b);
+    return;
+  }
+  // Called per attention head inside a parallel region: the widened
+  // operands go to this thread's buffers, reused call to call.
+  static thread_local std::vector<float> wa, wb;
+  wa.resize(static_cast<size_t>(m * k));
+  wb.resize(static_cast<size_t>(k * n));
+  core::ConvertBF16ToF32(a, wa.data(), wa.size());
+  core::ConvertBF16ToF32(b, wb.data(), wb.size());
+  DnnlMatmul::Get().Run(dt::f32, dt::f32, wa.data(), wb.data(), c, m, n, k, trans_a, trans_b);
+}
+
+Tensor MatmulBf16(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out,
+                  Bf16GemmRoute route) {
+  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
+  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
+  using dt = dnnl::memory::data_type;
+  CpuBackendImpl& be = CpuBackendImpl::Instance();
+  if (route == Bf16GemmRoute::kNative) {
+    Tensor c = Tensor::Uninitialized({m, n}, out);
+    DnnlMatmul::Get().Run(dt::bf16, out == DType::kBF16 ? dt::bf16 : dt::f32, a.raw(), b.raw(),
+                          c.raw(), m, n, k, trans_a, trans_b);
+    return c;
+  }
+  const Tensor af = be.Cast(a, DType::kF32), bf = be.Cast(b, DType::kF32);
+  Tensor c = Tensor::Uninitialized({m, n}, DType::kF32);
+  DnnlMatmul::Get().Run(dt::f32, dt::f32, af.raw(), bf.raw(), c.raw(), m, n, k, trans_a, trans_b);
+  return out == DType::kF32 ? c : be.Cast(c, out);
 }
 
 Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
@@ -125,19 +156,14 @@ Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
     }
     return c.Finish();
   }
-  if (a.dtype() == DType::kBF16 && (out == DType::kBF16 || out == DType::kF32) &&
-      ProbeCpu().bf16_matmul) {
-    Tensor c = Tensor::Uninitialized({m, n}, out);
-    DnnlMatmul::Get().Run(dt::bf16, out == DType::kBF16 ? dt::bf16 : dt::f32, a.raw(), b.raw(),
-                          c.raw(), m, n, k, trans_a, trans_b);
-    return c;
+  if (a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 &&
+      (out == DType::kBF16 || out == DType::kF32)) {
+    return MatmulBf16(a, b, trans_a, trans_b, out, Bf16GemmRouteInEffect());
   }
   // f32, and f16: oneDNN 2.6 has no f16 matmul on CPUs, so f16 operands
   // (already f16-exact) are widened to f32, multiplied with f32
-  // accumulation, and the result rounded to f16 once. bf16 takes the same
-  // path on a CPU where oneDNN 2.6 has no bf16 matmul (no AVX-512, e.g. AMD
-  // Zen 3): widening is exact and oneDNN's bf16 matmul accumulates in f32
-  // too, so only the order of the sums differs.
+  // accumulation, and the result rounded to f16 once, as bf16's widened
+  // route (bf16_gemm_route.h).
   Tensor af = a.dtype() == DType::kF32 ? a : Cast(a, DType::kF32);
   Tensor bf = b.dtype() == DType::kF32 ? b : Cast(b, DType::kF32);
   Tensor c = Tensor::Uninitialized({m, n}, DType::kF32);
@@ -149,12 +175,12 @@ AMPD_REGISTER_KERNEL(MatmulKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::M
 // x [M, in] @ w [out, in]^T + b with the bias in oneDNN's epilogue: one
 // pass over y instead of a second elementwise one, and y rounded once (as
 // PyTorch's addmm and the CUDA backend's cuBLASLt bias epilogue do). bf16
-// (where oneDNN has bf16 matmul) and f32 operands; others take the unfused
+// (by either route) and f32 operands; others take the unfused
 // LinearByMatmul.
 Tensor CpuBackendImpl::Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out) {
   using dt = dnnl::memory::data_type;
   const bool bf16 = x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16 &&
-                    (out == DType::kBF16 || out == DType::kF32) && ProbeCpu().bf16_matmul;
+                    (out == DType::kBF16 || out == DType::kF32);
   const bool f32 = x.dtype() == DType::kF32 && w.dtype() == DType::kF32 && out == DType::kF32;
   if (!b.defined() || !(bf16 || f32) || (b.dtype() != DType::kF32 && b.dtype() != DType::kBF16) ||
       x.rank() != 2 || b.numel() != w.dim(0)) {
@@ -164,6 +190,14 @@ Tensor CpuBackendImpl::Linear(const Tensor& x, const Tensor& w, const Tensor& b,
   // The bias goes in as f32 (widening is exact): oneDNN's f32 matmul takes
   // no other.
   const Tensor bias = b.dtype() == DType::kF32 ? b : Cast(b, DType::kF32);
+  if (bf16 && Bf16GemmRouteInEffect() == Bf16GemmRoute::kWidened) {
+    // Widened operands, the bias in the f32 epilogue, one rounding to out.
+    const Tensor xf = Cast(x, DType::kF32), wf = Cast(w, DType::kF32);
+    Tensor y = Tensor::Uninitialized({m, n}, DType::kF32);
+    DnnlMatmul::Get().Run(dt::f32, dt::f32, xf.raw(), wf.raw(), y.raw(), m, n, k, false, true,
+                          bias.raw(), dt::f32);
+    return out == DType::kF32 ? y : Cast(y, out);
+  }
   Tensor y = Tensor::Uninitialized({m, n}, out);
   DnnlMatmul::Get().Run(bf16 ? dt::bf16 : dt::f32, out == DType::kBF16 ? dt::bf16 : dt::f32,
                         x.raw(), w.raw(), y.raw(), m, n, k, false, true, bias.raw(), dt::f32);

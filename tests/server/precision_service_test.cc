@@ -8,6 +8,7 @@
 
 #include "ampd/v1/precision_service.grpc.pb.h"
 #include "ampd/v1/training_service.grpc.pb.h"
+#include "engine/cpu/bf16_gemm_route.h"
 #include "engine/cpu/capabilities.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -141,6 +142,13 @@ TEST_F(PrecisionServiceTest, CapabilitiesListTheCpuAndWhyCudaIsMissing) {
     EXPECT_TRUE(modes.count(m)) << m << ": " << cpu_info->DebugString();
   }
   EXPECT_EQ(Contains(cpu_info->notes(), "no bf16 matmul without AVX-512"), !cpu.bf16_matmul)
+      << cpu_info->notes();
+  // Which way bf16 GEMMs run here, and why (widened where oneDNN's bf16
+  // matmul is missing or measured slower).
+  const engine::cpu::Bf16GemmChoice& route = engine::cpu::ChosenBf16GemmRoute();
+  EXPECT_TRUE(Contains(cpu_info->notes(), route.why)) << cpu_info->notes();
+  EXPECT_EQ(Contains(cpu_info->notes(), "widened to f32"),
+            route.route == engine::cpu::Bf16GemmRoute::kWidened)
       << cpu_info->notes();
   for (const std::string& m : modes) {
     EXPECT_TRUE(std::find(kBuiltins.begin(), kBuiltins.end(), m) != kBuiltins.end()) << m;
