@@ -41,6 +41,7 @@
 #include "engine/core/half.h"
 #include "engine/core/tensor.h"
 #include "engine/cpu/adamw8bit_coder.h"
+#include "engine/cpu/bf16_gemm_route.h"
 #include "engine/cpu/blockwise_quant.h"
 #include "engine/cpu/capabilities.h"
 #include "engine/cpu/cpu_backend.h"
@@ -186,19 +187,20 @@ void PrintMeta(const Options& o) {
       engine::cpu::HasQuantPath(engine::cpu::QuantPath::kAvx512Vbmi)
           ? std::string("fused, ") + engine::cpu::FusedCoderName(engine::cpu::ResolvedFusedCoder())
           : std::string("unfused, ") + engine::cpu::QuantPathName(engine::cpu::QuantPath::kBest);
+  const char* route = engine::cpu::Bf16GemmRouteName(engine::cpu::ChosenBf16GemmRoute().route);
   if (o.json) {
     std::printf(
         "{\"bench\":\"meta\",\"onednn\":\"%d.%d.%d\",\"onednn_isa\":\"%s\","
-        "\"half_conversions\":\"%s\",\"adamw8bit_coder\":\"%s\",\"hardware_threads\":%u,"
-        "\"omp_num_threads\":\"%s\"}\n",
+        "\"half_conversions\":\"%s\",\"adamw8bit_coder\":\"%s\",\"bf16_gemm_route\":\"%s\","
+        "\"hardware_threads\":%u,\"omp_num_threads\":\"%s\"}\n",
         v->major, v->minor, v->patch, isa.c_str(), engine::core::HalfConversionPath(),
-        coder.c_str(), std::thread::hardware_concurrency(), omp ? omp : "");
+        coder.c_str(), route, std::thread::hardware_concurrency(), omp ? omp : "");
   } else {
     std::printf(
-        "oneDNN %d.%d.%d, ISA %s; half conversions: %s; 8-bit coder: %s; %u hardware "
-        "threads%s%s\n\n",
+        "oneDNN %d.%d.%d, ISA %s; half conversions: %s; 8-bit coder: %s; bf16 GEMMs: %s; %u "
+        "hardware threads%s%s\n\n",
         v->major, v->minor, v->patch, isa.c_str(), engine::core::HalfConversionPath(),
-        coder.c_str(), std::thread::hardware_concurrency(), omp ? ", OMP_NUM_THREADS=" : "",
+        coder.c_str(), route, std::thread::hardware_concurrency(), omp ? ", OMP_NUM_THREADS=" : "",
         omp ? omp : "");
   }
   std::fflush(stdout);

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "engine/backend/kernels/matmul.h"
@@ -56,36 +57,38 @@ void Reference(const std::vector<double>& a, const std::vector<double>& b, int64
 }
 
 TEST(Bf16GemmRouteTest, BothRoutesOfMatmulAreTheExactProductRoundedOnce) {
-  const int64_t m = 37, n = 53, k = 70;
-  for (Bf16GemmOverride route : Routes()) {
-    ForcedRoute forced(route);
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        const Tensor a = Tensor::FromDoubles(
-            RandomValues(m * k, 1), ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k},
-            DType::kBF16);
-        const Tensor b = Tensor::FromDoubles(
-            RandomValues(k * n, 2), tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n},
-            DType::kBF16);
-        std::vector<double> want, mag;
-        Reference(a.ToDoubles(), b.ToDoubles(), m, n, k, ta, tb, &want, &mag);
-        const auto matmul = backend::Kernel<backend::MatmulKernel>(Device::kCpu);
-        const std::vector<double> f32 = matmul(a, b, ta, tb, DType::kF32).ToDoubles();
-        const std::vector<double> bf16 = matmul(a, b, ta, tb, DType::kBF16).ToDoubles();
-        int64_t rounded_exactly = 0;
-        for (int64_t i = 0; i < m * n; ++i) {
-          // k f32 additions, each off by at most half an ulp of the partial sum.
-          ASSERT_NEAR(f32[i], want[i], k * std::ldexp(mag[i], -24))
-              << "route " << static_cast<int>(route) << " ta " << ta << " tb " << tb << " at " << i;
-          // bf16: the f32 sum rounded once, so the exact value's rounding or
-          // (within an f32 rounding of a tie) its neighbour.
-          ASSERT_EQ(bf16[i], RoundBf16(f32[i])) << "at " << i;
-          rounded_exactly += bf16[i] == RoundBf16(want[i]);
+  // A small shape and a larger one (several of oneDNN's blocks).
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 53, 70}, {300, 96, 512}})
+    for (Bf16GemmOverride route : Routes()) {
+      ForcedRoute forced(route);
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const Tensor a = Tensor::FromDoubles(
+              RandomValues(m * k, 1), ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k},
+              DType::kBF16);
+          const Tensor b = Tensor::FromDoubles(
+              RandomValues(k * n, 2), tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n},
+              DType::kBF16);
+          std::vector<double> want, mag;
+          Reference(a.ToDoubles(), b.ToDoubles(), m, n, k, ta, tb, &want, &mag);
+          const auto matmul = backend::Kernel<backend::MatmulKernel>(Device::kCpu);
+          const std::vector<double> f32 = matmul(a, b, ta, tb, DType::kF32).ToDoubles();
+          const std::vector<double> bf16 = matmul(a, b, ta, tb, DType::kBF16).ToDoubles();
+          int64_t rounded_exactly = 0;
+          for (int64_t i = 0; i < m * n; ++i) {
+            // k f32 additions, each off by at most half an ulp of the partial sum.
+            ASSERT_NEAR(f32[i], want[i], k * std::ldexp(mag[i], -24))
+                << "route " << static_cast<int>(route) << " ta " << ta << " tb " << tb << " at "
+                << i;
+            // bf16: the f32 sum rounded once, so the exact value's rounding or
+            // (within an f32 rounding of a tie) its neighbour.
+            ASSERT_EQ(bf16[i], RoundBf16(f32[i])) << "at " << i;
+            rounded_exactly += bf16[i] == RoundBf16(want[i]);
+          }
+          EXPECT_GE(rounded_exactly, m * n * 99 / 100);
         }
-        EXPECT_GE(rounded_exactly, m * n * 99 / 100);
       }
     }
-  }
 }
 
 // The widened route is what it says: bit for bit, the operands widened by
@@ -112,6 +115,30 @@ TEST(Bf16GemmRouteTest, TheWidenedRouteIsAnF32GemmOfTheWidenedOperands) {
   const std::vector<double> lin_f32 =
       backend::Kernel<backend::LinearKernel>(Device::kCpu)(af, bf, bias, DType::kF32).ToDoubles();
   for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(lin[i], RoundBf16(lin_f32[i])) << i;
+}
+
+// Linear by either route at a larger shape: the bias added once, in f32,
+// before the one rounding.
+TEST(Bf16GemmRouteTest, LinearByEitherRouteAddsTheBiasBeforeTheOneRounding) {
+  const int64_t m = 333, n = 80, k = 384;
+  for (Bf16GemmOverride route : Routes()) {
+    ForcedRoute forced(route);
+    const Tensor x = Tensor::FromDoubles(RandomValues(m * k, 8), {m, k}, DType::kBF16);
+    const Tensor w = Tensor::FromDoubles(RandomValues(n * k, 9), {n, k}, DType::kBF16);
+    const Tensor b = Tensor::FromDoubles(RandomValues(n, 10), {n}, DType::kBF16);
+    std::vector<double> want, mag;
+    Reference(x.ToDoubles(), w.ToDoubles(), m, n, k, false, true, &want, &mag);
+    const std::vector<double> bv = b.ToDoubles();
+    const auto linear = backend::Kernel<backend::LinearKernel>(Device::kCpu);
+    const std::vector<double> f32 = linear(x, w, b, DType::kF32).ToDoubles();
+    const std::vector<double> bf16 = linear(x, w, b, DType::kBF16).ToDoubles();
+    for (int64_t i = 0; i < m * n; ++i) {
+      const double exact = want[i] + bv[i % n];
+      ASSERT_NEAR(f32[i], exact, (k + 1) * std::ldexp(mag[i] + std::fabs(bv[i % n]), -24))
+          << "route " << static_cast<int>(route) << " at " << i;
+      ASSERT_EQ(bf16[i], RoundBf16(f32[i])) << "route " << static_cast<int>(route) << " at " << i;
+    }
+  }
 }
 
 // The raw GEMM by either route against the exact product.
