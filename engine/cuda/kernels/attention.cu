@@ -271,6 +271,25 @@ __device__ void StageRows(T (*tile)[kLd], const T* src, int64_t first, int n, in
   }
 }
 
+// Keys [first, first + n) of head (b, h) and their values into k_tile and
+// v_tile (zeros past T).
+template <typename T>
+__device__ void StageKeysAndValues(T (*k_tile)[kLd], T (*v_tile)[kLd], const T* qkv, int64_t first,
+                                   int n, int D, const Layout& L, int64_t b, int64_t h) {
+  StageRows(k_tile, qkv, first, n, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
+  StageRows(v_tile, qkv, first, n, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+}
+
+// Queries [first, first + n) of head (b, h) and their output gradients dy
+// into q_tile and do_tile (zeros past T).
+template <typename T>
+__device__ void StageQueriesAndGradients(T (*q_tile)[kLd], T (*do_tile)[kLd], const T* qkv,
+                                         const T* dy, int64_t first, int n, int D, const Layout& L,
+                                         int64_t b, int64_t h) {
+  StageRows(q_tile, qkv, first, n, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+  StageRows(do_tile, dy, first, n, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+}
+
 // The warp's 16 rows (row stride kLd) times the tile's first `cols` rows,
 // transposed: out[16][cols] (row stride kSLd) = rows x tile^T, f32.
 template <typename T>
@@ -322,8 +341,7 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kFlashKeys) {
     __syncthreads();  // every warp is done with the previous keys
-    StageRows(k_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
-    StageRows(v_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    StageKeysAndValues(k_tile, v_tile, qkv, k0, kFlashKeys, D, L, b, h);
     __syncthreads();
     RowsTimesTileT(&q_tile[warp * 16][0], k_tile, kFlashKeys, D, s);  // S
     float p[16];
@@ -437,6 +455,13 @@ __device__ __forceinline__ void PackA(uint32_t (&a)[4], const float (&left)[4],
   a[3] = JoinPair(Cast<T>(right[2]), Cast<T>(right[3]));
 }
 
+// Of the n_keys keys from k0, how many tiles of 8 a warp whose last query
+// row is warp_last sees at all under the causal mask (the same in every lane;
+// the tiles past it are skipped).
+__device__ __forceinline__ int KeyTilesSeen(int n_keys, int64_t k0, int64_t warp_last) {
+  return static_cast<int>(min(static_cast<int64_t>(n_keys / 8), (warp_last - k0) / 8 + 1));
+}
+
 // Rows r (0: g, 1: g + 8) of the 16 x D accumulators acc into dst's rows
 // `row` at element offset at(row), rounded to T.
 template <typename T, int D>
@@ -489,12 +514,9 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
     __syncthreads();  // every warp is done with the previous keys
-    StageRows(k_tile, qkv, k0, kKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
-    StageRows(v_tile, qkv, k0, kKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    StageKeysAndValues(k_tile, v_tile, qkv, k0, kKeys, D, L, b, h);
     __syncthreads();
-    // Key tiles of 8 this warp's rows see at all (the same for every lane).
-    const int tiles =
-        static_cast<int>(min(static_cast<int64_t>(kKeys / 8), (warp_last - k0) / 8 + 1));
+    const int tiles = KeyTilesSeen(kKeys, k0, warp_last);
     float s[kKeys / 8][4];
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) {
@@ -639,8 +661,7 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  StageRows(k_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
-  StageRows(v_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+  StageKeysAndValues(k_tile, v_tile, qkv, j0, kFlashRows, D, L, b, h);
   Accumulators dk, dv;
 #pragma unroll
   for (int n = 0; n < kFlashMaxD / 16; ++n) {
@@ -650,8 +671,7 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
   float* s = &s_tile[warp][0][0];
   for (int64_t i0 = j0; i0 < L.T; i0 += kFlashKeys) {  // j0 is a multiple of 32
     __syncthreads();  // every warp is done with the previous queries
-    StageRows(q_tile, qkv, i0, kFlashKeys, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
-    StageRows(do_tile, dy, i0, kFlashKeys, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+    StageQueriesAndGradients(q_tile, do_tile, qkv, dy, i0, kFlashKeys, D, L, b, h);
     if (threadIdx.x < kFlashKeys) {
       const int64_t i = i0 + threadIdx.x;
       lse_of[threadIdx.x] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
@@ -709,8 +729,7 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
-  StageRows(do_tile, dy, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+  StageQueriesAndGradients(q_tile, do_tile, qkv, dy, q0, kFlashRows, D, L, b, h);
   for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
     const int64_t i = q0 + r;
     lse_of[r] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
@@ -723,8 +742,7 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kFlashKeys) {
     __syncthreads();  // every warp is done with the previous keys
-    StageRows(k_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
-    StageRows(v_tile, qkv, k0, kFlashKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    StageKeysAndValues(k_tile, v_tile, qkv, k0, kFlashKeys, D, L, b, h);
     __syncthreads();
     RowsTimesTileT(&q_tile[warp * 16][0], k_tile, kFlashKeys, D, s);  // S
     const int64_t j = k0 + lane;                                      // this lane's key
@@ -778,8 +796,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  StageRows(k_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
-  StageRows(v_tile, qkv, j0, kFlashRows, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+  StageKeysAndValues(k_tile, v_tile, qkv, j0, kFlashRows, D, L, b, h);
   __syncthreads();
   uint32_t kf[D / 16][4], vf[D / 16][4];
 #pragma unroll
@@ -798,8 +815,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   for (int64_t i0 = j0; i0 < L.T; i0 += kQueries) {
     __syncthreads();  // every warp is done with the previous queries
-    StageRows(q_tile, qkv, i0, kQueries, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
-    StageRows(do_tile, dy, i0, kQueries, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+    StageQueriesAndGradients(q_tile, do_tile, qkv, dy, i0, kQueries, D, L, b, h);
     if (threadIdx.x < kQueries) {
       const int64_t i = i0 + threadIdx.x;
       lse_of[threadIdx.x] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
@@ -875,8 +891,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
-  StageRows(do_tile, dy, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+  StageQueriesAndGradients(q_tile, do_tile, qkv, dy, q0, kFlashRows, D, L, b, h);
   __syncthreads();
   uint32_t qf[D / 16][4], of[D / 16][4];
 #pragma unroll
@@ -899,13 +914,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
     __syncthreads();  // every warp is done with the previous keys
-    StageRows(k_tile, qkv, k0, kKeys, D, L.T, [&](int64_t t) { return L.K(b, t, h); });
-    StageRows(v_tile, qkv, k0, kKeys, D, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    StageKeysAndValues(k_tile, v_tile, qkv, k0, kKeys, D, L, b, h);
     __syncthreads();
     if (k0 > warp_last) continue;  // no key here is seen by the warp's rows
-    // Key tiles of 8 the warp's rows see at all (the same in every lane).
-    const int tiles =
-        static_cast<int>(min(static_cast<int64_t>(kKeys / 8), (warp_last - k0) / 8 + 1));
+    const int tiles = KeyTilesSeen(kKeys, k0, warp_last);
     float p[kKeys / 8][4], ds[kKeys / 8][4];
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) {
