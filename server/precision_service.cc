@@ -144,7 +144,7 @@ v1::DeviceInfo CpuDeviceInfo() {
       " threads. f16 matmul is computed as f16-rounded inputs with f32 "
       "accumulation (oneDNN 2.6 has no f16 matmul on CPUs); ",
       engine::cpu::ChosenBf16GemmRoute().why,
-      !cpu.bf16_matmul  ? ""
+      engine::cpu::ChosenBf16GemmRoute().route == engine::cpu::Bf16GemmRoute::kWidened ? ""
       : cpu.avx512_bf16 ? " oneDNN's bf16 matmul uses native AVX-512 BF16."
                         : " oneDNN's bf16 matmul is emulated here (no AVX-512 BF16).",
       " FP8 modes run emulated: the same E4M3/E5M2 casts and scaling as a GPU's, bit for bit, "

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
+#include "engine/cpu/bf16_gemm_route.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/flag_file.h"
@@ -198,6 +199,8 @@ absl::StatusOr<std::unique_ptr<AmpdServer>> AmpdServer::Start(ServerOptions opti
   });
   LogInfo("listening", {{"address", s->options_.listen},
                         {"cpu_bf16_gflops", absl::StrFormat("%.1f", cpu_peak / 1e9)},
+                        {"cpu_bf16_gemms",
+                         engine::cpu::Bf16GemmRouteName(engine::cpu::ChosenBf16GemmRoute().route)},
                         {"port", std::to_string(s->port_)},
                         {"metrics_port", std::to_string(s->metrics_port_)},
                         {"data_dir", s->options_.jobs.data_root},
