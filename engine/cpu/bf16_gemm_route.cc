@@ -1,5 +1,7 @@
 #include "engine/cpu/bf16_gemm_route.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -30,7 +32,10 @@ Bf16GemmChoice Choose() {
   const bool on_amx = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx;
   __builtin_cpu_init();
   const bool intel = __builtin_cpu_is("intel");
-  const bool fp16 = __builtin_cpu_supports("avx512fp16");
+  // AVX512-FP16 from CPUID (leaf 7, EDX bit 23): clang's
+  // __builtin_cpu_supports does not know the feature.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool fp16 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && ((edx >> 23) & 1) != 0;
   c.route = DecideBf16GemmRoute(cpu.bf16_matmul, intel, cpu.avx512_bf16, fp16, on_amx);
   if (!cpu.bf16_matmul) {
     c.why =
