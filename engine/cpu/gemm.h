@@ -8,9 +8,6 @@
 
 #include <cstdint>
 
-#include "engine/core/tensor.h"
-#include "engine/cpu/bf16_gemm_route.h"
-
 namespace ampd::engine::cpu {
 
 // c[m x n] = op(a) op(b), row-major and dense: op(a) is a [m x k] (stored
@@ -24,12 +21,6 @@ void GemmF32(const float* a, const float* b, float* c, int64_t m, int64_t n, int
 // products of bf16 values are exact in f32; the sums are f32.
 void GemmBf16(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
               bool trans_a, bool trans_b);
-
-// Matmul's bf16 kernel by a given route: a, b bf16 (op(a) [m x k], op(b)
-// [k x n]), the result in `out` (bf16 or f32) rounded once. kNative only
-// where ProbeCpu().bf16_matmul.
-Tensor MatmulBf16(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out,
-                  Bf16GemmRoute route);
 
 }  // namespace ampd::engine::cpu
 

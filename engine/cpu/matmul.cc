@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/core/half.h"
+#include "engine/cpu/bf16_gemm_route.h"
 #include "engine/cpu/cpu_backend_impl.h"
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/kernel_util.h"
@@ -117,25 +118,6 @@ void GemmBf16(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t
   DnnlMatmul::Get().Run(dt::f32, dt::f32, wa.data(), wb.data(), c, m, n, k, trans_a, trans_b);
 }
 
-Tensor MatmulBf16(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out,
-                  Bf16GemmRoute route) {
-  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
-  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
-  using dt = dnnl::memory::data_type;
-  CpuBackendImpl& be = CpuBackendImpl::Instance();
-  if (route == Bf16GemmRoute::kNative) {
-    Tensor c = Tensor::Uninitialized({m, n}, out);
-    DnnlMatmul::Get().Run(dt::bf16, out == DType::kBF16 ? dt::bf16 : dt::f32, a.raw(), b.raw(),
-                          c.raw(), m, n, k, trans_a, trans_b);
-    return c;
-  }
-  const Tensor af = be.Cast(a, DType::kF32), bf = be.Cast(b, DType::kF32);
-  Tensor c = Tensor::Uninitialized({m, n}, DType::kF32);
-  DnnlMatmul::Get().Run(dt::f32, dt::f32, af.raw(), bf.raw(), c.raw(), m, n, k, trans_a, trans_b);
-  return out == DType::kF32 ? c : be.Cast(c, out);
-}
-
 Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                               DType out) {
   const int64_t m = trans_a ? a.dim(1) : a.dim(0);
@@ -157,13 +139,17 @@ Tensor CpuBackendImpl::Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
     return c.Finish();
   }
   if (a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 &&
-      (out == DType::kBF16 || out == DType::kF32)) {
-    return MatmulBf16(a, b, trans_a, trans_b, out, Bf16GemmRouteInEffect());
+      (out == DType::kBF16 || out == DType::kF32) &&
+      Bf16GemmRouteInEffect() == Bf16GemmRoute::kNative) {
+    Tensor c = Tensor::Uninitialized({m, n}, out);
+    DnnlMatmul::Get().Run(dt::bf16, out == DType::kBF16 ? dt::bf16 : dt::f32, a.raw(), b.raw(),
+                          c.raw(), m, n, k, trans_a, trans_b);
+    return c;
   }
   // f32, and f16: oneDNN 2.6 has no f16 matmul on CPUs, so f16 operands
   // (already f16-exact) are widened to f32, multiplied with f32
-  // accumulation, and the result rounded to f16 once, as bf16's widened
-  // route (bf16_gemm_route.h).
+  // accumulation, and the result rounded to f16 once. bf16 takes the same
+  // path where its route is widened (bf16_gemm_route.h).
   Tensor af = a.dtype() == DType::kF32 ? a : Cast(a, DType::kF32);
   Tensor bf = b.dtype() == DType::kF32 ? b : Cast(b, DType::kF32);
   Tensor c = Tensor::Uninitialized({m, n}, DType::kF32);
@@ -190,18 +176,16 @@ Tensor CpuBackendImpl::Linear(const Tensor& x, const Tensor& w, const Tensor& b,
   // The bias goes in as f32 (widening is exact): oneDNN's f32 matmul takes
   // no other.
   const Tensor bias = b.dtype() == DType::kF32 ? b : Cast(b, DType::kF32);
-  if (bf16 && Bf16GemmRouteInEffect() == Bf16GemmRoute::kWidened) {
-    // Widened operands, the bias in the f32 epilogue, one rounding to out.
-    const Tensor xf = Cast(x, DType::kF32), wf = Cast(w, DType::kF32);
-    Tensor y = Tensor::Uninitialized({m, n}, DType::kF32);
-    DnnlMatmul::Get().Run(dt::f32, dt::f32, xf.raw(), wf.raw(), y.raw(), m, n, k, false, true,
-                          bias.raw(), dt::f32);
-    return out == DType::kF32 ? y : Cast(y, out);
-  }
-  Tensor y = Tensor::Uninitialized({m, n}, out);
-  DnnlMatmul::Get().Run(bf16 ? dt::bf16 : dt::f32, out == DType::kBF16 ? dt::bf16 : dt::f32,
-                        x.raw(), w.raw(), y.raw(), m, n, k, false, true, bias.raw(), dt::f32);
-  return y;
+  // bf16 on the widened route: f32 operands, the bias in the f32 epilogue,
+  // one rounding to out.
+  const bool native_bf16 = bf16 && Bf16GemmRouteInEffect() == Bf16GemmRoute::kNative;
+  const Tensor xin = bf16 && !native_bf16 ? Cast(x, DType::kF32) : x;
+  const Tensor win = bf16 && !native_bf16 ? Cast(w, DType::kF32) : w;
+  const DType y_dt = native_bf16 ? out : DType::kF32;
+  Tensor y = Tensor::Uninitialized({m, n}, y_dt);
+  DnnlMatmul::Get().Run(native_bf16 ? dt::bf16 : dt::f32, y_dt == DType::kBF16 ? dt::bf16 : dt::f32,
+                        xin.raw(), win.raw(), y.raw(), m, n, k, false, true, bias.raw(), dt::f32);
+  return y_dt == out ? y : Cast(y, out);
 }
 
 AMPD_REGISTER_KERNEL(LinearKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Linear>::Call);
