@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/backend/kernels/gelu_mlp.h"
 #include "engine/core/half.h"
 #include "engine/cpu/bf16_gemm_route.h"
 #include "engine/cpu/cpu_backend_impl.h"
@@ -17,7 +18,9 @@ namespace ampd::engine::cpu {
 
 using backend::KernelMethod;
 using backend::LinearByMatmul;
+using backend::LinearGeluTanhKernel;
 using backend::LinearKernel;
+using backend::MatmulDGeluTanhKernel;
 using backend::MatmulKernel;
 
 namespace {
@@ -189,5 +192,10 @@ Tensor CpuBackendImpl::Linear(const Tensor& x, const Tensor& w, const Tensor& b,
 }
 
 AMPD_REGISTER_KERNEL(LinearKernel, Device::kCpu, KernelMethod<&CpuBackendImpl::Linear>::Call);
+
+// GPT-2's MLP: the CPU has no fused GELU epilogue; its kernels are the three
+// ops' own calls (the same bits as running the ops one by one).
+AMPD_REGISTER_KERNEL(LinearGeluTanhKernel, Device::kCpu, backend::LinearGeluTanhUnfused);
+AMPD_REGISTER_KERNEL(MatmulDGeluTanhKernel, Device::kCpu, backend::MatmulDGeluTanhUnfused);
 
 }  // namespace ampd::engine::cpu

@@ -23,11 +23,13 @@
 #include "engine/backend/kernels/conv.h"
 #include "engine/backend/kernels/cross_entropy.h"
 #include "engine/backend/kernels/fp8.h"
+#include "engine/backend/kernels/gelu_mlp.h"
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/pooling.h"
 #include "engine/core/fp8.h"
 #include "engine/cuda/caching_allocator.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/runtime.h"
 
@@ -118,6 +120,10 @@ class CudaBackend final : public backend::Backend {
   // matmul.cc
   Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out);
   Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out);
+  backend::LinearGeluTanhResult LinearGeluTanh(const Tensor& x, const Tensor& w, const Tensor& b,
+                                               DType out);
+  backend::DGeluTanhResult MatmulDGeluTanh(const Tensor& dy, const Tensor& w, const Tensor& pre,
+                                           bool bias_grad, DType bias_dtype);
   // elementwise.cc
   Tensor Cast(const Tensor& x, DType dtype);
   Tensor Unary(OpId op, const Tensor& x);
@@ -256,6 +262,8 @@ class CudaBackend final : public backend::Backend {
   static bool NativeOutput(DType in, DType out);
   Tensor Gemm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out,
               const Tensor& bias);
+  // op(a) @ op(b) into c (c's shape and dtype give the output's).
+  GemmArgs GemmOf(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& c);
 
   CachingAllocator allocator_;
   std::once_flag probe_once_;

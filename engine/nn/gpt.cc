@@ -123,6 +123,8 @@ std::vector<OpId> GptOps(const GptSpec& s, bool fp8) {
       OpId::kCausalAttention,
       s.activation == GptSpec::Activation::kGeluTanh ? OpId::kGeluTanh : OpId::kGelu,
       OpId::kLmHeadCrossEntropy};
+  // GPT-2's MLP as one op (ops/gelu_mlp.h), where it runs as one.
+  if (s.activation == GptSpec::Activation::kGeluTanh) ops.push_back(OpId::kGeluTanhMlp);
   if (s.dropout > 0) ops.push_back(OpId::kDropout);
   if (fp8) ops.push_back(OpId::kFp8Linear);
   return ops;
@@ -275,9 +277,23 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
               : CausalSelfAttention(a, T, s.n_head);
     }
     x = Add(x, drop(linear(a, h + "attn.c_proj")));
-    Tensor m = norm_linear(x, h + "ln_2", h + "mlp.c_fc");
-    m = s.activation == GptSpec::Activation::kGeluTanh ? GeluTanh(m) : Gelu(m);
-    x = Add(x, drop(linear(m, h + "mlp.c_proj")));
+    const std::string fc = h + "mlp.c_fc", proj = h + "mlp.c_proj";
+    const bool fp8_mlp = fp8 != nullptr && (fp8->IndexOf(fc) >= 0 || fp8->IndexOf(proj) >= 0);
+    if (s.activation == GptSpec::Activation::kGeluTanh && !fp8_mlp) {
+      // One op, so that a GPU fuses the GELU into both GEMMs (ops/gelu_mlp.h).
+      std::optional<DType> feeds;
+      {
+        LayerScope scope(fc);
+        feeds = ops::AutocastComputeDType(OpId::kLinear, DType::kF32);
+      }
+      const Tensor n2 = norm(x, h + "ln_2", feeds);
+      x = Add(x, drop(ops::GeluTanhMlp(n2, {P(fc + ".weight"), P(fc + ".bias"), fc},
+                                       {P(proj + ".weight"), P(proj + ".bias"), proj})));
+    } else {
+      Tensor m = norm_linear(x, h + "ln_2", fc);
+      m = s.activation == GptSpec::Activation::kGeluTanh ? GeluTanh(m) : Gelu(m);
+      x = Add(x, drop(linear(m, proj)));
+    }
   }
   if (cache != nullptr) cache->length += T;
   std::optional<DType> feeds;

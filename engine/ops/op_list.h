@@ -59,7 +59,8 @@ enum class CastPolicy : uint8_t { kLowerPrecision, kFp32, kPromote, kPassThrough
   X(kMaxPool2d, "max_pool2d", kPassThrough, Pool2dGradient)                                    \
   X(kAvgPool2d, "avg_pool2d", kPassThrough, Pool2dGradient)                                    \
   X(kAdaptiveAvgPool2d, "adaptive_avg_pool2d", kPassThrough, Pool2dGradient)                   \
-  X(kBatchNorm, "batch_norm", kFp32, BatchNormGradient)
+  X(kBatchNorm, "batch_norm", kFp32, BatchNormGradient)                                        \
+  X(kGeluTanhMlp, "gelu_tanh_mlp", kLowerPrecision, GeluTanhMlpGradient) /* fused; see below */
 
 enum class OpId : uint8_t {
 #define AMPD_ENGINE_OP_ID(id, name, policy, gradient) id,
@@ -107,6 +108,11 @@ constexpr bool IdsAreIndices() {
 
 static_assert(op_list_internal::NamesAreUnique(), "two ops share a name");
 static_assert(op_list_internal::IdsAreIndices(), "the descriptor table is out of order");
+
+// gelu_tanh_mlp is GPT-2's MLP (linear, gelu_tanh, linear) as one autograd
+// node, so that a device can fuse the GELU into the GEMMs beside it
+// (ops/gelu_mlp.h). It casts as its three ops do and records their plan rows,
+// so no precision setting names it (job specs refuse it in op_policies).
 
 // The elementwise families the backends' Unary/Binary kernels take.
 constexpr bool IsUnaryOp(OpId op) {

@@ -16,6 +16,7 @@
 #include "engine/ops/elementwise.h"
 #include "engine/ops/embedding.h"
 #include "engine/ops/fp8_linear.h"
+#include "engine/ops/gelu_mlp.h"
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/lm_head.h"

@@ -510,6 +510,11 @@ PrecisionConfig PrecisionFromProto(const v1::PrecisionConfig& p, const std::stri
       for (const OpDescriptor& d : kOpDescriptors) known.push_back(d.name);
       Violate(violations, key,
               absl::StrCat("unknown op \"", name, "\" (ops: ", absl::StrJoin(known, ", "), ")"));
+    } else if (*op == OpId::kGeluTanhMlp) {
+      // Not an op a user sees: it casts as linear and gelu_tanh do.
+      Violate(violations, key,
+              "gelu_tanh_mlp is GPT-2's MLP run as one op, and it casts as its three ops do: set "
+              "the policy of \"linear\" or \"gelu_tanh\" instead");
     } else if (auto pol = FromProtoPolicy(policy)) {
       c.overrides.op_policies[*op] = *pol;
     } else {

@@ -13,7 +13,7 @@ namespace ampd::engine::backend {
 struct MatmulKernel {
   static constexpr const char* kName = "matmul";
   static constexpr OpId kOps[] = {OpId::kMatmul, OpId::kLinear, OpId::kLmHeadCrossEntropy,
-                                  OpId::kFp8Linear};
+                                  OpId::kFp8Linear, OpId::kGeluTanhMlp};
   using Fn = Tensor (*)(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out);
 };
 
@@ -21,7 +21,7 @@ struct MatmulKernel {
 // bias into the GEMM epilogue (one rounding instead of two).
 struct LinearKernel {
   static constexpr const char* kName = "linear";
-  static constexpr OpId kOps[] = {OpId::kLinear, OpId::kFp8Linear};
+  static constexpr OpId kOps[] = {OpId::kLinear, OpId::kFp8Linear, OpId::kGeluTanhMlp};
   using Fn = Tensor (*)(const Tensor& x, const Tensor& w, const Tensor& b, DType out);
 };
 

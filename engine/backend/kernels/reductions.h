@@ -18,8 +18,8 @@ struct SumAllKernel {
 // Sum over the rows of an [M, N] view: [N]. Bias and row-broadcast gradients.
 struct SumRowsKernel {
   static constexpr const char* kName = "sum_rows";
-  static constexpr OpId kOps[] = {OpId::kLinear, OpId::kAdd, OpId::kSub, OpId::kMul,
-                                  OpId::kFp8Linear};
+  static constexpr OpId kOps[] = {OpId::kLinear, OpId::kAdd,       OpId::kSub,
+                                  OpId::kMul,    OpId::kFp8Linear, OpId::kGeluTanhMlp};
   using Fn = Tensor (*)(const Tensor& x, DType out);
 };
 

@@ -34,6 +34,7 @@
 #include "engine/backend/kernels/elementwise.h"
 #include "engine/backend/kernels/embedding.h"
 #include "engine/backend/kernels/fp8.h"
+#include "engine/backend/kernels/gelu_mlp.h"
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/backend/kernels/optimizer8bit.h"
@@ -94,7 +95,9 @@ using backend::LayerNormBackwardKernel;
 using backend::LayerNormGrads;
 using backend::LayerNormKernel;
 using backend::LayerNormResult;
+using backend::LinearGeluTanhKernel;
 using backend::LinearKernel;
+using backend::MatmulDGeluTanhKernel;
 using backend::MatmulKernel;
 using backend::NonFiniteCheck;
 using backend::Pool2dBackwardKernel;
@@ -811,6 +814,47 @@ TEST_F(CudaBackendTest, GemmEpiloguesGeluAuxBiasDGeluAndBiasGradient) {
   const std::vector<double> dg = c.ToDoubles();
   for (int64_t i = 0; i < m * n; ++i) {
     ASSERT_NEAR(dg[i], dout[i], 1e-2 * std::max(1.0, std::fabs(dout[i]))) << i;
+  }
+}
+
+// GPT-2's MLP kernels (backend/kernels/gelu_mlp.h) against the CPU's, which
+// are the unfused ops: with the GELU in cuBLASLt's epilogues where the width
+// is a multiple of 8 (one rounding where the CPU has two: a few more ulps),
+// and unfused on the GPU too where it is not, or for f64.
+TEST_F(CudaBackendTest, GeluMlpKernelsFuseTheGeluIntoTheGemms) {
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64}) {
+    for (int64_t n : {128, 100}) {
+      const std::string what = std::string(DTypeName(d)) + " n=" + std::to_string(n);
+      Tensor x = Random({64, 96}, d, 40, -1, 1), w = Random({n, 96}, d, 41, -0.2, 0.2);
+      Tensor b = Random({n}, d, 42, -0.5, 0.5);
+      const backend::LinearGeluTanhResult got = Gpu<LinearGeluTanhKernel>()(G(x), G(w), G(b), d);
+      const backend::LinearGeluTanhResult want = Cpu<LinearGeluTanhKernel>()(x, w, b, d);
+      ExpectClose(got.pre, want.pre, Tol(d) * 8, "pre " + what);
+      ExpectClose(got.y, want.y, Tol(d) * 8, "y " + what);
+      // Backward through c_proj [96, n] into the GELU's input.
+      Tensor dy = Random({64, 96}, d, 43, -1, 1), w2 = Random({96, n}, d, 44, -0.2, 0.2);
+      for (bool bias_grad : {true, false}) {
+        const backend::DGeluTanhResult dg =
+            Gpu<MatmulDGeluTanhKernel>()(G(dy), G(w2), got.pre, bias_grad, d);
+        const backend::DGeluTanhResult dc =
+            Cpu<MatmulDGeluTanhKernel>()(dy, w2, want.pre, bias_grad, d);
+        ExpectClose(dg.dpre, dc.dpre, Tol(d) * 8, "dpre " + what);
+        ASSERT_EQ(dg.dbias.defined(), bias_grad) << what;
+        if (!bias_grad) continue;
+        // The bias gradient: the column sums of dpre, within the rounding of
+        // the terms (the epilogue sums them before rounding them).
+        const std::vector<double> dp = dg.dpre.ToDoubles(), db = dg.dbias.ToDoubles();
+        ASSERT_EQ(dg.dbias.dtype(), d) << what;
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0, size = 0;
+          for (int64_t i = 0; i < 64; ++i) {
+            sum += dp[i * n + j];
+            size += std::fabs(dp[i * n + j]);
+          }
+          ASSERT_NEAR(db[j], sum, Tol(d) * std::max(1.0, size)) << what << " column " << j;
+        }
+      }
+    }
   }
 }
 

@@ -136,6 +136,18 @@ TEST(JobSpecTest, AnOpPolicyForAnUnknownOpIsRefusedNotIgnored) {
   EXPECT_NE(v[0].description.find("gelu"), std::string::npos) << v[0].description;
 }
 
+// gelu_tanh_mlp casts as its three ops do: a policy for it would change
+// nothing, so it is refused with what to set instead.
+TEST(JobSpecTest, AnOpPolicyForTheFusedGptMlpIsRefused) {
+  auto v = ValidateJobSpec(Parse(R"({"precision": {"custom": {
+      "base": "bf16-mixed", "opPolicies": {"gelu_tanh_mlp": "CAST_POLICY_FP32"}}}})"),
+                           {});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].field, "precision.custom.op_policies[gelu_tanh_mlp]");
+  EXPECT_NE(v[0].description.find("\"linear\" or \"gelu_tanh\""), std::string::npos)
+      << v[0].description;
+}
+
 TEST(JobSpecTest, InvalidCustomPrecisionNamesTheNestedField) {
   auto v = ValidateJobSpec(Parse(R"({"precision": {"custom": {
       "base": "16-mixed", "lossScaling": {"growthFactor": 0.5}}}})"),
