@@ -292,7 +292,12 @@ int64_t RunBlockOnFibers(int threads) {
         at_warp += warp_waiting;
       }
     }
-    if (released) continue;
+    if (released) {
+      // Warp barriers count too: a kernel synchronised only by shuffles must
+      // run every block on fibers, not just the first.
+      ++barriers;
+      continue;
+    }
     if (at_warp > 0) {
       std::fprintf(stderr,
                    "cuda emulator: %s: block (%u,%u,%u): %d threads wait at __syncwarp that "
