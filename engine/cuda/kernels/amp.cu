@@ -51,15 +51,25 @@ __global__ void UpdateScaleKernel(float* scale, float* growth_tracker, const flo
   *scale = s;
 }
 
-__global__ void MultiSumOfSquaresKernel(TensorList list, int blocks_per_tensor, double* partial) {
-  const int t = blockIdx.y;
+// Which blocks sum which tensor: tensor t takes blocks [first[t], first[t+1]),
+// about in proportion to its size (SumOfSquaresBlocks), so that an
+// embedding of 38 M values is not left to the same few blocks as a bias.
+struct BlockMap {
+  int first[kMaxTensorsPerLaunch + 1];
+};
+
+__global__ void MultiSumOfSquaresKernel(TensorList list, BlockMap map, double* partial) {
+  int t = 0;
+  while (static_cast<int>(blockIdx.x) >= map.first[t + 1]) ++t;
+  const int64_t blocks = map.first[t + 1] - map.first[t];
+  const int64_t b = blockIdx.x - map.first[t];
   double acc = 0;
-  GRID_STRIDE(i, list.numel[t]) {
+  for (int64_t i = b * blockDim.x + threadIdx.x; i < list.numel[t]; i += blocks * blockDim.x) {
     const double v = Load<double>(list.ptr[t], list.dt[t], i);
     acc += v * v;
   }
   acc = BlockSum(acc);
-  if (threadIdx.x == 0) partial[t * blocks_per_tensor + blockIdx.x] = acc;
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 }  // namespace
@@ -69,6 +79,21 @@ int64_t MaxNumel(const TensorList& list) {
   int64_t m = 1;
   for (int i = 0; i < list.count; ++i) m = std::max(m, list.numel[i]);
   return m;
+}
+
+// At most kMaxReduceBlocks blocks: one a tensor, the rest shared out in
+// proportion to size, none more than ReduceBlocks would give it alone.
+BlockMap SumOfSquaresBlocks(const TensorList& list) {
+  int64_t total = 0;
+  for (int t = 0; t < list.count; ++t) total += list.numel[t];
+  const int64_t spare = kMaxReduceBlocks - list.count;
+  BlockMap map{};
+  for (int t = 0; t < list.count; ++t) {
+    const int64_t share = total > 0 ? 1 + list.numel[t] * spare / total : 1;
+    map.first[t + 1] =
+        map.first[t] + static_cast<int>(std::min<int64_t>(share, ReduceBlocks(list.numel[t])));
+  }
+  return map;
 }
 
 // The multiplier is 1/scale[0] when scale is given, else factor.
@@ -112,12 +137,10 @@ std::string LaunchSumOfSquares(const TensorList& tensors, double* scratch, bool 
     LaunchFinishSum(scratch, 0, 1.0, scratch + kMaxReduceBlocks, out, odt, s);
     return Check("FinishSumKernel");
   }
-  const int per_tensor =
-      std::max(1, std::min(ReduceBlocks(MaxNumel(tensors)), kMaxReduceBlocks / tensors.count));
-  dim3 grid(per_tensor, tensors.count);
-  LAUNCH(MultiSumOfSquaresKernel, grid, kThreads, S(s), tensors, per_tensor, scratch);
-  LaunchFinishSum(scratch, per_tensor * tensors.count, 1.0, scratch + kMaxReduceBlocks, out, odt,
-                  s);
+  const BlockMap map = SumOfSquaresBlocks(tensors);
+  const int blocks = map.first[tensors.count];
+  LAUNCH(MultiSumOfSquaresKernel, blocks, kThreads, S(s), tensors, map, scratch);
+  LaunchFinishSum(scratch, blocks, 1.0, scratch + kMaxReduceBlocks, out, odt, s);
   return Check("SumOfSquares");
 }
 

@@ -244,8 +244,6 @@ __device__ __forceinline__ __nv_bfloat16 Cast<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Rows are staged 16 bytes (8 values) at a time: qkv's and dO's rows start on
 // 16-byte boundaries when the buffers do (D and C are multiples of 16).
 bool FlashApplies(int dt, int64_t D, const void* a, const void* b = nullptr) {

@@ -94,49 +94,92 @@ __global__ void FillKernel(void* y, int dt, int64_t n, double value) {
   GRID_STRIDE(i, n) { Store<double>(y, dt, i, value); }
 }
 
-template <typename C>
+// The kernels below take W: 1, or kVec for 16-byte accesses (the launchers
+// choose kVec when every buffer is Aligned16); the bits are the same either way.
+template <typename C, int W>
 __global__ void ConvertKernel(const void* x, int xdt, void* y, int ydt, int64_t n) {
-  GRID_STRIDE(i, n) { Store<C>(y, ydt, i, Load<C>(x, xdt, i)); }
+  ForEachGroup<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = kWidth<decltype(width)>;
+    C v[w];
+    LoadN(x, xdt, i, v);
+    StoreN(y, ydt, i, v);
+  });
 }
 
-template <typename C>
+template <typename C, int W>
 __global__ void UnaryKernel(OpId op, const void* x, int xdt, void* y, int ydt, int64_t n) {
-  GRID_STRIDE(i, n) { Store<C>(y, ydt, i, ApplyUnary<C>(op, Load<C>(x, xdt, i))); }
+  ForEachGroup<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = kWidth<decltype(width)>;
+    C v[w];
+    LoadN(x, xdt, i, v);
+#pragma unroll
+    for (int k = 0; k < w; ++k) v[k] = ApplyUnary<C>(op, v[k]);
+    StoreN(y, ydt, i, v);
+  });
 }
 
-template <typename C>
+template <typename C, int W>
 __global__ void UnaryBackwardKernel(OpId op, const void* x, int xdt, const void* dy, int gdt,
                                     void* dx, int64_t n) {
-  GRID_STRIDE(i, n) {
-    Store<C>(dx, gdt, i, UnaryDerivative<C>(op, Load<C>(x, xdt, i)) * Load<C>(dy, gdt, i));
-  }
+  ForEachGroup<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = kWidth<decltype(width)>;
+    C v[w], g[w];
+    LoadN(x, xdt, i, v);
+    LoadN(dy, gdt, i, g);
+#pragma unroll
+    for (int k = 0; k < w; ++k) v[k] = UnaryDerivative<C>(op, v[k]) * g[k];
+    StoreN(dx, gdt, i, v);
+  });
 }
 
-template <typename C>
+// b has bn elements: n (elementwise), 1 (a scalar) or a row repeated (i % bn;
+// for W = kVec a multiple of kVec, so that a group never wraps).
+template <typename C, int W>
 __global__ void BinaryKernel(OpId op, const void* a, int adt, const void* b, int bdt, int64_t bn,
                              void* y, int ydt, int64_t n) {
-  GRID_STRIDE(i, n) {
-    const int64_t j = bn == n ? i : bn == 1 ? 0 : i % bn;
-    Store<C>(y, ydt, i, ApplyBinary<C>(op, Load<C>(a, adt, i), Load<C>(b, bdt, j)));
-  }
+  ForEachGroup<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = kWidth<decltype(width)>;
+    C u[w], v[w];
+    LoadN(a, adt, i, u);
+    if (bn == 1) {
+      const C scalar = Load<C>(b, bdt, 0);
+#pragma unroll
+      for (int k = 0; k < w; ++k) v[k] = scalar;
+    } else {
+      LoadN(b, bdt, bn == n ? i : i % bn, v);
+    }
+#pragma unroll
+    for (int k = 0; k < w; ++k) u[k] = ApplyBinary<C>(op, u[k], v[k]);
+    StoreN(y, ydt, i, u);
+  });
 }
 
-template <typename C>
+template <typename C, int W>
 __global__ void ScaleKernel(const void* x, int xdt, C factor, void* y, int ydt, int64_t n) {
-  GRID_STRIDE(i, n) { Store<C>(y, ydt, i, Load<C>(x, xdt, i) * factor); }
+  ForEachGroup<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = kWidth<decltype(width)>;
+    C v[w];
+    LoadN(x, xdt, i, v);
+#pragma unroll
+    for (int k = 0; k < w; ++k) v[k] *= factor;
+    StoreN(y, ydt, i, v);
+  });
 }
 
+// As the CPU: x + alpha * y in f64, then to x's dtype (through f32 for the
+// 16-bit dtypes, as Store rounds f64).
+template <int W>
 __global__ void AddInPlaceKernel(void* x, int xdt, const void* y, int ydt, double alpha,
                                  int64_t n) {
-  // As the CPU: x + alpha * y in f64, then to x's dtype.
-  GRID_STRIDE(i, n) {
-    const double v = Load<double>(x, xdt, i) + alpha * Load<double>(y, ydt, i);
-    if (xdt == kF64) {
-      Store<double>(x, xdt, i, v);
-    } else {
-      Store<float>(x, xdt, i, static_cast<float>(v));
-    }
-  }
+  ForEachGroup<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = kWidth<decltype(width)>;
+    double u[w], v[w];
+    LoadN(x, xdt, i, u);
+    LoadN(y, ydt, i, v);
+#pragma unroll
+    for (int k = 0; k < w; ++k) u[k] += alpha * v[k];
+    StoreN(x, xdt, i, u);
+  });
 }
 
 __global__ void DropoutKernel(const void* x, int dt, double p, uint64_t seed, void* y, int64_t n) {
@@ -157,6 +200,13 @@ __global__ void DropoutKernel(const void* x, int dt, double p, uint64_t seed, vo
   }
 }
 
+// The grid for W = kVec: one thread a group of kVec.
+int VecBlocks(int64_t n) { return Blocks((n + kVec - 1) / kVec); }
+
+bool Vectorized(const void* a, const void* b, const void* c = nullptr) {
+  return Aligned16(a) && Aligned16(b) && (c == nullptr || Aligned16(c));
+}
+
 }  // namespace
 
 std::string LaunchFill(void* y, int dt, int64_t n, double value, Stream s) {
@@ -173,9 +223,11 @@ std::string LaunchConvert(const void* x, int xdt, void* y, int ydt, int64_t n, S
                               : std::string("cudaMemcpyAsync(convert): ") + cudaGetErrorString(err);
   }
   if (AnyF64(xdt, ydt)) {
-    LAUNCH(ConvertKernel<double>, Blocks(n), kThreads, S(s), x, xdt, y, ydt, n);
+    LAUNCH((ConvertKernel<double, 1>), Blocks(n), kThreads, S(s), x, xdt, y, ydt, n);
+  } else if (Vectorized(x, y)) {
+    LAUNCH((ConvertKernel<float, kVec>), VecBlocks(n), kThreads, S(s), x, xdt, y, ydt, n);
   } else {
-    LAUNCH(ConvertKernel<float>, Blocks(n), kThreads, S(s), x, xdt, y, ydt, n);
+    LAUNCH((ConvertKernel<float, 1>), Blocks(n), kThreads, S(s), x, xdt, y, ydt, n);
   }
   return Check("ConvertKernel");
 }
@@ -184,9 +236,11 @@ std::string LaunchUnary(OpId op, const void* x, int xdt, void* y, int ydt, int64
   if (std::string e = RefuseOp(IsUnaryOp(op), op, "LaunchUnary"); !e.empty()) return e;
   if (n == 0) return "";
   if (AnyF64(xdt, ydt)) {
-    LAUNCH(UnaryKernel<double>, Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
+    LAUNCH((UnaryKernel<double, 1>), Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
+  } else if (Vectorized(x, y)) {
+    LAUNCH((UnaryKernel<float, kVec>), VecBlocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
   } else {
-    LAUNCH(UnaryKernel<float>, Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
+    LAUNCH((UnaryKernel<float, 1>), Blocks(n), kThreads, S(s), op, x, xdt, y, ydt, n);
   }
   return Check("UnaryKernel");
 }
@@ -196,9 +250,12 @@ std::string LaunchUnaryBackward(OpId op, const void* x, int xdt, const void* dy,
   if (std::string e = RefuseOp(IsUnaryOp(op), op, "LaunchUnaryBackward"); !e.empty()) return e;
   if (n == 0) return "";
   if (AnyF64(xdt, gdt)) {
-    LAUNCH(UnaryBackwardKernel<double>, Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
+    LAUNCH((UnaryBackwardKernel<double, 1>), Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
+  } else if (Vectorized(x, dy, dx)) {
+    LAUNCH((UnaryBackwardKernel<float, kVec>), VecBlocks(n), kThreads, S(s), op, x, xdt, dy, gdt,
+           dx, n);
   } else {
-    LAUNCH(UnaryBackwardKernel<float>, Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
+    LAUNCH((UnaryBackwardKernel<float, 1>), Blocks(n), kThreads, S(s), op, x, xdt, dy, gdt, dx, n);
   }
   return Check("UnaryBackwardKernel");
 }
@@ -208,9 +265,12 @@ std::string LaunchBinary(OpId op, const void* a, int adt, const void* b, int bdt
   if (std::string e = RefuseOp(IsBinaryOp(op), op, "LaunchBinary"); !e.empty()) return e;
   if (n == 0) return "";
   if (AnyF64(adt, bdt, ydt)) {
-    LAUNCH(BinaryKernel<double>, Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);
+    LAUNCH((BinaryKernel<double, 1>), Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);
+  } else if (Vectorized(a, b, y) && (bn == n || bn == 1 || bn % kVec == 0)) {
+    LAUNCH((BinaryKernel<float, kVec>), VecBlocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y,
+           ydt, n);
   } else {
-    LAUNCH(BinaryKernel<float>, Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);
+    LAUNCH((BinaryKernel<float, 1>), Blocks(n), kThreads, S(s), op, a, adt, b, bdt, bn, y, ydt, n);
   }
   return Check("BinaryKernel");
 }
@@ -219,10 +279,13 @@ std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt,
                         Stream s) {
   if (n == 0) return "";
   if (AnyF64(xdt, ydt)) {
-    LAUNCH(ScaleKernel<double>, Blocks(n), kThreads, S(s), x, xdt, factor, y, ydt, n);
+    LAUNCH((ScaleKernel<double, 1>), Blocks(n), kThreads, S(s), x, xdt, factor, y, ydt, n);
+  } else if (Vectorized(x, y)) {
+    LAUNCH((ScaleKernel<float, kVec>), VecBlocks(n), kThreads, S(s), x, xdt,
+           static_cast<float>(factor), y, ydt, n);
   } else {
-    LAUNCH(ScaleKernel<float>, Blocks(n), kThreads, S(s), x, xdt, static_cast<float>(factor), y,
-           ydt, n);
+    LAUNCH((ScaleKernel<float, 1>), Blocks(n), kThreads, S(s), x, xdt, static_cast<float>(factor),
+           y, ydt, n);
   }
   return Check("ScaleKernel");
 }
@@ -230,7 +293,11 @@ std::string LaunchScale(const void* x, int xdt, double factor, void* y, int ydt,
 std::string LaunchAddInPlace(void* x, int xdt, const void* y, int ydt, double alpha, int64_t n,
                              Stream s) {
   if (n == 0) return "";
-  LAUNCH(AddInPlaceKernel, Blocks(n), kThreads, S(s), x, xdt, y, ydt, alpha, n);
+  if (Vectorized(x, y)) {
+    LAUNCH(AddInPlaceKernel<kVec>, VecBlocks(n), kThreads, S(s), x, xdt, y, ydt, alpha, n);
+  } else {
+    LAUNCH(AddInPlaceKernel<1>, Blocks(n), kThreads, S(s), x, xdt, y, ydt, alpha, n);
+  }
   return Check("AddInPlaceKernel");
 }
 

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "engine/cuda/kernels.h"
 
@@ -56,6 +58,126 @@ __device__ __forceinline__ void Store(void* p, int dt, int64_t i, C v) {
     default:
       static_cast<double*>(p)[i] = static_cast<double>(v);
   }
+}
+
+// ---- vector access: kVec consecutive elements with 16-byte loads and stores
+// where the dtype allows (f32: two, f16/bf16: one; other dtypes element by
+// element). Each value converts exactly as Load/Store convert it, so a kernel
+// gives the same bits with W = kVec as with W = 1. For W = kVec the caller
+// guarantees that i is a multiple of kVec and that the buffer starts on a
+// 16-byte boundary: the launchers check Aligned16 before choosing it.
+constexpr int kVec = 8;
+struct alignas(16) Bytes16 {
+  unsigned int w[4];
+};
+
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <int W, typename C>
+__device__ __forceinline__ void LoadN(const void* p, int dt, int64_t i, C (&out)[W]) {
+  if constexpr (W == kVec) {
+    if (dt == kF32) {
+      const Bytes16* q = reinterpret_cast<const Bytes16*>(static_cast<const float*>(p) + i);
+      const Bytes16 a = q[0], b = q[1];
+      float f[8];
+      memcpy(f, &a, 16);
+      memcpy(f + 4, &b, 16);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = static_cast<C>(f[k]);
+      return;
+    }
+    if (dt == kBF16) {
+      const Bytes16 a = *reinterpret_cast<const Bytes16*>(static_cast<const __nv_bfloat16*>(p) + i);
+      __nv_bfloat16 h[8];
+      memcpy(h, &a, 16);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = static_cast<C>(__bfloat162float(h[k]));
+      return;
+    }
+    if (dt == kF16) {
+      const Bytes16 a = *reinterpret_cast<const Bytes16*>(static_cast<const __half*>(p) + i);
+      __half h[8];
+      memcpy(h, &a, 16);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = static_cast<C>(__half2float(h[k]));
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < W; ++k) out[k] = Load<C>(p, dt, i + k);
+}
+
+template <int W, typename C>
+__device__ __forceinline__ void StoreN(void* p, int dt, int64_t i, const C (&v)[W]) {
+  if constexpr (W == kVec) {
+    if (dt == kF32) {
+      float f[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) f[k] = static_cast<float>(v[k]);
+      Bytes16 a, b;
+      memcpy(&a, f, 16);
+      memcpy(&b, f + 4, 16);
+      Bytes16* q = reinterpret_cast<Bytes16*>(static_cast<float*>(p) + i);
+      q[0] = a;
+      q[1] = b;
+      return;
+    }
+    if (dt == kBF16) {
+      __nv_bfloat16 h[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) h[k] = __float2bfloat16_rn(static_cast<float>(v[k]));
+      Bytes16 a;
+      memcpy(&a, h, 16);
+      *reinterpret_cast<Bytes16*>(static_cast<__nv_bfloat16*>(p) + i) = a;
+      return;
+    }
+    if (dt == kF16) {
+      __half h[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) h[k] = __float2half_rn(static_cast<float>(v[k]));
+      Bytes16 a;
+      memcpy(&a, h, 16);
+      *reinterpret_cast<Bytes16*>(static_cast<__half*>(p) + i) = a;
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < W; ++k) Store<C>(p, dt, i + k, v[k]);
+}
+
+// A group's width as a type, for generic lambdas: kWidth<decltype(width)>.
+template <int W>
+struct Width {
+  static constexpr int value = W;
+};
+template <typename T>
+constexpr int kWidth = std::decay_t<T>::value;
+
+// Grid-stride over [0, n) in groups of W: body(Width<W>(), i) for each group
+// starting at i, then, when W > 1, body(Width<1>(), i) for each of the n % W
+// elements left.
+template <int W, typename F>
+__device__ __forceinline__ void ForEachGroup(int64_t n, F&& body) {
+  const int64_t groups = n / W;
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    body(Width<W>(), g * W);
+  }
+  if constexpr (W > 1) {
+    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < n % W;
+         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      body(Width<1>(), groups * W + t);
+    }
+  }
+}
+
+// The fixed-order butterfly sum and max over a warp's 32 lanes: every lane
+// ends with the same bits (each step adds the same two values, in either
+// order, on both lanes of a pair).
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
+  return v;
 }
 
 __host__ __device__ inline int ElementSize(int dt) {

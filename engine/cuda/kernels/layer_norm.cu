@@ -1,6 +1,8 @@
 // LayerNorm over the last dim and its gradient (rows, then columns for
 // dgamma/dbeta in a fixed order): the twins of engine/cpu/layer_norm.cc.
 
+#include <initializer_list>
+
 #include "engine/cuda/kernels/kernel_util.h"
 
 namespace ampd::engine::cuda {
@@ -56,6 +58,170 @@ __global__ void LayerNormBackwardRowsKernel(const void* x, int xdt, const void* 
   }
 }
 
+// ---- one warp a row (cols <= 32 * 4 * kGroups, a multiple of 4, buffers
+// Aligned16): lane l holds columns 4 (32 g + l) .. +3 of group g in registers,
+// so x and dy are read once, and the sums are warp shuffles (the same bits on
+// every lane) instead of block-wide trees with a barrier a level. GPT-2's
+// rows of 768 took 8 barriers and two reads of x a row the other way.
+constexpr int kRowsPerBlock = kThreads / 32;
+
+struct alignas(8) Bytes8 {
+  unsigned int w[2];
+};
+
+// Four values at element i (a multiple of 4; the buffer Aligned16): one
+// 16-byte access for f32, one 8-byte access for f16/bf16, converted as
+// Load/Store convert.
+__device__ __forceinline__ void Load4(const void* p, int dt, int64_t i, float (&v)[4]) {
+  if (dt == kF32) {
+    const Bytes16 q = *reinterpret_cast<const Bytes16*>(static_cast<const float*>(p) + i);
+    memcpy(v, &q, 16);
+  } else if (dt == kBF16) {
+    const Bytes8 q = *reinterpret_cast<const Bytes8*>(static_cast<const __nv_bfloat16*>(p) + i);
+    __nv_bfloat16 h[4];
+    memcpy(h, &q, 8);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = __bfloat162float(h[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = Load<float>(p, dt, i + k);
+  }
+}
+
+__device__ __forceinline__ void Store4(void* p, int dt, int64_t i, const float (&v)[4]) {
+  if (dt == kF32) {
+    Bytes16 q;
+    memcpy(&q, v, 16);
+    *reinterpret_cast<Bytes16*>(static_cast<float*>(p) + i) = q;
+  } else if (dt == kBF16) {
+    __nv_bfloat16 h[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __float2bfloat16_rn(v[k]);
+    Bytes8 q;
+    memcpy(&q, h, 8);
+    *reinterpret_cast<Bytes8*>(static_cast<__nv_bfloat16*>(p) + i) = q;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) Store<float>(p, dt, i + k, v[k]);
+  }
+}
+
+// Group g of lane `lane` of row offset o (zeros past cols).
+template <int kGroups>
+__device__ __forceinline__ void LoadRow(const void* p, int dt, int64_t o, int64_t cols, int lane,
+                                        float (&v)[kGroups][4]) {
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int64_t c = 4 * (32 * g + lane);
+    if (c < cols) {
+      Load4(p, dt, o + c, v[g]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[g][k] = 0.0f;
+    }
+  }
+}
+
+template <int kGroups>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormWarpKernel(const void* x, int xdt, const void* gamma, int gdt, const void* beta,
+                        int64_t rows, int64_t cols, float eps, void* y, int ydt, void* mean,
+                        void* rstd, int sdt) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
+  if (r >= rows) return;  // the whole warp: no lane is left waiting at a shuffle
+  const int64_t o = r * cols;
+  float v[kGroups][4];
+  LoadRow(x, xdt, o, cols, lane, v);
+  float s = 0;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) s += (v[g][0] + v[g][1]) + (v[g][2] + v[g][3]);
+  const float mu = WarpSum(s) / static_cast<float>(cols);
+  float q = 0;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    if (4 * (32 * g + lane) < cols) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) q += (v[g][k] - mu) * (v[g][k] - mu);
+    }
+  }
+  const float rs = 1.0f / sqrtf(WarpSum(q) / static_cast<float>(cols) + eps);
+  if (lane == 0) {
+    Store<float>(mean, sdt, r, mu);
+    Store<float>(rstd, sdt, r, rs);
+  }
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int64_t c = 4 * (32 * g + lane);
+    if (c < cols) {
+      float w[4], b[4];
+      Load4(gamma, gdt, c, w);
+      Load4(beta, gdt, c, b);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[g][k] = (v[g][k] - mu) * rs * w[k] + b[k];
+      Store4(y, ydt, o + c, v[g]);
+    }
+  }
+}
+
+template <int kGroups>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormBackwardRowsWarpKernel(const void* x, int xdt, const void* gamma, int gdt,
+                                    const void* mean, const void* rstd, int sdt, const void* dy,
+                                    int dydt, int64_t rows, int64_t cols, void* dx) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int64_t o = r * cols;
+  const float mu = Load<float>(mean, sdt, r), rs = Load<float>(rstd, sdt, r);
+  float xhat[kGroups][4], g[kGroups][4];
+  LoadRow(x, xdt, o, cols, lane, xhat);
+  LoadRow(dy, dydt, o, cols, lane, g);
+  float sg = 0, sgx = 0;
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const int64_t c = 4 * (32 * j + lane);
+    if (c < cols) {
+      float w[4];
+      Load4(gamma, gdt, c, w);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        xhat[j][k] = (xhat[j][k] - mu) * rs;
+        g[j][k] *= w[k];
+        sg += g[j][k];
+        sgx += g[j][k] * xhat[j][k];
+      }
+    }
+  }
+  sg = WarpSum(sg);
+  sgx = WarpSum(sgx);
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const int64_t c = 4 * (32 * j + lane);
+    if (c < cols) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        g[j][k] = rs * (g[j][k] - (sg + xhat[j][k] * sgx) / static_cast<float>(cols));
+      }
+      Store4(dx, xdt, o + c, g[j]);
+    }
+  }
+}
+
+// The groups of four a lane holds for rows of `cols`, or 0 where the warp
+// kernels do not apply (f64, too wide, not a multiple of 4, a buffer not
+// Aligned16).
+int WarpGroups(int xdt, int64_t cols, std::initializer_list<const void*> buffers) {
+  if (xdt == kF64 || cols % 4 != 0 || cols > 32 * 4 * 8) return 0;
+  for (const void* p : buffers) {
+    if (!Aligned16(p)) return 0;
+  }
+  const int64_t groups = (cols + 127) / 128;
+  return groups <= 1 ? 1 : groups <= 2 ? 2 : groups <= 4 ? 4 : 8;
+}
+
+int RowBlocks(int64_t rows) { return static_cast<int>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
 // grid ColumnGrid(rows, cols): dgamma and dbeta's partial sums over one
 // chunk of rows per column (the second pass adds them in chunk order).
 template <typename C>
@@ -83,6 +249,21 @@ std::string LaunchLayerNorm(const void* x, int xdt, const void* gamma, int gdt, 
                             int64_t rows, int64_t cols, double eps, void* y, int ydt, void* mean,
                             void* rstd, int sdt, Stream s) {
   if (rows == 0) return "";
+  const float feps = static_cast<float>(eps);
+  switch (WarpGroups(xdt, cols, {x, gamma, beta, y})) {
+#define AMPD_LN_WARP(G)                                                                       \
+  case G:                                                                                     \
+    LAUNCH(LayerNormWarpKernel<G>, RowBlocks(rows), kThreads, S(s), x, xdt, gamma, gdt, beta, \
+           rows, cols, feps, y, ydt, mean, rstd, sdt);                                        \
+    return Check("LayerNormWarpKernel");
+    AMPD_LN_WARP(1)
+    AMPD_LN_WARP(2)
+    AMPD_LN_WARP(4)
+    AMPD_LN_WARP(8)
+#undef AMPD_LN_WARP
+    default:
+      break;
+  }
   if (xdt == kF64) {
     LAUNCH(LayerNormKernel<double>, rows, kThreads, S(s), x, xdt, gamma, gdt, beta, cols, eps, y,
            ydt, mean, rstd, sdt);
@@ -107,8 +288,21 @@ std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, i
            mean, rstd, sdt, dy, dydt, rows, cols, ColumnChunkRows(rows), dgamma_partial,
            dbeta_partial);
   } else {
-    LAUNCH(LayerNormBackwardRowsKernel<float>, rows, kThreads, S(s), x, xdt, gamma, gdt, mean, rstd,
-           sdt, dy, dydt, cols, dx);
+    switch (WarpGroups(xdt, cols, {x, gamma, dy, dx})) {
+#define AMPD_LN_WARP(G)                                                                        \
+  case G:                                                                                      \
+    LAUNCH(LayerNormBackwardRowsWarpKernel<G>, RowBlocks(rows), kThreads, S(s), x, xdt, gamma, \
+           gdt, mean, rstd, sdt, dy, dydt, rows, cols, dx);                                    \
+    break;
+      AMPD_LN_WARP(1)
+      AMPD_LN_WARP(2)
+      AMPD_LN_WARP(4)
+      AMPD_LN_WARP(8)
+#undef AMPD_LN_WARP
+      default:
+        LAUNCH(LayerNormBackwardRowsKernel<float>, rows, kThreads, S(s), x, xdt, gamma, gdt, mean,
+               rstd, sdt, dy, dydt, cols, dx);
+    }
     LAUNCH(LayerNormBackwardColumnsKernel<float>, ColumnGrid(rows, cols), kThreads, S(s), x, xdt,
            mean, rstd, sdt, dy, dydt, rows, cols, ColumnChunkRows(rows), dgamma_partial,
            dbeta_partial);

@@ -9,23 +9,38 @@ namespace {
 
 using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
 
+// W: 1, or kVec for 16-byte accesses where every buffer is Aligned16; the
+// update of each value is the same either way.
+template <int W>
 __global__ void SgdStepKernel(void* param, int pdt, const void* grad, int gdt, float* momentum,
                               int64_t n, SgdArgs a, const float* found_inf, void* model_copy,
                               int mdt) {
   if (found_inf && *found_inf != 0.0f) return;  // skipped step: nothing changes
-  GRID_STRIDE(i, n) {
-    const float p = Load<float>(param, pdt, i);
-    float d = Load<float>(grad, gdt, i) + a.weight_decay * p;
-    if (momentum) {
-      momentum[i] = a.first ? d : a.momentum * momentum[i] + d;
-      d = a.nesterov ? d + a.momentum * momentum[i] : momentum[i];
+  ForEachGroup<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = kWidth<decltype(width)>;
+    float p[w], d[w], mom[w] = {};
+    LoadN(param, pdt, i, p);
+    LoadN(grad, gdt, i, d);
+    if (momentum && !a.first) LoadN(momentum, kF32, i, mom);
+#pragma unroll
+    for (int k = 0; k < w; ++k) {
+      d[k] += a.weight_decay * p[k];
+      if (momentum) {
+        mom[k] = a.first ? d[k] : a.momentum * mom[k] + d[k];
+        d[k] = a.nesterov ? d[k] + a.momentum * mom[k] : mom[k];
+      }
+      p[k] = p[k] - a.lr * d[k];
     }
-    const float out = p - a.lr * d;
-    Store<float>(param, pdt, i, out);
-    if (model_copy) Store<float>(model_copy, mdt, i, Load<float>(param, pdt, i));
-  }
+    if (momentum) StoreN(momentum, kF32, i, mom);
+    StoreN(param, pdt, i, p);
+    if (model_copy) {  // the stored parameter, rounded to the copy's dtype
+      LoadN(param, pdt, i, p);
+      StoreN(model_copy, mdt, i, p);
+    }
+  });
 }
 
+template <int W>
 __global__ void AdamWStepKernel(void* param, int pdt, const void* grad, int gdt, float* m, float* v,
                                 int64_t n, AdamWArgs a, const float* step_ptr,
                                 const float* found_inf, void* model_copy, int mdt) {
@@ -37,14 +52,28 @@ __global__ void AdamWStepKernel(void* param, int pdt, const void* grad, int gdt,
   const float bc2_sqrt = static_cast<float>(sqrt(bc2));
   const float decay = 1.0f - a.lr * a.weight_decay;
   const float one_minus_beta1 = 1.0f - a.beta1, one_minus_beta2 = 1.0f - a.beta2;
-  GRID_STRIDE(i, n) {
-    const float g = Load<float>(grad, gdt, i);
-    m[i] = a.beta1 * m[i] + one_minus_beta1 * g;
-    v[i] = a.beta2 * v[i] + one_minus_beta2 * g * g;
-    const float denom = sqrtf(v[i]) / bc2_sqrt + a.eps;
-    Store<float>(param, pdt, i, Load<float>(param, pdt, i) * decay - step_size * m[i] / denom);
-    if (model_copy) Store<float>(model_copy, mdt, i, Load<float>(param, pdt, i));
-  }
+  ForEachGroup<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = kWidth<decltype(width)>;
+    float p[w], g[w], mv[w], vv[w];
+    LoadN(param, pdt, i, p);
+    LoadN(grad, gdt, i, g);
+    LoadN(m, kF32, i, mv);
+    LoadN(v, kF32, i, vv);
+#pragma unroll
+    for (int k = 0; k < w; ++k) {
+      mv[k] = a.beta1 * mv[k] + one_minus_beta1 * g[k];
+      vv[k] = a.beta2 * vv[k] + one_minus_beta2 * g[k] * g[k];
+      const float denom = sqrtf(vv[k]) / bc2_sqrt + a.eps;
+      p[k] = p[k] * decay - step_size * mv[k] / denom;
+    }
+    StoreN(m, kF32, i, mv);
+    StoreN(v, kF32, i, vv);
+    StoreN(param, pdt, i, p);
+    if (model_copy) {  // the stored parameter, rounded to the copy's dtype
+      LoadN(param, pdt, i, p);
+      StoreN(model_copy, mdt, i, p);
+    }
+  });
 }
 
 }  // namespace
@@ -53,8 +82,13 @@ std::string LaunchSgdStep(void* param, int pdt, const void* grad, int gdt, float
                           int64_t n, const SgdArgs& a, const float* found_inf, void* model_copy,
                           int mdt, Stream s) {
   if (n == 0) return "";
-  LAUNCH(SgdStepKernel, Blocks(n), kThreads, S(s), param, pdt, grad, gdt, momentum, n, a, found_inf,
-         model_copy, mdt);
+  if (Aligned16(param) && Aligned16(grad) && Aligned16(momentum) && Aligned16(model_copy)) {
+    LAUNCH(SgdStepKernel<kVec>, Blocks((n + kVec - 1) / kVec), kThreads, S(s), param, pdt, grad,
+           gdt, momentum, n, a, found_inf, model_copy, mdt);
+  } else {
+    LAUNCH(SgdStepKernel<1>, Blocks(n), kThreads, S(s), param, pdt, grad, gdt, momentum, n, a,
+           found_inf, model_copy, mdt);
+  }
   return Check("SgdStepKernel");
 }
 
@@ -62,8 +96,14 @@ std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, flo
                             float* exp_avg_sq, int64_t n, const AdamWArgs& a, const float* step_ptr,
                             const float* found_inf, void* model_copy, int mdt, Stream s) {
   if (n == 0) return "";
-  LAUNCH(AdamWStepKernel, Blocks(n), kThreads, S(s), param, pdt, grad, gdt, exp_avg, exp_avg_sq, n,
-         a, step_ptr, found_inf, model_copy, mdt);
+  if (Aligned16(param) && Aligned16(grad) && Aligned16(exp_avg) && Aligned16(exp_avg_sq) &&
+      Aligned16(model_copy)) {
+    LAUNCH(AdamWStepKernel<kVec>, Blocks((n + kVec - 1) / kVec), kThreads, S(s), param, pdt, grad,
+           gdt, exp_avg, exp_avg_sq, n, a, step_ptr, found_inf, model_copy, mdt);
+  } else {
+    LAUNCH(AdamWStepKernel<1>, Blocks(n), kThreads, S(s), param, pdt, grad, gdt, exp_avg,
+           exp_avg_sq, n, a, step_ptr, found_inf, model_copy, mdt);
+  }
   return Check("AdamWStepKernel");
 }
 

@@ -517,6 +517,31 @@ TEST_F(CudaBackendTest, LayerNormForwardAndBackward) {
   ExpectClose(gg.dbeta, cg.dbeta, Tol(DType::kF32) * 4, "dbeta from a bf16 dy");
 }
 
+// Every path of the CUDA LayerNorm: one warp a row with 1, 2, 4 or 8 groups
+// of four columns a lane (64, 200, 300, 768: GPT-2's width, two groups of
+// eight unused), and the block-a-row kernels for widths the warp kernels do
+// not take (301: not a multiple of 4; 1100: over 1024) and for f64.
+TEST_F(CudaBackendTest, LayerNormOnEveryPath) {
+  for (int64_t cols : {64, 200, 300, 768, 301, 1100}) {
+    for (DType d : {DType::kF32, DType::kBF16, DType::kF64}) {
+      const std::string what = "cols " + std::to_string(cols) + " " + std::string(DTypeName(d));
+      Tensor x = Random({19, cols}, d, 40, -3, 5);
+      Tensor gamma = Random({cols}, d, 41, 0.5, 1.5), beta = Random({cols}, d, 42);
+      Tensor dy = Random({19, cols}, d, 43);
+      LayerNormResult c = Cpu<LayerNormKernel>()(x, gamma, beta, 1e-5, d);
+      LayerNormResult g = Gpu<LayerNormKernel>()(G(x), G(gamma), G(beta), 1e-5, d);
+      ExpectClose(g.y, c.y, Tol(d), "layer norm y, " + what);
+      ExpectClose(g.mean, c.mean, 1e-5, "layer norm mean, " + what);
+      ExpectClose(g.rstd, c.rstd, 1e-4, "layer norm rstd, " + what);
+      LayerNormGrads cg = Cpu<LayerNormBackwardKernel>()(x, gamma, c, dy);
+      LayerNormGrads gg = Gpu<LayerNormBackwardKernel>()(G(x), G(gamma), g, G(dy));
+      ExpectClose(gg.dx, cg.dx, Tol(d) * 4, "layer norm dx, " + what);
+      ExpectClose(gg.dgamma, cg.dgamma, Tol(d) * 4, "layer norm dgamma, " + what);
+      ExpectClose(gg.dbeta, cg.dbeta, Tol(d) * 4, "layer norm dbeta, " + what);
+    }
+  }
+}
+
 // cuDNN's convolutions (conv.cu) against oneDNN's: every pass, several
 // geometries (padding, stride, dilation per dim, groups, 1x1, no bias).
 struct ConvCase {
@@ -675,6 +700,43 @@ TEST_F(CudaBackendTest, FusedSoftmaxCrossEntropy) {
     ExpectClose(Gpu<CrossEntropyBackwardKernel>()(G(logits), labels, g.row_logsumexp, G(half)),
                 Cpu<CrossEntropyBackwardKernel>()(logits, labels, c.row_logsumexp, half), Tol(d),
                 "cross entropy backward");
+  }
+}
+
+// The cross-entropy's one-pass rows (16-byte loads where the width is a
+// multiple of 8, else one value at a time) and its backward by column
+// groups, with an LM head's padded vocabulary (-inf logits past the real
+// one) and a row with a NaN logit (NaN loss, as the CPU).
+TEST_F(CudaBackendTest, CrossEntropyOverWideRowsPaddingAndNan) {
+  for (int64_t cols : {4104, 4101}) {
+    std::vector<int32_t> labels;
+    for (int i = 0; i < 5; ++i) labels.push_back((i * 997) % 4000);
+    for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const std::string what = "cols " + std::to_string(cols) + " " + std::string(DTypeName(d));
+      std::vector<double> v = Random({5, cols}, DType::kF64, 44, -8, 8).ToDoubles();
+      for (int64_t r = 0; r < 5; ++r) {
+        for (int64_t c = 4000; c < cols; ++c) v[r * cols + c] = -INFINITY;  // padding
+      }
+      const Tensor logits = Tensor::FromDoubles(v, {5, cols}, d);
+      const CrossEntropyResult c = Cpu<CrossEntropyKernel>()(logits, labels);
+      const CrossEntropyResult g = Gpu<CrossEntropyKernel>()(G(logits), labels);
+      ExpectClose(g.loss, c.loss, 1e-5, "loss, " + what);
+      ExpectClose(g.row_logsumexp, c.row_logsumexp, 1e-5, "row logsumexp, " + what);
+      const Tensor half = Tensor::Full({1}, DType::kF32, 0.5);
+      const Tensor dx =
+          Gpu<CrossEntropyBackwardKernel>()(G(logits), labels, g.row_logsumexp, G(half));
+      ExpectClose(dx, Cpu<CrossEntropyBackwardKernel>()(logits, labels, c.row_logsumexp, half),
+                  Tol(d), "backward, " + what);
+      const std::vector<double> dxv = dx.ToDoubles();
+      EXPECT_EQ(dxv[cols - 1], 0.0) << "padding's gradient, " << what;
+      v[2 * cols + 17] = NAN;
+      const Tensor with_nan = Tensor::FromDoubles(v, {5, cols}, d);
+      const CrossEntropyResult n = Gpu<CrossEntropyKernel>()(G(with_nan), labels);
+      const std::vector<double> lse = n.row_logsumexp.ToDoubles();
+      EXPECT_TRUE(std::isnan(lse[2])) << what;
+      EXPECT_FALSE(std::isnan(lse[1]) || std::isnan(lse[3])) << what;
+      EXPECT_TRUE(std::isnan(n.loss.ToDoubles()[0])) << what;
+    }
   }
 }
 
