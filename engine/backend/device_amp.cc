@@ -62,6 +62,19 @@ void DeviceAmp::SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const T
   amp_memory().Fill(out, SumOfSquares(defined));
 }
 
+// The clipping factor of ClipOnDevice, or 1 where nothing is clipped.
+float ClipFactor(double sum_sq, double max_norm) {
+  const double norm = std::sqrt(sum_sq);
+  return std::isfinite(norm) && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6))
+                                                : 1.0f;
+}
+
+void DeviceAmp::ClipOnDevice(const std::vector<Tensor>& grads, const Tensor& sum_sq,
+                             double max_norm, const Tensor& found_inf) {
+  const float factor = ClipFactor(amp_memory().ReadScalars({sum_sq}).at(0), max_norm);
+  if (factor != 1.0f) MultiplyAndFlag(*this, amp_memory(), grads, factor, found_inf);
+}
+
 void DeviceAmp::SgdStepFused(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                              const SgdHyper& h, bool first, const FusedStepArgs& args) {
   if (args.found_inf.defined() && amp_memory().ReadScalars({args.found_inf}).at(0) != 0) return;

@@ -40,6 +40,11 @@ struct ScaleUpdateOptions {
   double max_scale = 0;  // 0: no bound
 };
 
+// ClipOnDevice's factor for a sum of squares: (float)(max_norm / (norm +
+// 1e-6)) with norm = sqrt(sum_sq) in f64 when norm is finite and above
+// max_norm, else 1 (nothing clipped).
+float ClipFactor(double sum_sq, double max_norm);
+
 class DeviceAmp {
  public:
   virtual ~DeviceAmp() = default;
@@ -80,6 +85,14 @@ class DeviceAmp {
   virtual void UpdateScaleOnDevice(const DeviceAmpState& amp, const ScaleUpdateOptions& o);
   // Sum of squares of all elements into `out` (f32 [1]) without a host read.
   virtual void SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const Tensor& out);
+  // Gradient clipping by the global norm without a host read (as
+  // torch.nn.utils.clip_grad_norm_, which does not wait either): with norm =
+  // sqrt(sum_sq[0]) in f64 (sum_sq: f32 [1], from SumOfSquaresOnDevice), when
+  // norm is finite and above max_norm every gradient *= (float)(max_norm /
+  // (norm + 1e-6)) and found_inf becomes 1 if a result is inf/NaN; otherwise
+  // nothing changes. The factor is the same f64 arithmetic on host and device.
+  virtual void ClipOnDevice(const std::vector<Tensor>& grads, const Tensor& sum_sq, double max_norm,
+                            const Tensor& found_inf);
   // The fused optimizer step: does nothing when found_inf (if defined) is
   // non-zero; otherwise updates the f32 master `param` and, when `model_copy`
   // is defined, writes it rounded to the model's dtype in the same pass.

@@ -201,6 +201,8 @@ class CudaBackend final : public backend::Backend {
   void UpdateScaleOnDevice(const engine::backend::DeviceAmpState& amp,
                            const engine::backend::ScaleUpdateOptions& o) override;
   void SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const Tensor& out) override;
+  void ClipOnDevice(const std::vector<Tensor>& grads, const Tensor& sum_sq, double max_norm,
+                    const Tensor& found_inf) override;
   void SgdStepFused(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                     const SgdHyper& h, bool first, const FusedStepArgs& args) override;
   void AdamWStepFused(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,

@@ -73,6 +73,18 @@ void CudaBackend::SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const
   SumOfSquaresInto(tensors, out);
 }
 
+void CudaBackend::ClipOnDevice(const std::vector<Tensor>& grads, const Tensor& sum_sq,
+                               double max_norm, const Tensor& found_inf) {
+  Tensor factor = Allocate({1}, DType::kF32, false);
+  if (Ok()) Record(LaunchClipFactor(sum_sq.data<float>(), max_norm, factor.data<float>(), S()));
+  for (const TensorList& list : Lists(grads)) {
+    if (Ok()) {
+      Record(LaunchMultiplyByDeviceFactorAndCheck(list, factor.data<float>(),
+                                                  found_inf.data<float>(), S()));
+    }
+  }
+}
+
 void CudaBackend::SgdStepFused(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                                const SgdHyper& h, bool first, const FusedStepArgs& args) {
   SgdArgs a{h.lr, h.momentum, h.weight_decay, h.nesterov, first};

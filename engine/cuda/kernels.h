@@ -165,6 +165,12 @@ std::string LaunchUnscaleAndCheck(const TensorList& grads, const float* scale, f
 // Non-finite check with a host-given factor (gradient clipping): flags found_inf.
 std::string LaunchMultiplyAndCheck(const TensorList& grads, float factor, float* found_inf,
                                    Stream s);
+// Gradient clipping on the device: factor[0] = backend::ClipFactor(sum_sq[0],
+// max_norm) (1: nothing to clip), then per list g *= factor[0], flagging
+// found_inf, or nothing at all where factor[0] is 1.
+std::string LaunchClipFactor(const float* sum_sq, double max_norm, float* factor, Stream s);
+std::string LaunchMultiplyByDeviceFactorAndCheck(const TensorList& grads, const float* factor,
+                                                 float* found_inf, Stream s);
 // torch._amp_update_scale_ in one thread, then the bounds (0: none).
 std::string LaunchUpdateScale(float* scale, float* growth_tracker, const float* found_inf,
                               double growth_factor, double backoff_factor, int64_t growth_interval,

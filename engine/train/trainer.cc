@@ -643,14 +643,8 @@ StepMetrics Trainer::DeviceStep(TrainerCallbacks* callbacks) {
   // that keeps a bad step from being applied.
   be.UnscaleAndCheckOnDevice(grads, amp_);
   be.SumOfSquaresOnDevice(grads, sum_sq_);
-  if (t.clip_norm > 0) {
-    // Clipping needs the norm on the host before the update: one extra wait.
-    const double norm = std::sqrt(be.ReadScalars({sum_sq_}).at(0));
-    if (std::isfinite(norm) && norm > t.clip_norm) {
-      be.MultiplyAndCheckOnDevice(grads, static_cast<float>(t.clip_norm / (norm + 1e-6)),
-                                  amp_.found_inf);
-    }
-  }
+  // The norm stays on the device: no wait before the update.
+  if (t.clip_norm > 0) be.ClipOnDevice(grads, sum_sq_, t.clip_norm, amp_.found_inf);
   StepMetrics m;
   m.lr = ScheduledLearningRate(config_.schedule, config_.optimizer.lr, optimizer_->steps_taken(),
                                total_steps_);

@@ -11,11 +11,16 @@ using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
 
 // ---- AMP
 
-__global__ void UnscaleAndCheckKernel(TensorList list, const float* scale, float factor,
-                                      float* found_inf) {
+// The multiplier: 1 / scale[0] (scale given), factor_ptr[0] (given; 1 means
+// nothing to do, as clipping that clips nothing), else factor.
+__global__ void UnscaleAndCheckKernel(TensorList list, const float* scale, const float* factor_ptr,
+                                      float factor, float* found_inf) {
   const int t = blockIdx.y;
+  if (factor_ptr && *factor_ptr == 1.0f) return;
   // As PyTorch: the reciprocal in f64, rounded to f32.
-  const float mult = scale ? static_cast<float>(1.0 / static_cast<double>(*scale)) : factor;
+  const float mult = scale        ? static_cast<float>(1.0 / static_cast<double>(*scale))
+                     : factor_ptr ? *factor_ptr
+                                  : factor;
   void* p = list.ptr[t];
   const int dt = list.dt[t];
   const int64_t n = list.numel[t];
@@ -26,6 +31,14 @@ __global__ void UnscaleAndCheckKernel(TensorList list, const float* scale, float
     Store<float>(p, dt, i, v);
   }
   if (bad) *found_inf = 1.0f;  // every writer writes the same value
+}
+
+// backend::ClipFactor on the device, in the same f64 arithmetic (IEEE sqrt,
+// add and divide: the same bits as the host's).
+__global__ void ClipFactorKernel(const float* sum_sq, double max_norm, float* factor) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const double norm = sqrt(static_cast<double>(*sum_sq));
+  *factor = isfinite(norm) && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
 }
 
 __global__ void UpdateScaleKernel(float* scale, float* growth_tracker, const float* found_inf,
@@ -97,11 +110,11 @@ BlockMap SumOfSquaresBlocks(const TensorList& list) {
 }
 
 // The multiplier is 1/scale[0] when scale is given, else factor.
-std::string MultiplyAndCheck(const TensorList& grads, const float* scale, float factor,
-                             float* found_inf, Stream s) {
+std::string MultiplyAndCheck(const TensorList& grads, const float* scale, const float* factor_ptr,
+                             float factor, float* found_inf, Stream s) {
   if (grads.count == 0) return "";
   dim3 grid(std::min(Blocks(MaxNumel(grads)), 1024), grads.count);
-  LAUNCH(UnscaleAndCheckKernel, grid, kThreads, S(s), grads, scale, factor, found_inf);
+  LAUNCH(UnscaleAndCheckKernel, grid, kThreads, S(s), grads, scale, factor_ptr, factor, found_inf);
   return Check("UnscaleAndCheckKernel");
 }
 
@@ -109,12 +122,22 @@ std::string MultiplyAndCheck(const TensorList& grads, const float* scale, float 
 
 std::string LaunchUnscaleAndCheck(const TensorList& grads, const float* scale, float* found_inf,
                                   Stream s) {
-  return MultiplyAndCheck(grads, scale, 1.0f, found_inf, s);
+  return MultiplyAndCheck(grads, scale, nullptr, 1.0f, found_inf, s);
 }
 
 std::string LaunchMultiplyAndCheck(const TensorList& grads, float factor, float* found_inf,
                                    Stream s) {
-  return MultiplyAndCheck(grads, nullptr, factor, found_inf, s);
+  return MultiplyAndCheck(grads, nullptr, nullptr, factor, found_inf, s);
+}
+
+std::string LaunchClipFactor(const float* sum_sq, double max_norm, float* factor, Stream s) {
+  LAUNCH(ClipFactorKernel, 1, 1, S(s), sum_sq, max_norm, factor);
+  return Check("ClipFactorKernel");
+}
+
+std::string LaunchMultiplyByDeviceFactorAndCheck(const TensorList& grads, const float* factor,
+                                                 float* found_inf, Stream s) {
+  return MultiplyAndCheck(grads, nullptr, factor, 1.0f, found_inf, s);
 }
 
 std::string LaunchUpdateScale(float* scale, float* growth_tracker, const float* found_inf,

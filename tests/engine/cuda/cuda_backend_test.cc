@@ -991,6 +991,39 @@ TEST_F(CudaBackendTest, SumOfSquaresAcrossManyTensors) {
   EXPECT_NEAR(gpu_->ReadScalars({out})[0], want, 1e-6 * want);
 }
 
+// Clipping by the global norm with the norm left on the device: the same
+// factor, bit for bit, as the host rule (backend::ClipFactor, what the CPU's
+// reference ClipOnDevice reads back and applies), nothing touched when the
+// norm is at most max_norm or not finite, and found_inf left alone.
+TEST_F(CudaBackendTest, ClippingOnTheDeviceAppliesTheHostsFactor) {
+  const std::vector<Tensor> cpu_t = ManyGradients(60, DType::kF32, -1);
+  const double sum = cpu().SumOfSquares(cpu_t);
+  for (const double sum_sq : {sum, 4.0, std::nan(""), static_cast<double>(INFINITY)}) {
+    for (const double max_norm : {1.0, 2.0, 1e30}) {
+      const std::string what =
+          "sum of squares " + std::to_string(sum_sq) + ", max_norm " + std::to_string(max_norm);
+      std::vector<Tensor> gpu_t;
+      for (const Tensor& t : cpu_t) gpu_t.push_back(G(t));
+      const Tensor sq = Tensor::Full({1}, DType::kF32, sum_sq, Device::kCuda);
+      const Tensor found = Tensor::Zeros({1}, DType::kF32, Device::kCuda);
+      gpu_->ClipOnDevice(gpu_t, sq, max_norm, found);
+      const float factor = backend::ClipFactor(static_cast<float>(sum_sq), max_norm);
+      if (sum_sq == 4.0 && max_norm == 1.0) {
+        EXPECT_NE(factor, 1.0f) << what;
+      }
+      if (max_norm == 1e30 || !std::isfinite(sum_sq)) {
+        EXPECT_EQ(factor, 1.0f) << what;
+      }
+      for (size_t i = 0; i < cpu_t.size(); ++i) {
+        std::vector<double> want = cpu_t[i].ToDoubles();
+        for (double& v : want) v = static_cast<float>(static_cast<float>(v) * factor);
+        ASSERT_EQ(gpu_t[i].ToDoubles(), want) << what << ", tensor " << i;
+      }
+      EXPECT_EQ(gpu_->ReadScalars({found})[0], 0.0) << what;
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, FusedOptimizerStepsMatchTheReferenceAndSkipOnTheFlag) {
   for (bool adamw : {false, true}) {
     for (bool skip : {false, true}) {
