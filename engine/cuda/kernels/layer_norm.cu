@@ -220,6 +220,28 @@ int WarpGroups(int xdt, int64_t cols, std::initializer_list<const void*> buffers
   return groups <= 1 ? 1 : groups <= 2 ? 2 : groups <= 4 ? 4 : 8;
 }
 
+// launch(Width<groups>()) for the warp kernels' instantiations (1, 2, 4, 8);
+// false, launching nothing, for any other value (0: they do not apply).
+template <typename F>
+bool WithWarpGroups(int groups, F&& launch) {
+  switch (groups) {
+    case 1:
+      launch(Width<1>());
+      return true;
+    case 2:
+      launch(Width<2>());
+      return true;
+    case 4:
+      launch(Width<4>());
+      return true;
+    case 8:
+      launch(Width<8>());
+      return true;
+    default:
+      return false;
+  }
+}
+
 int RowBlocks(int64_t rows) { return static_cast<int>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 // grid ColumnGrid(rows, cols): dgamma and dbeta's partial sums over one
@@ -249,20 +271,11 @@ std::string LaunchLayerNorm(const void* x, int xdt, const void* gamma, int gdt, 
                             int64_t rows, int64_t cols, double eps, void* y, int ydt, void* mean,
                             void* rstd, int sdt, Stream s) {
   if (rows == 0) return "";
-  const float feps = static_cast<float>(eps);
-  switch (WarpGroups(xdt, cols, {x, gamma, beta, y})) {
-#define AMPD_LN_WARP(G)                                                                       \
-  case G:                                                                                     \
-    LAUNCH(LayerNormWarpKernel<G>, RowBlocks(rows), kThreads, S(s), x, xdt, gamma, gdt, beta, \
-           rows, cols, feps, y, ydt, mean, rstd, sdt);                                        \
+  if (WithWarpGroups(WarpGroups(xdt, cols, {x, gamma, beta, y}), [&](auto groups) {
+        LAUNCH(LayerNormWarpKernel<kWidth<decltype(groups)>>, RowBlocks(rows), kThreads, S(s), x,
+               xdt, gamma, gdt, beta, rows, cols, static_cast<float>(eps), y, ydt, mean, rstd, sdt);
+      })) {
     return Check("LayerNormWarpKernel");
-    AMPD_LN_WARP(1)
-    AMPD_LN_WARP(2)
-    AMPD_LN_WARP(4)
-    AMPD_LN_WARP(8)
-#undef AMPD_LN_WARP
-    default:
-      break;
   }
   if (xdt == kF64) {
     LAUNCH(LayerNormKernel<double>, rows, kThreads, S(s), x, xdt, gamma, gdt, beta, cols, eps, y,
@@ -288,20 +301,13 @@ std::string LaunchLayerNormBackward(const void* x, int xdt, const void* gamma, i
            mean, rstd, sdt, dy, dydt, rows, cols, ColumnChunkRows(rows), dgamma_partial,
            dbeta_partial);
   } else {
-    switch (WarpGroups(xdt, cols, {x, gamma, dy, dx})) {
-#define AMPD_LN_WARP(G)                                                                        \
-  case G:                                                                                      \
-    LAUNCH(LayerNormBackwardRowsWarpKernel<G>, RowBlocks(rows), kThreads, S(s), x, xdt, gamma, \
-           gdt, mean, rstd, sdt, dy, dydt, rows, cols, dx);                                    \
-    break;
-      AMPD_LN_WARP(1)
-      AMPD_LN_WARP(2)
-      AMPD_LN_WARP(4)
-      AMPD_LN_WARP(8)
-#undef AMPD_LN_WARP
-      default:
-        LAUNCH(LayerNormBackwardRowsKernel<float>, rows, kThreads, S(s), x, xdt, gamma, gdt, mean,
-               rstd, sdt, dy, dydt, cols, dx);
+    const bool warp = WithWarpGroups(WarpGroups(xdt, cols, {x, gamma, dy, dx}), [&](auto groups) {
+      LAUNCH(LayerNormBackwardRowsWarpKernel<kWidth<decltype(groups)>>, RowBlocks(rows), kThreads,
+             S(s), x, xdt, gamma, gdt, mean, rstd, sdt, dy, dydt, rows, cols, dx);
+    });
+    if (!warp) {
+      LAUNCH(LayerNormBackwardRowsKernel<float>, rows, kThreads, S(s), x, xdt, gamma, gdt, mean,
+             rstd, sdt, dy, dydt, cols, dx);
     }
     LAUNCH(LayerNormBackwardColumnsKernel<float>, ColumnGrid(rows, cols), kThreads, S(s), x, xdt,
            mean, rstd, sdt, dy, dydt, rows, cols, ColumnChunkRows(rows), dgamma_partial,
