@@ -141,6 +141,13 @@ class FakeDeviceBackend final : public backend::Backend {
     backend::Backend::MultiplyAndCheckOnDevice(grads, factor, found_inf);
     --inside_reference_;
   }
+  void ClipOnDevice(const std::vector<Tensor>& grads, const Tensor& sum_sq, double max_norm,
+                    const Tensor& found_inf) override {
+    ++calls["ClipOnDevice"];
+    ++inside_reference_;
+    backend::Backend::ClipOnDevice(grads, sum_sq, max_norm, found_inf);
+    --inside_reference_;
+  }
   void UpdateScaleOnDevice(const backend::DeviceAmpState& amp,
                            const backend::ScaleUpdateOptions& o) override {
     ++calls["UpdateScaleOnDevice"];

@@ -42,6 +42,8 @@ __global__ void SoftmaxBackwardKernel(const void* y, int ydt, const void* dy, in
   }
 }
 
+// The cross-entropy of f64 logits (two reads of a row, in f64); the other
+// dtypes take CrossEntropyRowsOnePassKernel below.
 template <typename C>
 __global__ void SoftmaxCrossEntropyRowsKernel(const void* logits, int dt, const int32_t* labels,
                                               int64_t cols, void* lse, int ldt, double* row_loss) {
@@ -160,7 +162,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // dloss: the upstream gradient, one element on the device (read here, so the
 // host never waits for it); as the CPU, it is taken as an f32 and divided by
-// the rows in f64.
+// the rows in f64. For f64 logits; the other dtypes take
+// CrossEntropyBackwardRowsKernel, which reads dloss the same way.
 template <typename C>
 __global__ void SoftmaxCrossEntropyBackwardKernel(const void* logits, int dt, const int32_t* labels,
                                                   const void* lse, int ldt, int64_t rows,
@@ -209,15 +212,12 @@ std::string LaunchSoftmaxCrossEntropy(const void* logits, int dt, const int32_t*
   if (dt == kF64) {
     LAUNCH(SoftmaxCrossEntropyRowsKernel<double>, rows, kThreads, S(s), logits, dt, labels, cols,
            lse, ldt, row_loss);
-  } else if (ldt != kF64 && cols % kVec == 0 && Aligned16(logits)) {
+  } else if (cols % kVec == 0 && Aligned16(logits)) {
     LAUNCH(CrossEntropyRowsOnePassKernel<kVec>, rows, kThreads, S(s), logits, dt, labels, cols, lse,
            ldt, row_loss);
-  } else if (ldt != kF64) {
+  } else {
     LAUNCH(CrossEntropyRowsOnePassKernel<1>, rows, kThreads, S(s), logits, dt, labels, cols, lse,
            ldt, row_loss);
-  } else {
-    LAUNCH(SoftmaxCrossEntropyRowsKernel<float>, rows, kThreads, S(s), logits, dt, labels, cols,
-           lse, ldt, row_loss);
   }
   const int blocks = ReduceBlocks(rows);
   LaunchPartialSums(row_loss, kF64, rows, false, scratch, blocks, s);
@@ -233,7 +233,7 @@ std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const 
   if (dt == kF64) {
     LAUNCH(SoftmaxCrossEntropyBackwardKernel<double>, Blocks(n), kThreads, S(s), logits, dt, labels,
            lse, ldt, rows, cols, dloss, ddt, dx);
-  } else if (ldt != kF64) {
+  } else {
     const int w = cols % kVec == 0 && Aligned16(logits) && Aligned16(dx) ? kVec : 1;
     const int64_t col_blocks = ColumnBlocks(cols, w);
     if (rows * col_blocks > 0x7FFFFFFF) return "cross entropy backward: too many rows";
@@ -245,9 +245,6 @@ std::string LaunchSoftmaxCrossEntropyBackward(const void* logits, int dt, const 
       LAUNCH(CrossEntropyBackwardRowsKernel<1>, grid, kThreads, S(s), logits, dt, labels, lse, ldt,
              rows, cols, col_blocks, dloss, ddt, dx);
     }
-  } else {
-    LAUNCH(SoftmaxCrossEntropyBackwardKernel<float>, Blocks(n), kThreads, S(s), logits, dt, labels,
-           lse, ldt, rows, cols, dloss, ddt, dx);
   }
   return Check("SoftmaxCrossEntropyBackwardKernel");
 }
