@@ -24,10 +24,13 @@ using internal::NeedsGrad;
 
 namespace {
 
-// The widest dtype of the defined tensors, as OpDispatch takes it.
-DType Widest(std::initializer_list<DType> dtypes) {
-  DType widest = *dtypes.begin();
-  for (DType d : dtypes) widest = core::PromoteTypes(widest, d);
+// The widest of `first` and the defined tensors' dtypes, as OpDispatch takes
+// them (an undefined bias takes no part).
+DType Widest(DType first, std::initializer_list<const Tensor*> tensors) {
+  DType widest = first;
+  for (const Tensor* t : tensors) {
+    if (t->defined()) widest = core::PromoteTypes(widest, t->dtype());
+  }
   return widest;
 }
 
@@ -41,17 +44,12 @@ ComputeDTypes Resolve(const Tensor& x, const MlpLinear& fc, const MlpLinear& pro
   ComputeDTypes c;
   {
     LayerScope scope(fc.layer);
-    c.fc = AutocastComputeDType(
-        OpId::kLinear, fc.bias.defined() ? Widest({x.dtype(), fc.weight.dtype(), fc.bias.dtype()})
-                                         : Widest({x.dtype(), fc.weight.dtype()}));
+    c.fc = AutocastComputeDType(OpId::kLinear, Widest(x.dtype(), {&fc.weight, &fc.bias}));
   }
   c.gelu = AutocastComputeDType(OpId::kGeluTanh, c.fc);
   {
     LayerScope scope(proj.layer);
-    c.proj = AutocastComputeDType(OpId::kLinear,
-                                  proj.bias.defined()
-                                      ? Widest({c.gelu, proj.weight.dtype(), proj.bias.dtype()})
-                                      : Widest({c.gelu, proj.weight.dtype()}));
+    c.proj = AutocastComputeDType(OpId::kLinear, Widest(c.gelu, {&proj.weight, &proj.bias}));
   }
   return c;
 }

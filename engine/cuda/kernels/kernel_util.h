@@ -60,46 +60,65 @@ __device__ __forceinline__ void Store(void* p, int dt, int64_t i, C v) {
   }
 }
 
-// ---- vector access: kVec consecutive elements with 16-byte loads and stores
-// where the dtype allows (f32: two, f16/bf16: one; other dtypes element by
-// element). Each value converts exactly as Load/Store convert it, so a kernel
-// gives the same bits with W = kVec as with W = 1. For W = kVec the caller
-// guarantees that i is a multiple of kVec and that the buffer starts on a
-// 16-byte boundary: the launchers check Aligned16 before choosing it.
+// ---- vector access: W consecutive elements (W = 4 or kVec) with aligned
+// accesses of up to 16 bytes where the dtype allows (f32, f16, bf16; other
+// dtypes, and W = 1, element by element). Each value converts exactly as
+// Load/Store convert it, so a kernel gives the same bits whatever W it takes.
+// For W > 1 the caller guarantees that i is a multiple of W and that the
+// buffer starts on a 16-byte boundary: the launchers check Aligned16.
 constexpr int kVec = 8;
-struct alignas(16) Bytes16 {
-  unsigned int w[4];
-};
 
 inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+template <int N>
+struct alignas(N) Bytes {
+  unsigned int w[N / 4];
+};
+
+// N bytes between aligned memory and registers, 16 (or N) at a time.
+template <int N>
+__device__ __forceinline__ void LoadBytes(void* to, const void* from) {
+  constexpr int kChunk = N < 16 ? N : 16;
+#pragma unroll
+  for (int o = 0; o < N; o += kChunk) {
+    const Bytes<kChunk> q =
+        *reinterpret_cast<const Bytes<kChunk>*>(static_cast<const char*>(from) + o);
+    memcpy(static_cast<char*>(to) + o, &q, kChunk);
+  }
+}
+template <int N>
+__device__ __forceinline__ void StoreBytes(void* to, const void* from) {
+  constexpr int kChunk = N < 16 ? N : 16;
+#pragma unroll
+  for (int o = 0; o < N; o += kChunk) {
+    Bytes<kChunk> q;
+    memcpy(&q, static_cast<const char*>(from) + o, kChunk);
+    *reinterpret_cast<Bytes<kChunk>*>(static_cast<char*>(to) + o) = q;
+  }
+}
+
 template <int W, typename C>
 __device__ __forceinline__ void LoadN(const void* p, int dt, int64_t i, C (&out)[W]) {
-  if constexpr (W == kVec) {
+  if constexpr (W == 4 || W == kVec) {
     if (dt == kF32) {
-      const Bytes16* q = reinterpret_cast<const Bytes16*>(static_cast<const float*>(p) + i);
-      const Bytes16 a = q[0], b = q[1];
-      float f[8];
-      memcpy(f, &a, 16);
-      memcpy(f + 4, &b, 16);
+      float f[W];
+      LoadBytes<4 * W>(f, static_cast<const float*>(p) + i);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) out[k] = static_cast<C>(f[k]);
+      for (int k = 0; k < W; ++k) out[k] = static_cast<C>(f[k]);
       return;
     }
     if (dt == kBF16) {
-      const Bytes16 a = *reinterpret_cast<const Bytes16*>(static_cast<const __nv_bfloat16*>(p) + i);
-      __nv_bfloat16 h[8];
-      memcpy(h, &a, 16);
+      __nv_bfloat16 h[W];
+      LoadBytes<2 * W>(h, static_cast<const __nv_bfloat16*>(p) + i);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) out[k] = static_cast<C>(__bfloat162float(h[k]));
+      for (int k = 0; k < W; ++k) out[k] = static_cast<C>(__bfloat162float(h[k]));
       return;
     }
     if (dt == kF16) {
-      const Bytes16 a = *reinterpret_cast<const Bytes16*>(static_cast<const __half*>(p) + i);
-      __half h[8];
-      memcpy(h, &a, 16);
+      __half h[W];
+      LoadBytes<2 * W>(h, static_cast<const __half*>(p) + i);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) out[k] = static_cast<C>(__half2float(h[k]));
+      for (int k = 0; k < W; ++k) out[k] = static_cast<C>(__half2float(h[k]));
       return;
     }
   }
@@ -109,35 +128,26 @@ __device__ __forceinline__ void LoadN(const void* p, int dt, int64_t i, C (&out)
 
 template <int W, typename C>
 __device__ __forceinline__ void StoreN(void* p, int dt, int64_t i, const C (&v)[W]) {
-  if constexpr (W == kVec) {
+  if constexpr (W == 4 || W == kVec) {
     if (dt == kF32) {
-      float f[8];
+      float f[W];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) f[k] = static_cast<float>(v[k]);
-      Bytes16 a, b;
-      memcpy(&a, f, 16);
-      memcpy(&b, f + 4, 16);
-      Bytes16* q = reinterpret_cast<Bytes16*>(static_cast<float*>(p) + i);
-      q[0] = a;
-      q[1] = b;
+      for (int k = 0; k < W; ++k) f[k] = static_cast<float>(v[k]);
+      StoreBytes<4 * W>(static_cast<float*>(p) + i, f);
       return;
     }
     if (dt == kBF16) {
-      __nv_bfloat16 h[8];
+      __nv_bfloat16 h[W];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) h[k] = __float2bfloat16_rn(static_cast<float>(v[k]));
-      Bytes16 a;
-      memcpy(&a, h, 16);
-      *reinterpret_cast<Bytes16*>(static_cast<__nv_bfloat16*>(p) + i) = a;
+      for (int k = 0; k < W; ++k) h[k] = __float2bfloat16_rn(static_cast<float>(v[k]));
+      StoreBytes<2 * W>(static_cast<__nv_bfloat16*>(p) + i, h);
       return;
     }
     if (dt == kF16) {
-      __half h[8];
+      __half h[W];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) h[k] = __float2half_rn(static_cast<float>(v[k]));
-      Bytes16 a;
-      memcpy(&a, h, 16);
-      *reinterpret_cast<Bytes16*>(static_cast<__half*>(p) + i) = a;
+      for (int k = 0; k < W; ++k) h[k] = __float2half_rn(static_cast<float>(v[k]));
+      StoreBytes<2 * W>(static_cast<__half*>(p) + i, h);
       return;
     }
   }

@@ -65,47 +65,6 @@ __global__ void LayerNormBackwardRowsKernel(const void* x, int xdt, const void* 
 // rows of 768 took 8 barriers and two reads of x a row the other way.
 constexpr int kRowsPerBlock = kThreads / 32;
 
-struct alignas(8) Bytes8 {
-  unsigned int w[2];
-};
-
-// Four values at element i (a multiple of 4; the buffer Aligned16): one
-// 16-byte access for f32, one 8-byte access for f16/bf16, converted as
-// Load/Store convert.
-__device__ __forceinline__ void Load4(const void* p, int dt, int64_t i, float (&v)[4]) {
-  if (dt == kF32) {
-    const Bytes16 q = *reinterpret_cast<const Bytes16*>(static_cast<const float*>(p) + i);
-    memcpy(v, &q, 16);
-  } else if (dt == kBF16) {
-    const Bytes8 q = *reinterpret_cast<const Bytes8*>(static_cast<const __nv_bfloat16*>(p) + i);
-    __nv_bfloat16 h[4];
-    memcpy(h, &q, 8);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = __bfloat162float(h[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = Load<float>(p, dt, i + k);
-  }
-}
-
-__device__ __forceinline__ void Store4(void* p, int dt, int64_t i, const float (&v)[4]) {
-  if (dt == kF32) {
-    Bytes16 q;
-    memcpy(&q, v, 16);
-    *reinterpret_cast<Bytes16*>(static_cast<float*>(p) + i) = q;
-  } else if (dt == kBF16) {
-    __nv_bfloat16 h[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __float2bfloat16_rn(v[k]);
-    Bytes8 q;
-    memcpy(&q, h, 8);
-    *reinterpret_cast<Bytes8*>(static_cast<__nv_bfloat16*>(p) + i) = q;
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) Store<float>(p, dt, i + k, v[k]);
-  }
-}
-
 // Group g of lane `lane` of row offset o (zeros past cols).
 template <int kGroups>
 __device__ __forceinline__ void LoadRow(const void* p, int dt, int64_t o, int64_t cols, int lane,
@@ -114,7 +73,7 @@ __device__ __forceinline__ void LoadRow(const void* p, int dt, int64_t o, int64_
   for (int g = 0; g < kGroups; ++g) {
     const int64_t c = 4 * (32 * g + lane);
     if (c < cols) {
-      Load4(p, dt, o + c, v[g]);
+      LoadN(p, dt, o + c, v[g]);
     } else {
 #pragma unroll
       for (int k = 0; k < 4; ++k) v[g][k] = 0.0f;
@@ -155,11 +114,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t c = 4 * (32 * g + lane);
     if (c < cols) {
       float w[4], b[4];
-      Load4(gamma, gdt, c, w);
-      Load4(beta, gdt, c, b);
+      LoadN(gamma, gdt, c, w);
+      LoadN(beta, gdt, c, b);
 #pragma unroll
       for (int k = 0; k < 4; ++k) v[g][k] = (v[g][k] - mu) * rs * w[k] + b[k];
-      Store4(y, ydt, o + c, v[g]);
+      StoreN(y, ydt, o + c, v[g]);
     }
   }
 }
@@ -183,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t c = 4 * (32 * j + lane);
     if (c < cols) {
       float w[4];
-      Load4(gamma, gdt, c, w);
+      LoadN(gamma, gdt, c, w);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         xhat[j][k] = (xhat[j][k] - mu) * rs;
@@ -203,7 +162,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < 4; ++k) {
         g[j][k] = rs * (g[j][k] - (sg + xhat[j][k] * sgx) / static_cast<float>(cols));
       }
-      Store4(dx, xdt, o + c, g[j]);
+      StoreN(dx, xdt, o + c, g[j]);
     }
   }
 }
