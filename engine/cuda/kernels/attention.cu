@@ -6,8 +6,10 @@
 // (dQ). There are two sets (SetFlashKernels, kernels.h):
 //  - mma.sync's (2026-12-06): flash attention 2's form, scores,
 //    probabilities and accumulators in registers (the instruction's fragment
-//    layout is documented: mma_sync.h). Checked on the emulator against the
-//    CPU; NOT yet run on a GPU, so not the default.
+//    layout is documented: mma_sync.h), operands read from shared memory by
+//    ldmatrix, the softmax in base 2 and the causal mask tested only in steps
+//    that cross it (2026-12-07). Checked on the emulator against the CPU; NOT
+//    yet run on a GPU, so not the default.
 //  - WMMA's (the default): every per-element step through shared memory
 //    (WMMA's fragment layout is unspecified). They passed cuda_backend_test
 //    against the CPU on
@@ -407,38 +409,46 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
 // ---- The same three kernels with mma.sync (mma_sync.h), flash attention 2's
 // form: the products' fragments have a documented layout, so scores,
 // probabilities and accumulators never leave registers. Tiles are staged in
-// shared memory as above ([rows][kLd] of T); fragments are read from them:
+// shared memory as above ([rows][kLd] of T); fragments are read from them
+// with ldmatrix (LdMatrixX4), four 8 x 8 quarters a warp-wide instruction.
+// Every row address it takes is 16-byte aligned: tile rows are kLd values
+// (144 bytes) apart and the column offsets multiples of 8 values; and the
+// padding puts the 8 rows of a quarter on distinct banks.
 
-// The A fragment of the tile's rows [r0, r0 + 16), columns [c0, c0 + 16).
+// The A fragment of the tile's rows [r0, r0 + 16), columns [c0, c0 + 16):
+// quarter i at rows r0 + 8 (i % 2), columns c0 + 8 (i / 2).
 template <typename T>
 __device__ __forceinline__ void LoadA(uint32_t (&a)[4], const T (*tile)[kLd], int r0, int c0) {
-  const int g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  const T* at = &tile[r0 + g][c0 + 2 * q];
-  a[0] = LoadPair(at);
-  a[1] = LoadPair(at + 8 * kLd);
-  a[2] = LoadPair(at + 8);
-  a[3] = LoadPair(at + 8 * kLd + 8);
+  const int l = threadIdx.x % 32;
+  LdMatrixX4<false>(a, &tile[r0 + l % 8 + 8 * (l / 8 % 2)][c0 + 8 * (l / 16)]);
 }
 
-// The B fragment of the tile transposed: B[k][n] = tile[n0 + n][k0 + k] (a
-// product with the tile's rows, as S = Q K^T takes K's).
+// The B fragments of two adjacent 8-column tiles of the tile transposed,
+// B[k][n] = tile[n0 + n][k0 + k] (a product with the tile's rows, as
+// S = Q K^T takes K's): b[0..1] for columns n0.., b[2..3] for n0 + 8...
 template <typename T>
-__device__ __forceinline__ void LoadBTransposed(uint32_t (&b)[2], const T (*tile)[kLd], int n0,
-                                                int k0) {
-  const int g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  const T* at = &tile[n0 + g][k0 + 2 * q];
-  b[0] = LoadPair(at);
-  b[1] = LoadPair(at + 8);
+__device__ __forceinline__ void LoadBTransposedPair(uint32_t (&b)[4], const T (*tile)[kLd], int n0,
+                                                    int k0) {
+  const int l = threadIdx.x % 32;
+  LdMatrixX4<false>(b, &tile[n0 + l % 8 + 8 * (l / 16)][k0 + 8 * (l / 8 % 2)]);
 }
 
-// The B fragment of the tile as it is: B[k][n] = tile[k0 + k][n0 + n] (as
-// P V takes V), two rows to a register.
+// The B fragments of two adjacent 8-column tiles of the tile as it is,
+// B[k][n] = tile[k0 + k][n0 + n] (as P V takes V): b[0..1] for columns n0..,
+// b[2..3] for n0 + 8..; ldmatrix's transpose gathers each lane's two values
+// down a column.
 template <typename T>
-__device__ __forceinline__ void LoadB(uint32_t (&b)[2], const T (*tile)[kLd], int k0, int n0) {
-  const int g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  const T* at = &tile[k0 + 2 * q][n0 + g];
-  b[0] = JoinPair(at[0], at[kLd]);
-  b[1] = JoinPair(at[8 * kLd], at[9 * kLd]);
+__device__ __forceinline__ void LoadBPair(uint32_t (&b)[4], const T (*tile)[kLd], int k0, int n0) {
+  const int l = threadIdx.x % 32;
+  LdMatrixX4<true>(b, &tile[k0 + l % 8 + 8 * (l / 8 % 2)][n0 + 8 * (l / 16)]);
+}
+
+// d += a * (b[2 half], b[2 half + 1]): one of the two tiles a Load*Pair read.
+template <typename T>
+__device__ __forceinline__ void MmaHalf(float (&d)[4], const uint32_t (&a)[4],
+                                        const uint32_t (&b)[4], int half) {
+  const uint32_t bh[2] = {b[2 * half], b[2 * half + 1]};
+  MmaM16N8K16<T>(d, a, bh);
 }
 
 // Two 16 x 8 f32 accumulators side by side (columns 0-7, 8-15), rounded to T,
@@ -479,15 +489,20 @@ __device__ __forceinline__ void StoreRow(T* dst, int64_t at, const float (&acc)[
 // walks the keys up to its last row 64 at a time (one K and V tile staged per
 // step, two barriers a step). Per warp and step:
 //   S = Q K^T: 8 tiles of 16 x 8 (Q's fragments loaded once, in registers);
-//   the online softmax in f32 on S's registers: lane (g, q) holds rows g and
-//   g + 8, columns 2q, 2q + 1 of each tile, so a row's max is two shuffles
-//   among the four lanes of g; its running sum stays per lane, summed across
-//   them once at the end;
-//   P = exp(S - max) rounded to T: S's accumulator layout is the A operand's
-//   for the second product, so P is packed where it lies;
+//   the online softmax in f32 on S's registers, in base 2 as flash attention
+//   does (scores times scale * log2(e), P = 2^(score - max): one exp2 a
+//   value): lane (g, q) holds rows g and g + 8, columns 2q, 2q + 1 of each
+//   tile, so a row's max is two shuffles among the four lanes of g; its
+//   running sum stays per lane, summed across them once at the end;
+//   the causal mask (and the end of the sequence) only where a step's keys
+//   reach past the warp's first row or past T: the other steps skip the
+//   per-value index tests;
+//   P rounded to T: S's accumulator layout is the A operand's for the second
+//   product, so P is packed where it lies;
 //   O = O * correction + P V: D / 8 tiles of 16 x 8 in registers.
-// Numerics as the WMMA kernel's: P rounded to T for the product, the row sums
-// of the unrounded P, the logsumexp stored for the backward.
+// Numerics as the WMMA kernel's up to the base-2 exponent's rounding: P
+// rounded to T for the product, the row sums of the unrounded P, the
+// (natural) logsumexp stored for the backward.
 template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashAttentionForwardMmaKernel(const T* qkv, Layout L, T* y, void* lse, int sdt) {
@@ -503,12 +518,14 @@ __global__ void __launch_bounds__(kFlashThreads)
   uint32_t qf[D / 16][4];
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) LoadA(qf[kk], q_tile, warp * 16, kk * 16);
-  const int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  const int64_t warp_last = q0 + warp * 16 + 15;  // the warp's last row
+  const int64_t warp_first = q0 + warp * 16;  // the warp's first row
+  const int64_t rows[2] = {warp_first + g, warp_first + g + 8};
+  const int64_t warp_last = warp_first + 15;  // the warp's last row
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0}, o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
-  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  // Scores in base-2 units: 2^(s * scale_log2) = e^(s * scale).
+  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
     __syncthreads();  // every warp is done with the previous keys
@@ -517,24 +534,33 @@ __global__ void __launch_bounds__(kFlashThreads)
     const int tiles = KeyTilesSeen(kKeys, k0, warp_last);
     float s[kKeys / 8][4];
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+    for (int n = 0; n < kKeys / 8; n += 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = s[n + 1][i] = 0;
       if (n < tiles) {
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t kb[2];
-          LoadBTransposed(kb, k_tile, n * 8, kk * 16);
-          MmaM16N8K16<T>(s[n], qf[kk], kb);
+          uint32_t kb[4];
+          LoadBTransposedPair(kb, k_tile, n * 8, kk * 16);
+          MmaHalf<T>(s[n], qf[kk], kb, 0);
+          if (n + 1 < tiles) MmaHalf<T>(s[n + 1], qf[kk], kb, 1);
         }
       }
     }
+    // Every key of the step is visible to every row of the warp (and is
+    // before T): no per-value tests.
+    const bool unmasked = k0 + kKeys - 1 <= warp_first && k0 + kKeys <= L.T;
     float m[2] = {row_max[0], row_max[1]};
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int64_t j = k0 + n * 8 + 2 * q + (i & 1), row = rows[i / 2];
-        s[n][i] = n < tiles && j <= row && j < L.T ? s[n][i] * scale : -INFINITY;
+        if (unmasked) {
+          s[n][i] *= scale_log2;
+        } else {
+          const int64_t j = k0 + n * 8 + 2 * q + (i & 1), row = rows[i / 2];
+          s[n][i] = n < tiles && j <= row && j < L.T ? s[n][i] * scale_log2 : -INFINITY;
+        }
         m[i / 2] = fmaxf(m[i / 2], s[n][i]);
       }
     }
@@ -544,7 +570,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xFFFFFFFFu, m[r], 1));
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xFFFFFFFFu, m[r], 2));
       // A row with nothing visible yet keeps max -inf: no correction, P 0.
-      correction[r] = m[r] == -INFINITY ? 1.0f : expf(row_max[r] - m[r]);
+      correction[r] = m[r] == -INFINITY ? 1.0f : exp2f(row_max[r] - m[r]);
       row_max[r] = m[r];
       row_sum[r] *= correction[r];
     }
@@ -555,7 +581,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float mr = m[i / 2];
-        s[n][i] = mr == -INFINITY ? 0.0f : expf(s[n][i] - mr);
+        s[n][i] = mr == -INFINITY ? 0.0f : exp2f(s[n][i] - mr);
         row_sum[i / 2] += s[n][i];
       }
     }
@@ -568,12 +594,16 @@ __global__ void __launch_bounds__(kFlashThreads)
       o[n][1] *= correction[0];
       o[n][2] *= correction[1];
       o[n][3] *= correction[1];
+    }
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        if (2 * kk >= tiles) break;  // P is 0 there
-        uint32_t vb[2];
-        LoadB(vb, v_tile, kk * 16, n * 8);
-        MmaM16N8K16<T>(o[n], pf[kk], vb);
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      if (2 * kk >= tiles) break;  // P is 0 there
+#pragma unroll
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t vb[4];
+        LoadBPair(vb, v_tile, kk * 16, n * 8);
+        MmaHalf<T>(o[n], pf[kk], vb, 0);
+        MmaHalf<T>(o[n + 1], pf[kk], vb, 1);
       }
     }
   }
@@ -584,7 +614,10 @@ __global__ void __launch_bounds__(kFlashThreads)
     row_sum[r] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[r], 2);
     if (rows[r] >= L.T) continue;
     StoreRow<T, D>(y, L.Y(b, rows[r], h), o, r, row_sum[r]);
-    if (q == 0) Store<float>(lse, sdt, bh * L.T + rows[r], row_max[r] + logf(row_sum[r]));
+    // Back to natural units: ln(sum 2^(t - max)) + max ln 2.
+    if (q == 0) {
+      Store<float>(lse, sdt, bh * L.T + rows[r], row_max[r] * 0.6931471805599453f + logf(row_sum[r]));
+    }
   }
 }
 
@@ -773,7 +806,9 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
 // The backward with mma.sync: the WMMA kernels' split (one kernel owns keys,
 // one queries, every gradient element one writer and one order of sums) and
 // numerics (P and dS rounded to T before their products), with everything per
-// element in registers.
+// element in registers. P is recomputed in base 2 as the forward computes it:
+// 2^(s * scale log2(e) - lse log2(e)). The causal mask (and the end of the
+// sequence) is tested per value only in steps that reach across it.
 //
 // grid (ceil(T / 64), B * H): a block owns 64 keys of one head (16 per warp,
 // whose K and V fragments stay in registers) and walks the queries that see
@@ -790,7 +825,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   alignas(16) __shared__ T v_tile[kFlashRows][kLd];
   alignas(16) __shared__ T q_tile[kQueries][kLd];
   alignas(16) __shared__ T do_tile[kQueries][kLd];
-  __shared__ float lse_of[kQueries], delta_of[kQueries];
+  __shared__ float lse2_of[kQueries], delta_of[kQueries];
   const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
@@ -811,12 +846,14 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int i = 0; i < 4; ++i) dk[n][i] = dv[n][i] = 0;
   }
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  const float scale_log2 = scale * 1.4426950408889634f;
   for (int64_t i0 = j0; i0 < L.T; i0 += kQueries) {
     __syncthreads();  // every warp is done with the previous queries
     StageQueriesAndGradients(q_tile, do_tile, qkv, dy, i0, kQueries, D, L, b, h);
     if (threadIdx.x < kQueries) {
       const int64_t i = i0 + threadIdx.x;
-      lse_of[threadIdx.x] = i < L.T ? Load<float>(lse, sdt, bh * L.T + i) : 0.0f;
+      lse2_of[threadIdx.x] =
+          i < L.T ? Load<float>(lse, sdt, bh * L.T + i) * 1.4426950408889634f : 0.0f;
       delta_of[threadIdx.x] = i < L.T ? delta[bh * L.T + i] : 0.0f;
     }
     __syncthreads();
@@ -825,27 +862,34 @@ __global__ void __launch_bounds__(kFlashThreads)
     const int first = static_cast<int>(max(static_cast<int64_t>(0), (warp_first - i0) / 8));
     float p[kQueries / 8][4], ds[kQueries / 8][4];
 #pragma unroll
-    for (int n = 0; n < kQueries / 8; ++n) {
+    for (int n = 0; n < kQueries / 8; n += 2) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) p[n][i] = ds[n][i] = 0;
-      if (n < first) continue;
+      for (int i = 0; i < 4; ++i) p[n][i] = ds[n][i] = p[n + 1][i] = ds[n + 1][i] = 0;
+      if (n + 1 < first) continue;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t bq[2], bo[2];
-        LoadBTransposed(bq, q_tile, n * 8, kk * 16);
-        MmaM16N8K16<T>(p[n], kf[kk], bq);  // S^T
-        LoadBTransposed(bo, do_tile, n * 8, kk * 16);
-        MmaM16N8K16<T>(ds[n], vf[kk], bo);  // dP^T
+        uint32_t bq[4], bo[4];
+        LoadBTransposedPair(bq, q_tile, n * 8, kk * 16);
+        LoadBTransposedPair(bo, do_tile, n * 8, kk * 16);
+        if (n >= first) {
+          MmaHalf<T>(p[n], kf[kk], bq, 0);   // S^T
+          MmaHalf<T>(ds[n], vf[kk], bo, 0);  // dP^T
+        }
+        MmaHalf<T>(p[n + 1], kf[kk], bq, 1);
+        MmaHalf<T>(ds[n + 1], vf[kk], bo, 1);
       }
     }
+    // Every query of the step sees every key of the warp, and is before T.
+    const bool unmasked = i0 >= warp_first + 15 && i0 + kQueries <= L.T;
 #pragma unroll
     for (int n = 0; n < kQueries / 8; ++n) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c = n * 8 + 2 * q + (i & 1);
         const int64_t query = i0 + c;
-        const bool visible = n >= first && query >= keys[i / 2] && query < L.T;
-        p[n][i] = visible ? expf(p[n][i] * scale - lse_of[c]) : 0.0f;
+        const bool visible =
+            unmasked || (n >= first && query >= keys[i / 2] && query < L.T);
+        p[n][i] = visible ? exp2f(p[n][i] * scale_log2 - lse2_of[c]) : 0.0f;
         ds[n][i] = p[n][i] * (ds[n][i] - delta_of[c]) * scale;
       }
     }
@@ -856,12 +900,14 @@ __global__ void __launch_bounds__(kFlashThreads)
       PackA<T>(pa, p[2 * kk], p[2 * kk + 1]);
       PackA<T>(da, ds[2 * kk], ds[2 * kk + 1]);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        uint32_t bo[2], bq[2];
-        LoadB(bo, do_tile, kk * 16, n * 8);
-        MmaM16N8K16<T>(dv[n], pa, bo);  // dV += P^T dO
-        LoadB(bq, q_tile, kk * 16, n * 8);
-        MmaM16N8K16<T>(dk[n], da, bq);  // dK += dS^T Q
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t bo[4], bq[4];
+        LoadBPair(bo, do_tile, kk * 16, n * 8);
+        MmaHalf<T>(dv[n], pa, bo, 0);  // dV += P^T dO
+        MmaHalf<T>(dv[n + 1], pa, bo, 1);
+        LoadBPair(bq, q_tile, kk * 16, n * 8);
+        MmaHalf<T>(dk[n], da, bq, 0);  // dK += dS^T Q
+        MmaHalf<T>(dk[n + 1], da, bq, 1);
       }
     }
   }
@@ -897,18 +943,21 @@ __global__ void __launch_bounds__(kFlashThreads)
     LoadA(qf[kk], q_tile, warp * 16, kk * 16);
     LoadA(of[kk], do_tile, warp * 16, kk * 16);
   }
-  const int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  const int64_t warp_last = q0 + warp * 16 + 15;
-  float lse_r[2], delta_r[2];
+  const int64_t warp_first = q0 + warp * 16;
+  const int64_t rows[2] = {warp_first + g, warp_first + g + 8};
+  const int64_t warp_last = warp_first + 15;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  const float scale_log2 = scale * 1.4426950408889634f;
+  float lse2_r[2], delta_r[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    lse_r[r] = rows[r] < L.T ? Load<float>(lse, sdt, bh * L.T + rows[r]) : 0.0f;
+    lse2_r[r] =
+        rows[r] < L.T ? Load<float>(lse, sdt, bh * L.T + rows[r]) * 1.4426950408889634f : 0.0f;
     delta_r[r] = rows[r] < L.T ? delta[bh * L.T + rows[r]] : 0.0f;
   }
   float dq[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0;
-  const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
     __syncthreads();  // every warp is done with the previous keys
@@ -918,26 +967,32 @@ __global__ void __launch_bounds__(kFlashThreads)
     const int tiles = KeyTilesSeen(kKeys, k0, warp_last);
     float p[kKeys / 8][4], ds[kKeys / 8][4];
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
+    for (int n = 0; n < kKeys / 8; n += 2) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) p[n][i] = ds[n][i] = 0;
+      for (int i = 0; i < 4; ++i) p[n][i] = ds[n][i] = p[n + 1][i] = ds[n + 1][i] = 0;
       if (n >= tiles) continue;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t bk[2], bv[2];
-        LoadBTransposed(bk, k_tile, n * 8, kk * 16);
-        MmaM16N8K16<T>(p[n], qf[kk], bk);  // S
-        LoadBTransposed(bv, v_tile, n * 8, kk * 16);
-        MmaM16N8K16<T>(ds[n], of[kk], bv);  // dP
+        uint32_t bk[4], bv[4];
+        LoadBTransposedPair(bk, k_tile, n * 8, kk * 16);
+        LoadBTransposedPair(bv, v_tile, n * 8, kk * 16);
+        MmaHalf<T>(p[n], qf[kk], bk, 0);   // S
+        MmaHalf<T>(ds[n], of[kk], bv, 0);  // dP
+        if (n + 1 < tiles) {
+          MmaHalf<T>(p[n + 1], qf[kk], bk, 1);
+          MmaHalf<T>(ds[n + 1], of[kk], bv, 1);
+        }
       }
     }
+    // Every row of the warp sees every key of the step, and is before T.
+    const bool unmasked = k0 + kKeys - 1 <= warp_first && warp_last < L.T;
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int64_t j = k0 + n * 8 + 2 * q + (i & 1), row = rows[i / 2];
-        const bool visible = n < tiles && row < L.T && j <= row;
-        p[n][i] = visible ? expf(p[n][i] * scale - lse_r[i / 2]) : 0.0f;
+        const bool visible = unmasked || (n < tiles && row < L.T && j <= row);
+        p[n][i] = visible ? exp2f(p[n][i] * scale_log2 - lse2_r[i / 2]) : 0.0f;
         ds[n][i] = p[n][i] * (ds[n][i] - delta_r[i / 2]) * scale;
       }
     }
@@ -947,10 +1002,11 @@ __global__ void __launch_bounds__(kFlashThreads)
       uint32_t da[4];
       PackA<T>(da, ds[2 * kk], ds[2 * kk + 1]);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        uint32_t bk[2];
-        LoadB(bk, k_tile, kk * 16, n * 8);
-        MmaM16N8K16<T>(dq[n], da, bk);  // dQ += dS K
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t bk[4];
+        LoadBPair(bk, k_tile, kk * 16, n * 8);
+        MmaHalf<T>(dq[n], da, bk, 0);  // dQ += dS K
+        MmaHalf<T>(dq[n + 1], da, bk, 1);
       }
     }
   }

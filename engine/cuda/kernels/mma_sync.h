@@ -51,6 +51,35 @@ __device__ __forceinline__ void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4
 #endif
 }
 
+// Four 8 x 8 matrices of 16-bit values from shared memory in one warp-wide
+// instruction, ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane l gives
+// `row`, the address of row l % 8 of matrix l / 8 (16 bytes, 16-byte
+// aligned); register i of lane (g, q) receives matrix i's row g, columns 2q
+// and 2q + 1 (kTrans: rows 2q and 2q + 1 of column g), the first in the low
+// half. That is an mma.sync operand's layout: an A fragment is one such load
+// (its four 8 x 8 quarters), a B fragment half of one. One instruction
+// instead of eight 32-bit loads, or sixteen 16-bit loads where the operand
+// runs down the tile's columns (kTrans).
+template <bool kTrans>
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row) {
+#ifdef AMPD_CUDA_EMU
+  AmpdEmuLdMatrixX4(r, row, kTrans);
+#else
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+  }
+#endif
+}
+
 // Two adjacent 16-bit values at p (4-byte aligned), the first in the low half.
 template <typename T>
 __device__ __forceinline__ uint32_t LoadPair(const T* p) {

@@ -122,6 +122,34 @@ __global__ void OneMmaSync(const T* a, const T* b, float* cd) {
   for (int i = 0; i < 4; ++i) cd[(g + (i < 2 ? 0 : 8)) * 8 + q * 2 + (i & 1)] = d[i];
 }
 
+// One ldmatrix.x4 (LdMatrixX4) over a 16 x 16 tile of 16-bit values staged in
+// shared memory with padded rows: matrix i is the tile's quarter at rows
+// 8 (i % 2), columns 8 (i / 2), so lane l gives row l % 8 of quarter l / 8.
+// out[lane * 4 + i] is the lane's register i.
+template <bool kTrans>
+__global__ void OneLdMatrix(const uint16_t* tile, uint32_t* out) {
+  alignas(16) __shared__ uint16_t staged[16][24];
+  for (int e = threadIdx.x; e < 256; e += 32) staged[e / 16][e % 16] = tile[e];
+  __syncwarp();
+  const int l = threadIdx.x;
+  uint32_t r[4];
+  ampd::engine::cuda::kernel_util::LdMatrixX4<kTrans>(
+      r, &staged[8 * (l / 8 % 2) + l % 8][8 * (l / 16)]);
+  for (int i = 0; i < 4; ++i) out[l * 4 + i] = r[i];
+}
+
+// Reads row 4 of quarter 0 from an address 8 bytes into the row.
+__global__ void MisalignedLdMatrix(uint32_t* out) {
+  alignas(16) __shared__ uint16_t staged[16][24];
+  for (int e = threadIdx.x; e < 16 * 24; e += 32) staged[e / 24][e % 24] = 0;
+  __syncwarp();
+  const int l = threadIdx.x;
+  uint32_t r[4];
+  ampd::engine::cuda::kernel_util::LdMatrixX4<false>(
+      r, &staged[8 * (l / 8 % 2) + l % 8][8 * (l / 16) + (l == 4 ? 4 : 0)]);
+  out[l] = r[0];
+}
+
 __global__ void WriteIndex(int* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x * blockDim.x + threadIdx.x;
 }
@@ -425,6 +453,53 @@ void CheckOneMmaSync(float (*to_float)(T), T (*from_float)(float)) {
 TEST(CudaEmuTest, MmaSyncFragmentsFollowThePtxTable) {
   CheckOneMmaSync<__nv_bfloat16>(__bfloat162float, __float2bfloat16_rn);
   CheckOneMmaSync<__half>(__half2float, __float2half_rn);
+}
+
+// The stand-in for ldmatrix follows the PTX ISA: register i of lane (g, q)
+// holds matrix i's row g, columns 2q and 2q + 1, the first in the low half;
+// with .trans rows 2q and 2q + 1 of column g. A misaligned row address aborts
+// (a GPU faults).
+template <bool kTrans>
+void CheckOneLdMatrix() {
+  cudaStream_t s = NewStream();
+  std::vector<uint16_t> tile(256);
+  for (int e = 0; e < 256; ++e) tile[e] = static_cast<uint16_t>(1000 + e);
+  uint16_t* dt = DeviceAlloc<uint16_t>(256);
+  uint32_t* dout = DeviceAlloc<uint32_t>(128);
+  ASSERT_EQ(cudaMemcpyAsync(dt, tile.data(), 512, cudaMemcpyHostToDevice, s), cudaSuccess);
+  AMPD_EMU_LAUNCH(OneLdMatrix<kTrans>, 1, 32, s)(dt, dout);
+  std::vector<uint32_t> got(128);
+  ASSERT_EQ(cudaMemcpyAsync(got.data(), dout, 512, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int r0 = 8 * (i % 2), c0 = 8 * (i / 2);
+      uint32_t want = 0;
+      for (int k = 0; k < 2; ++k) {
+        const int row = kTrans ? 2 * q + k : g, col = kTrans ? g : 2 * q + k;
+        want |= static_cast<uint32_t>(tile[(r0 + row) * 16 + c0 + col]) << (16 * k);
+      }
+      EXPECT_EQ(got[lane * 4 + i], want) << "lane " << lane << " register " << i;
+    }
+  }
+  EXPECT_EQ(cudaFree(dt), cudaSuccess);
+  EXPECT_EQ(cudaFree(dout), cudaSuccess);
+}
+
+TEST(CudaEmuTest, LdMatrixFragmentsFollowThePtxIsa) {
+  CheckOneLdMatrix<false>();
+  CheckOneLdMatrix<true>();
+}
+
+TEST(CudaEmuDeathTest, AMisalignedLdMatrixRowAborts) {
+  EXPECT_DEATH(
+      {
+        cudaStream_t s = NewStream();
+        uint32_t* dout = DeviceAlloc<uint32_t>(32);
+        AMPD_EMU_LAUNCH(MisalignedLdMatrix, 1, 32, s)(dout);
+        cudaStreamSynchronize(s);
+      },
+      "ldmatrix row address .* is not 16-byte aligned");
 }
 
 // The fake cuBLASLt through the real GemmRunner (gemm.cu).

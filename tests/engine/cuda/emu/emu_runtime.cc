@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -514,6 +515,43 @@ void AmpdEmuMmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&
   }
   __syncwarp();  // every lane has read before any publishes again
   for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+namespace cudaemu {
+namespace {
+const void* g_ldmatrix_rows[kMaxThreads];
+}  // namespace
+}  // namespace cudaemu
+
+void AmpdEmuLdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
+  using namespace cudaemu;
+  const int t = g_current, base = t & ~(kWarpSize - 1);
+  if (base + kWarpSize > static_cast<int>(blockDim.x * blockDim.y * blockDim.z)) {
+    std::fprintf(stderr, "cuda emulator: %s: ldmatrix in a warp of fewer than 32 threads\n",
+                 g_kernel);
+    std::abort();
+  }
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr, "cuda emulator: %s: ldmatrix row address %p is not 16-byte aligned\n",
+                 g_kernel, row);
+    std::abort();
+  }
+  g_ldmatrix_rows[t] = row;
+  __syncwarp();  // every lane has published its row's address
+  const int lane = t % kWarpSize, g = lane / 4, q = lane % 4;
+  uint32_t out[4];
+  for (int i = 0; i < 4; ++i) {
+    uint16_t v[2];
+    for (int k = 0; k < 2; ++k) {
+      // Matrix i's element (row, col): row `row` of lane 8 i + row, column col.
+      const int mrow = trans ? 2 * q + k : g, mcol = trans ? g : 2 * q + k;
+      const auto* bytes = static_cast<const unsigned char*>(g_ldmatrix_rows[base + 8 * i + mrow]);
+      std::memcpy(&v[k], bytes + 2 * mcol, 2);
+    }
+    out[i] = static_cast<uint32_t>(v[0]) | (static_cast<uint32_t>(v[1]) << 16);
+  }
+  __syncwarp();  // every lane has read before any publishes again
+  for (int i = 0; i < 4; ++i) r[i] = out[i];
 }
 
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width) {

@@ -68,6 +68,13 @@ int __shfl_xor_sync(unsigned mask, int v, int lane_mask, int width = 32);
 // barriers, as __shfl_xor_sync. Products are exact in f32 and summed in k
 // order onto d (tensor cores sum in an order of their own).
 void AmpdEmuMmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf16);
+// The stand-in for PTX's ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16:
+// lane l gives the address of row l % 8 of 8 x 8 matrix l / 8 (16 bytes of
+// 16-bit values, 16-byte aligned, else it aborts); register i of lane (g, q)
+// receives matrix i's row g, columns 2q and 2q + 1 (trans: rows 2q and
+// 2q + 1 of column g), the first in the low half. Every lane takes part; the
+// addresses are exchanged through per-thread slots between two warp barriers.
+void AmpdEmuLdMatrixX4(uint32_t (&r)[4], const void* row, bool trans);
 
 using std::max;
 using std::min;
