@@ -7,9 +7,10 @@
 //  - mma.sync's (2026-12-06): flash attention 2's form, scores,
 //    probabilities and accumulators in registers (the instruction's fragment
 //    layout is documented: mma_sync.h), operands read from shared memory by
-//    ldmatrix, the softmax in base 2 and the causal mask tested only in steps
-//    that cross it (2026-12-07). Checked on the emulator against the CPU; NOT
-//    yet run on a GPU, so not the default.
+//    ldmatrix, the next step's tile staged by cp.async while the current one
+//    is used (two buffers), the softmax in base 2 and the causal mask tested
+//    only in steps that cross it (2026-12-07). Checked on the emulator
+//    against the CPU; NOT yet run on a GPU, so not the default.
 //  - WMMA's (the default): every per-element step through shared memory
 //    (WMMA's fragment layout is unspecified). They passed cuda_backend_test
 //    against the CPU on
@@ -32,6 +33,7 @@
 
 #include <cstdlib>
 
+#include "engine/cuda/kernels/async_copy.h"
 #include "engine/cuda/kernels/kernel_util.h"
 #include "engine/cuda/kernels/mma_sync.h"
 
@@ -451,6 +453,24 @@ __device__ __forceinline__ void MmaHalf(float (&d)[4], const uint32_t (&a)[4],
   MmaM16N8K16<T>(d, a, bh);
 }
 
+// As StageRows, for a head size D known at compile time, with the copies in
+// flight (CopyAsync16) until the thread's WaitAsyncCopies: the mma.sync
+// kernels stage their next tile while they work on the current one. Rows
+// past T are zeroed by plain stores.
+template <int D, typename T, typename At>
+__device__ void StageRowsAsync(T (*tile)[kLd], const T* src, int64_t first, int n, int64_t rows,
+                               At at) {
+  constexpr int kPerRow = D / 8;
+  for (int e = threadIdx.x; e < n * kPerRow; e += blockDim.x) {
+    const int r = e / kPerRow, v = e % kPerRow;
+    if (first + r < rows) {
+      CopyAsync16(&tile[r][v * 8], src + at(first + r) + v * 8);
+    } else {
+      *reinterpret_cast<Pack8*>(&tile[r][v * 8]) = Pack8{};
+    }
+  }
+}
+
 // Two 16 x 8 f32 accumulators side by side (columns 0-7, 8-15), rounded to T,
 // as the A fragment of a 16 x 16 operand: an accumulator's layout is the A
 // operand's, so no value moves between lanes.
@@ -504,20 +524,25 @@ __device__ __forceinline__ void StoreRow(T* dst, int64_t at, const float (&acc)[
 // rounded to T for the product, the row sums of the unrounded P, the
 // (natural) logsumexp stored for the backward.
 template <typename T, int D>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, 4)
     FlashAttentionForwardMmaKernel(const T* qkv, Layout L, T* y, void* lse, int sdt) {
   constexpr int kKeys = 64;  // keys per step
+  // Two K and V tiles: the next step's are staged while this one's are used.
   alignas(16) __shared__ T q_tile[kFlashRows][kLd];
-  alignas(16) __shared__ T k_tile[kKeys][kLd];
-  alignas(16) __shared__ T v_tile[kKeys][kLd];
+  alignas(16) __shared__ T k_tiles[2][kKeys][kLd];
+  alignas(16) __shared__ T v_tiles[2][kKeys][kLd];
   const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  StageRows(q_tile, qkv, q0, kFlashRows, D, L.T, [&](int64_t t) { return L.Q(b, t, h); });
-  __syncthreads();
+  auto stage_keys = [&](int64_t first, int buf) {
+    StageRowsAsync<D>(k_tiles[buf], qkv, first, kKeys, L.T, [&](int64_t t) { return L.K(b, t, h); });
+    StageRowsAsync<D>(v_tiles[buf], qkv, first, kKeys, L.T, [&](int64_t t) { return L.V(b, t, h); });
+  };
+  // The first group: Q and the first keys.
+  StageRowsAsync<D>(q_tile, qkv, q0, kFlashRows, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+  stage_keys(0, 0);
+  CommitAsyncCopies();
   uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) LoadA(qf[kk], q_tile, warp * 16, kk * 16);
   const int64_t warp_first = q0 + warp * 16;  // the warp's first row
   const int64_t rows[2] = {warp_first + g, warp_first + g + 8};
   const int64_t warp_last = warp_first + 15;  // the warp's last row
@@ -527,10 +552,18 @@ __global__ void __launch_bounds__(kFlashThreads)
   // Scores in base-2 units: 2^(s * scale_log2) = e^(s * scale).
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
   const int64_t key_end = min(L.T, q0 + kFlashRows);
-  for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
-    __syncthreads();  // every warp is done with the previous keys
-    StageKeysAndValues(k_tile, v_tile, qkv, k0, kKeys, D, L, b, h);
-    __syncthreads();
+  for (int64_t k0 = 0, buf = 0; k0 < key_end; k0 += kKeys, buf ^= 1) {
+    __syncthreads();  // every warp is done with the previous keys (tiles buf ^ 1)
+    if (k0 + kKeys < key_end) stage_keys(k0 + kKeys, buf ^ 1);
+    CommitAsyncCopies();
+    WaitAsyncCopies<1>();  // this thread's copies of this step's keys
+    __syncthreads();       // and every other thread's
+    if (k0 == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) LoadA(qf[kk], q_tile, warp * 16, kk * 16);
+    }
+    const T(*k_tile)[kLd] = k_tiles[buf];
+    const T(*v_tile)[kLd] = v_tiles[buf];
     const int tiles = KeyTilesSeen(kKeys, k0, warp_last);
     float s[kKeys / 8][4];
 #pragma unroll
@@ -817,26 +850,44 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
 //   P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta) scale, in place;
 //   dV += P^T dO and dK += dS^T Q (D / 8 tiles each, in registers).
 template <typename T, int D>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, 3)
     FlashAttentionBackwardKeyValueMmaKernel(const T* qkv, const T* dy, Layout L, const void* lse,
                                             int sdt, const float* delta, T* dqkv) {
   constexpr int kQueries = kFlashKeys;  // queries a step
+  // Two Q and dO tiles: the next step's are staged while this one's are used.
   alignas(16) __shared__ T k_tile[kFlashRows][kLd];
   alignas(16) __shared__ T v_tile[kFlashRows][kLd];
-  alignas(16) __shared__ T q_tile[kQueries][kLd];
-  alignas(16) __shared__ T do_tile[kQueries][kLd];
+  alignas(16) __shared__ T q_tiles[2][kQueries][kLd];
+  alignas(16) __shared__ T do_tiles[2][kQueries][kLd];
   __shared__ float lse2_of[kQueries], delta_of[kQueries];
   const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  StageKeysAndValues(k_tile, v_tile, qkv, j0, kFlashRows, D, L, b, h);
-  __syncthreads();
+  auto stage_queries = [&](int64_t first, int buf) {
+    StageRowsAsync<D>(q_tiles[buf], qkv, first, kQueries, L.T,
+                      [&](int64_t t) { return L.Q(b, t, h); });
+    StageRowsAsync<D>(do_tiles[buf], dy, first, kQueries, L.T,
+                      [&](int64_t t) { return L.Y(b, t, h); });
+  };
+  // Threads < kQueries fetch a step's logsumexp (times log2(e)) and delta one
+  // step ahead, into registers, and store them for the step at its start.
+  float next_lse2 = 0, next_delta = 0;
+  auto fetch_row_terms = [&](int64_t first) {
+    const int64_t i = first + threadIdx.x;
+    if (threadIdx.x < kQueries && i < L.T) {
+      next_lse2 = Load<float>(lse, sdt, bh * L.T + i) * 1.4426950408889634f;
+      next_delta = delta[bh * L.T + i];
+    } else {
+      next_lse2 = next_delta = 0;
+    }
+  };
+  // The first group: K, V and the first queries.
+  StageRowsAsync<D>(k_tile, qkv, j0, kFlashRows, L.T, [&](int64_t t) { return L.K(b, t, h); });
+  StageRowsAsync<D>(v_tile, qkv, j0, kFlashRows, L.T, [&](int64_t t) { return L.V(b, t, h); });
+  stage_queries(j0, 0);
+  CommitAsyncCopies();
+  fetch_row_terms(j0);
   uint32_t kf[D / 16][4], vf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    LoadA(kf[kk], k_tile, warp * 16, kk * 16);
-    LoadA(vf[kk], v_tile, warp * 16, kk * 16);
-  }
   const int64_t warp_first = j0 + warp * 16;  // the warp's first key
   const int64_t keys[2] = {warp_first + g, warp_first + g + 8};
   float dk[D / 8][4], dv[D / 8][4];
@@ -847,16 +898,28 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const float scale_log2 = scale * 1.4426950408889634f;
-  for (int64_t i0 = j0; i0 < L.T; i0 += kQueries) {
-    __syncthreads();  // every warp is done with the previous queries
-    StageQueriesAndGradients(q_tile, do_tile, qkv, dy, i0, kQueries, D, L, b, h);
+  for (int64_t i0 = j0, buf = 0; i0 < L.T; i0 += kQueries, buf ^= 1) {
+    __syncthreads();  // every warp is done with the previous queries (tiles buf ^ 1)
     if (threadIdx.x < kQueries) {
-      const int64_t i = i0 + threadIdx.x;
-      lse2_of[threadIdx.x] =
-          i < L.T ? Load<float>(lse, sdt, bh * L.T + i) * 1.4426950408889634f : 0.0f;
-      delta_of[threadIdx.x] = i < L.T ? delta[bh * L.T + i] : 0.0f;
+      lse2_of[threadIdx.x] = next_lse2;
+      delta_of[threadIdx.x] = next_delta;
     }
-    __syncthreads();
+    if (i0 + kQueries < L.T) {
+      stage_queries(i0 + kQueries, buf ^ 1);
+      fetch_row_terms(i0 + kQueries);
+    }
+    CommitAsyncCopies();
+    WaitAsyncCopies<1>();  // this thread's copies of this step's queries
+    __syncthreads();       // and every other thread's
+    if (i0 == j0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        LoadA(kf[kk], k_tile, warp * 16, kk * 16);
+        LoadA(vf[kk], v_tile, warp * 16, kk * 16);
+      }
+    }
+    const T(*q_tile)[kLd] = q_tiles[buf];
+    const T(*do_tile)[kLd] = do_tiles[buf];
     if (i0 + kQueries <= warp_first) continue;  // no query here sees the warp's keys
     // Leading query tiles of 8 that see none of them (the same in every lane).
     const int first = static_cast<int>(max(static_cast<int64_t>(0), (warp_first - i0) / 8));
@@ -924,25 +987,28 @@ __global__ void __launch_bounds__(kFlashThreads)
 // see, 32 at a time, the last query rows first. Per warp and step:
 //   S = Q K^T and dP = dO V^T; P and dS from them in place; dQ += dS K.
 template <typename T, int D>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, 4)
     FlashAttentionBackwardQueryMmaKernel(const T* qkv, const T* dy, Layout L, const void* lse,
                                          int sdt, const float* delta, T* dqkv) {
   constexpr int kKeys = kFlashKeys;  // keys a step
+  // Two K and V tiles: the next step's are staged while this one's are used.
   alignas(16) __shared__ T q_tile[kFlashRows][kLd];
   alignas(16) __shared__ T do_tile[kFlashRows][kLd];
-  alignas(16) __shared__ T k_tile[kKeys][kLd];
-  alignas(16) __shared__ T v_tile[kKeys][kLd];
+  alignas(16) __shared__ T k_tiles[2][kKeys][kLd];
+  alignas(16) __shared__ T v_tiles[2][kKeys][kLd];
   const int64_t bh = blockIdx.y, b = bh / L.H, h = bh % L.H;
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  StageQueriesAndGradients(q_tile, do_tile, qkv, dy, q0, kFlashRows, D, L, b, h);
-  __syncthreads();
+  auto stage_keys = [&](int64_t first, int buf) {
+    StageRowsAsync<D>(k_tiles[buf], qkv, first, kKeys, L.T, [&](int64_t t) { return L.K(b, t, h); });
+    StageRowsAsync<D>(v_tiles[buf], qkv, first, kKeys, L.T, [&](int64_t t) { return L.V(b, t, h); });
+  };
+  // The first group: Q, dO and the first keys.
+  StageRowsAsync<D>(q_tile, qkv, q0, kFlashRows, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+  StageRowsAsync<D>(do_tile, dy, q0, kFlashRows, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+  stage_keys(0, 0);
+  CommitAsyncCopies();
   uint32_t qf[D / 16][4], of[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    LoadA(qf[kk], q_tile, warp * 16, kk * 16);
-    LoadA(of[kk], do_tile, warp * 16, kk * 16);
-  }
   const int64_t warp_first = q0 + warp * 16;
   const int64_t rows[2] = {warp_first + g, warp_first + g + 8};
   const int64_t warp_last = warp_first + 15;
@@ -959,10 +1025,21 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0;
   const int64_t key_end = min(L.T, q0 + kFlashRows);
-  for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
-    __syncthreads();  // every warp is done with the previous keys
-    StageKeysAndValues(k_tile, v_tile, qkv, k0, kKeys, D, L, b, h);
-    __syncthreads();
+  for (int64_t k0 = 0, buf = 0; k0 < key_end; k0 += kKeys, buf ^= 1) {
+    __syncthreads();  // every warp is done with the previous keys (tiles buf ^ 1)
+    if (k0 + kKeys < key_end) stage_keys(k0 + kKeys, buf ^ 1);
+    CommitAsyncCopies();
+    WaitAsyncCopies<1>();  // this thread's copies of this step's keys
+    __syncthreads();       // and every other thread's
+    if (k0 == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        LoadA(qf[kk], q_tile, warp * 16, kk * 16);
+        LoadA(of[kk], do_tile, warp * 16, kk * 16);
+      }
+    }
+    const T(*k_tile)[kLd] = k_tiles[buf];
+    const T(*v_tile)[kLd] = v_tiles[buf];
     if (k0 > warp_last) continue;  // no key here is seen by the warp's rows
     const int tiles = KeyTilesSeen(kKeys, k0, warp_last);
     float p[kKeys / 8][4], ds[kKeys / 8][4];

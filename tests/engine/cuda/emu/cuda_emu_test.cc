@@ -18,6 +18,7 @@
 #include "engine/cuda/conv.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/kernels/async_copy.h"
 #include "engine/cuda/kernels/mma_sync.h"
 #include "gtest/gtest.h"
 
@@ -148,6 +149,42 @@ __global__ void MisalignedLdMatrix(uint32_t* out) {
   ampd::engine::cuda::kernel_util::LdMatrixX4<false>(
       r, &staged[8 * (l / 8 % 2) + l % 8][8 * (l / 16) + (l == 4 ? 4 : 0)]);
   out[l] = r[0];
+}
+
+// Two groups of cp.async copies into a shared tile that held 7s: group 0
+// fills words [0, 128), group 1 words [128, 256). Each thread records what it
+// sees of the tile before any wait, after WaitAsyncCopies<1> (group 0 only)
+// and after WaitAsyncCopies<0>, each time after a __syncthreads.
+__global__ void CopyInTwoGroups(const int* src, int* seen) {
+  alignas(16) __shared__ int tile[256];
+  namespace ku = ampd::engine::cuda::kernel_util;
+  for (int e = threadIdx.x; e < 256; e += 32) tile[e] = 7;
+  __syncthreads();
+  ku::CopyAsync16(&tile[threadIdx.x * 4], &src[threadIdx.x * 4]);
+  ku::CommitAsyncCopies();
+  ku::CopyAsync16(&tile[128 + threadIdx.x * 4], &src[128 + threadIdx.x * 4]);
+  ku::CommitAsyncCopies();
+  __syncthreads();
+  seen[threadIdx.x] = tile[(threadIdx.x * 8) % 256];
+  __syncthreads();  // every thread has read before any waits
+  ku::WaitAsyncCopies<1>();
+  __syncthreads();
+  seen[32 + threadIdx.x] = tile[(threadIdx.x * 8) % 256];
+  __syncthreads();
+  ku::WaitAsyncCopies<0>();
+  __syncthreads();
+  seen[64 + threadIdx.x] = tile[(threadIdx.x * 8) % 256];
+}
+
+// Thread 3 returns with a copy it never waited for.
+__global__ void ForgetsToWait(const int* src, int* out) {
+  alignas(16) __shared__ int tile[128];
+  namespace ku = ampd::engine::cuda::kernel_util;
+  ku::CopyAsync16(&tile[threadIdx.x * 4], &src[threadIdx.x * 4]);
+  ku::CommitAsyncCopies();
+  if (threadIdx.x != 3) ku::WaitAsyncCopies<0>();
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x * 4];
 }
 
 __global__ void WriteIndex(int* out) {
@@ -500,6 +537,42 @@ TEST(CudaEmuDeathTest, AMisalignedLdMatrixRowAborts) {
         cudaStreamSynchronize(s);
       },
       "ldmatrix row address .* is not 16-byte aligned");
+}
+
+// cp.async's stand-ins land nothing before the wait that covers a copy (a
+// kernel reading a tile too early sees its old bytes, as it may on a GPU),
+// WaitAsyncCopies<N> leaves the newest N groups pending, and a thread that
+// returns with copies pending aborts.
+TEST(CudaEmuTest, AsyncCopiesLandAtTheWaitThatCoversThem) {
+  cudaStream_t s = NewStream();
+  std::vector<int> src(256);
+  for (int i = 0; i < 256; ++i) src[i] = 100 + i;
+  int* dsrc = DeviceAlloc<int>(256);
+  int* dseen = DeviceAlloc<int>(96);
+  ASSERT_EQ(cudaMemcpyAsync(dsrc, src.data(), 1024, cudaMemcpyHostToDevice, s), cudaSuccess);
+  AMPD_EMU_LAUNCH(CopyInTwoGroups, 1, 32, s)(dsrc, dseen);
+  std::vector<int> seen(96);
+  ASSERT_EQ(cudaMemcpyAsync(seen.data(), dseen, 384, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  for (int t = 0; t < 32; ++t) {
+    const int word = (t * 8) % 256;
+    EXPECT_EQ(seen[t], 7) << "thread " << t << " before any wait";
+    EXPECT_EQ(seen[32 + t], word < 128 ? 100 + word : 7) << "thread " << t << " after wait 1";
+    EXPECT_EQ(seen[64 + t], 100 + word) << "thread " << t << " after wait 0";
+  }
+  EXPECT_EQ(cudaFree(dsrc), cudaSuccess);
+  EXPECT_EQ(cudaFree(dseen), cudaSuccess);
+}
+
+TEST(CudaEmuDeathTest, AThreadReturningWithAsyncCopiesPendingAborts) {
+  EXPECT_DEATH(
+      {
+        cudaStream_t s = NewStream();
+        int* src = DeviceAlloc<int>(128);
+        int* out = DeviceAlloc<int>(32);
+        AMPD_EMU_LAUNCH(ForgetsToWait, 1, 32, s)(src, out);
+        cudaStreamSynchronize(s);
+      },
+      "ForgetsToWait.*thread 3 returned with 1 cp.async copies it never waited for");
 }
 
 // The fake cuBLASLt through the real GemmRunner (gemm.cu).

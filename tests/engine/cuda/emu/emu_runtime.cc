@@ -207,11 +207,14 @@ void SwitchToScheduler(bool exiting) {
 #endif
 }
 
+void CheckNoAsyncCopiesLeft(int t);
+
 [[noreturn]] void FiberMain() {
 #ifdef AMPD_EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &g_scheduler_bottom, &g_scheduler_size);
 #endif
   (*g_body)();
+  CheckNoAsyncCopiesLeft(g_current);
   g_fibers[g_current].state = FiberState::kDone;
   SwitchToScheduler(/*exiting=*/true);
   std::abort();  // a finished fiber is never resumed
@@ -361,7 +364,9 @@ void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()
         g_direct = true;
         for (int i = 0; i < threads; ++i) {
           SetThreadIdx(Nth(i, threads));
+          g_current = Nth(i, threads);
           thread_body();
+          CheckNoAsyncCopiesLeft(g_current);
         }
         g_direct = false;
         ++s.counters.direct_blocks;
@@ -552,6 +557,57 @@ void AmpdEmuLdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
   }
   __syncwarp();  // every lane has read before any publishes again
   for (int i = 0; i < 4; ++i) r[i] = out[i];
+}
+
+namespace cudaemu {
+namespace {
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int bytes;
+  int64_t group;
+};
+// Per thread of the block: its queued copies, and the number of its commits.
+std::deque<AsyncCopy> g_async_copies[kMaxThreads];
+int64_t g_async_commits[kMaxThreads];
+
+// Called as each thread returns: no copies left, and its commits start over.
+void CheckNoAsyncCopiesLeft(int t) {
+  if (!g_async_copies[t].empty()) {
+    std::fprintf(stderr,
+                 "cuda emulator: %s: block (%u,%u,%u) thread %d returned with %zu cp.async copies "
+                 "it never waited for\n",
+                 g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, t, g_async_copies[t].size());
+    std::abort();
+  }
+  g_async_commits[t] = 0;
+}
+}  // namespace
+}  // namespace cudaemu
+
+void AmpdEmuCopyAsync(void* dst, const void* src, int bytes) {
+  using namespace cudaemu;
+  if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 ||
+      reinterpret_cast<uintptr_t>(src) % bytes != 0) {
+    std::fprintf(stderr, "cuda emulator: %s: cp.async of %d bytes from %p to %p: misaligned\n",
+                 g_kernel, bytes, src, dst);
+    std::abort();
+  }
+  g_async_copies[g_current].push_back(AsyncCopy{dst, src, bytes, g_async_commits[g_current]});
+}
+
+void AmpdEmuCommitAsyncCopies() { ++cudaemu::g_async_commits[cudaemu::g_current]; }
+
+void AmpdEmuWaitAsyncCopies(int n) {
+  using namespace cudaemu;
+  const int t = g_current;
+  // Groups [0, commits - n) are complete after the wait.
+  const int64_t complete_below = g_async_commits[t] - n;
+  auto& q = g_async_copies[t];
+  while (!q.empty() && q.front().group < complete_below) {
+    std::memcpy(q.front().dst, q.front().src, static_cast<size_t>(q.front().bytes));
+    q.pop_front();
+  }
 }
 
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width) {

@@ -75,6 +75,15 @@ void AmpdEmuMmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&
 // 2q + 1 of column g), the first in the low half. Every lane takes part; the
 // addresses are exchanged through per-thread slots between two warp barriers.
 void AmpdEmuLdMatrixX4(uint32_t (&r)[4], const void* row, bool trans);
+// The stand-ins for PTX's cp.async (engine/cuda/kernels/async_copy.h): a
+// copy is queued in the calling thread's open group (both addresses aligned
+// to its size, else it aborts); a commit closes the group; a wait performs
+// the thread's queued copies of every committed group but the newest n, in
+// order. Nothing is copied earlier. A thread that returns with queued copies
+// aborts.
+void AmpdEmuCopyAsync(void* dst, const void* src, int bytes);
+void AmpdEmuCommitAsyncCopies();
+void AmpdEmuWaitAsyncCopies(int n);
 
 using std::max;
 using std::min;
