@@ -9,13 +9,33 @@ namespace {
 
 using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
 
+// Which blocks work on which tensor of a list: tensor t takes blocks
+// [first[t], first[t+1]), about in proportion to its size (BlocksBySize), so
+// that an embedding of 38 M values is not left to the same few blocks as a
+// bias, and a list of small tensors launches few blocks, not a full grid
+// for each of them.
+struct BlockMap {
+  int first[kMaxTensorsPerLaunch + 1];
+};
+
+// The block's tensor under map, and how many blocks share it (*blocks) with
+// this one the *block-th of them.
+__device__ int TensorOfBlock(const BlockMap& map, int64_t* blocks, int64_t* block) {
+  int t = 0;
+  while (static_cast<int>(blockIdx.x) >= map.first[t + 1]) ++t;
+  *blocks = map.first[t + 1] - map.first[t];
+  *block = blockIdx.x - map.first[t];
+  return t;
+}
+
 // ---- AMP
 
 // The multiplier: 1 / scale[0] (scale given), factor_ptr[0] (given; 1 means
 // nothing to do, as clipping that clips nothing), else factor.
-__global__ void UnscaleAndCheckKernel(TensorList list, const float* scale, const float* factor_ptr,
-                                      float factor, float* found_inf) {
-  const int t = blockIdx.y;
+__global__ void UnscaleAndCheckKernel(TensorList list, BlockMap map, const float* scale,
+                                      const float* factor_ptr, float factor, float* found_inf) {
+  int64_t blocks, block;
+  const int t = TensorOfBlock(map, &blocks, &block);
   if (factor_ptr && *factor_ptr == 1.0f) return;
   // As PyTorch: the reciprocal in f64, rounded to f32.
   const float mult = scale        ? static_cast<float>(1.0 / static_cast<double>(*scale))
@@ -25,7 +45,7 @@ __global__ void UnscaleAndCheckKernel(TensorList list, const float* scale, const
   const int dt = list.dt[t];
   const int64_t n = list.numel[t];
   bool bad = false;
-  GRID_STRIDE(i, n) {
+  for (int64_t i = block * blockDim.x + threadIdx.x; i < n; i += blocks * blockDim.x) {
     const float v = Load<float>(p, dt, i) * mult;  // checked before rounding back
     bad |= !isfinite(v);
     Store<float>(p, dt, i, v);
@@ -64,18 +84,9 @@ __global__ void UpdateScaleKernel(float* scale, float* growth_tracker, const flo
   *scale = s;
 }
 
-// Which blocks sum which tensor: tensor t takes blocks [first[t], first[t+1]),
-// about in proportion to its size (SumOfSquaresBlocks), so that an
-// embedding of 38 M values is not left to the same few blocks as a bias.
-struct BlockMap {
-  int first[kMaxTensorsPerLaunch + 1];
-};
-
 __global__ void MultiSumOfSquaresKernel(TensorList list, BlockMap map, double* partial) {
-  int t = 0;
-  while (static_cast<int>(blockIdx.x) >= map.first[t + 1]) ++t;
-  const int64_t blocks = map.first[t + 1] - map.first[t];
-  const int64_t b = blockIdx.x - map.first[t];
+  int64_t blocks, b;
+  const int t = TensorOfBlock(map, &blocks, &b);
   double acc = 0;
   for (int64_t i = b * blockDim.x + threadIdx.x; i < list.numel[t]; i += blocks * blockDim.x) {
     const double v = Load<double>(list.ptr[t], list.dt[t], i);
@@ -88,15 +99,10 @@ __global__ void MultiSumOfSquaresKernel(TensorList list, BlockMap map, double* p
 }  // namespace
 
 namespace {
-int64_t MaxNumel(const TensorList& list) {
-  int64_t m = 1;
-  for (int i = 0; i < list.count; ++i) m = std::max(m, list.numel[i]);
-  return m;
-}
-
 // At most kMaxReduceBlocks blocks: one a tensor, the rest shared out in
-// proportion to size, none more than ReduceBlocks would give it alone.
-BlockMap SumOfSquaresBlocks(const TensorList& list) {
+// proportion to size, none more than ReduceBlocks would give it alone (four
+// values a thread at least).
+BlockMap BlocksBySize(const TensorList& list) {
   int64_t total = 0;
   for (int t = 0; t < list.count; ++t) total += list.numel[t];
   const int64_t spare = kMaxReduceBlocks - list.count;
@@ -113,8 +119,9 @@ BlockMap SumOfSquaresBlocks(const TensorList& list) {
 std::string MultiplyAndCheck(const TensorList& grads, const float* scale, const float* factor_ptr,
                              float factor, float* found_inf, Stream s) {
   if (grads.count == 0) return "";
-  dim3 grid(std::min(Blocks(MaxNumel(grads)), 1024), grads.count);
-  LAUNCH(UnscaleAndCheckKernel, grid, kThreads, S(s), grads, scale, factor_ptr, factor, found_inf);
+  const BlockMap map = BlocksBySize(grads);
+  LAUNCH(UnscaleAndCheckKernel, map.first[grads.count], kThreads, S(s), grads, map, scale,
+         factor_ptr, factor, found_inf);
   return Check("UnscaleAndCheckKernel");
 }
 
@@ -160,7 +167,7 @@ std::string LaunchSumOfSquares(const TensorList& tensors, double* scratch, bool 
     LaunchFinishSum(scratch, 0, 1.0, scratch + kMaxReduceBlocks, out, odt, s);
     return Check("FinishSumKernel");
   }
-  const BlockMap map = SumOfSquaresBlocks(tensors);
+  const BlockMap map = BlocksBySize(tensors);
   const int blocks = map.first[tensors.count];
   LAUNCH(MultiSumOfSquaresKernel, blocks, kThreads, S(s), tensors, map, scratch);
   LaunchFinishSum(scratch, blocks, 1.0, scratch + kMaxReduceBlocks, out, odt, s);

@@ -920,10 +920,14 @@ TEST_F(CudaBackendTest, GeluMlpKernelsFuseTheGeluIntoTheGemms) {
   }
 }
 
+// `count` gradients of 1 + 37 i values, but for two of 600,001 and 500,003
+// (more blocks between them than a launch takes, so the kernels' blocks are
+// shared out by size), with an inf in the middle of tensor bad_index.
 std::vector<Tensor> ManyGradients(int count, DType d, int bad_index) {
   std::vector<Tensor> grads;
   for (int i = 0; i < count; ++i) {
-    Tensor g = Random({1 + 37 * i}, d, 100 + i, -1000, 1000);
+    const int64_t n = i == 7 ? 600001 : i == 30 ? 500003 : 1 + 37 * i;
+    Tensor g = Random({n}, d, 100 + i, -1000, 1000);
     if (i == bad_index) {
       std::vector<double> v = g.ToDoubles();
       v[v.size() / 2] = INFINITY;
