@@ -471,6 +471,19 @@ __device__ void StageRowsAsync(T (*tile)[kLd], const T* src, int64_t first, int 
   }
 }
 
+// The top of a step of the mma.sync kernels' pipelined loops: once every
+// warp is done with the previous step's tiles, stage() issues the next step's
+// copies into them (StageRowsAsync); then this step's copies, issued a step
+// earlier, are waited for by this thread and, past the barrier, by all.
+template <typename F>
+__device__ __forceinline__ void NextStep(F&& stage) {
+  __syncthreads();
+  stage();
+  CommitAsyncCopies();
+  WaitAsyncCopies<1>();
+  __syncthreads();
+}
+
 // Two 16 x 8 f32 accumulators side by side (columns 0-7, 8-15), rounded to T,
 // as the A fragment of a 16 x 16 operand: an accumulator's layout is the A
 // operand's, so no value moves between lanes.
@@ -535,8 +548,10 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   auto stage_keys = [&](int64_t first, int buf) {
-    StageRowsAsync<D>(k_tiles[buf], qkv, first, kKeys, L.T, [&](int64_t t) { return L.K(b, t, h); });
-    StageRowsAsync<D>(v_tiles[buf], qkv, first, kKeys, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    StageRowsAsync<D>(k_tiles[buf], qkv, first, kKeys, L.T,
+                      [&](int64_t t) { return L.K(b, t, h); });
+    StageRowsAsync<D>(v_tiles[buf], qkv, first, kKeys, L.T,
+                      [&](int64_t t) { return L.V(b, t, h); });
   };
   // The first group: Q and the first keys.
   StageRowsAsync<D>(q_tile, qkv, q0, kFlashRows, L.T, [&](int64_t t) { return L.Q(b, t, h); });
@@ -553,11 +568,9 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0, buf = 0; k0 < key_end; k0 += kKeys, buf ^= 1) {
-    __syncthreads();  // every warp is done with the previous keys (tiles buf ^ 1)
-    if (k0 + kKeys < key_end) stage_keys(k0 + kKeys, buf ^ 1);
-    CommitAsyncCopies();
-    WaitAsyncCopies<1>();  // this thread's copies of this step's keys
-    __syncthreads();       // and every other thread's
+    NextStep([&] {
+      if (k0 + kKeys < key_end) stage_keys(k0 + kKeys, buf ^ 1);
+    });
     if (k0 == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) LoadA(qf[kk], q_tile, warp * 16, kk * 16);
@@ -649,7 +662,8 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
     StoreRow<T, D>(y, L.Y(b, rows[r], h), o, r, row_sum[r]);
     // Back to natural units: ln(sum 2^(t - max)) + max ln 2.
     if (q == 0) {
-      Store<float>(lse, sdt, bh * L.T + rows[r], row_max[r] * 0.6931471805599453f + logf(row_sum[r]));
+      Store<float>(lse, sdt, bh * L.T + rows[r],
+                   row_max[r] * 0.6931471805599453f + logf(row_sum[r]));
     }
   }
 }
@@ -899,18 +913,16 @@ __global__ void __launch_bounds__(kFlashThreads, 3)
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const float scale_log2 = scale * 1.4426950408889634f;
   for (int64_t i0 = j0, buf = 0; i0 < L.T; i0 += kQueries, buf ^= 1) {
-    __syncthreads();  // every warp is done with the previous queries (tiles buf ^ 1)
-    if (threadIdx.x < kQueries) {
-      lse2_of[threadIdx.x] = next_lse2;
-      delta_of[threadIdx.x] = next_delta;
-    }
-    if (i0 + kQueries < L.T) {
-      stage_queries(i0 + kQueries, buf ^ 1);
-      fetch_row_terms(i0 + kQueries);
-    }
-    CommitAsyncCopies();
-    WaitAsyncCopies<1>();  // this thread's copies of this step's queries
-    __syncthreads();       // and every other thread's
+    NextStep([&] {
+      if (threadIdx.x < kQueries) {
+        lse2_of[threadIdx.x] = next_lse2;
+        delta_of[threadIdx.x] = next_delta;
+      }
+      if (i0 + kQueries < L.T) {
+        stage_queries(i0 + kQueries, buf ^ 1);
+        fetch_row_terms(i0 + kQueries);
+      }
+    });
     if (i0 == j0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -950,8 +962,7 @@ __global__ void __launch_bounds__(kFlashThreads, 3)
       for (int i = 0; i < 4; ++i) {
         const int c = n * 8 + 2 * q + (i & 1);
         const int64_t query = i0 + c;
-        const bool visible =
-            unmasked || (n >= first && query >= keys[i / 2] && query < L.T);
+        const bool visible = unmasked || (n >= first && query >= keys[i / 2] && query < L.T);
         p[n][i] = visible ? exp2f(p[n][i] * scale_log2 - lse2_of[c]) : 0.0f;
         ds[n][i] = p[n][i] * (ds[n][i] - delta_of[c]) * scale;
       }
@@ -1000,8 +1011,10 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
   auto stage_keys = [&](int64_t first, int buf) {
-    StageRowsAsync<D>(k_tiles[buf], qkv, first, kKeys, L.T, [&](int64_t t) { return L.K(b, t, h); });
-    StageRowsAsync<D>(v_tiles[buf], qkv, first, kKeys, L.T, [&](int64_t t) { return L.V(b, t, h); });
+    StageRowsAsync<D>(k_tiles[buf], qkv, first, kKeys, L.T,
+                      [&](int64_t t) { return L.K(b, t, h); });
+    StageRowsAsync<D>(v_tiles[buf], qkv, first, kKeys, L.T,
+                      [&](int64_t t) { return L.V(b, t, h); });
   };
   // The first group: Q, dO and the first keys.
   StageRowsAsync<D>(q_tile, qkv, q0, kFlashRows, L.T, [&](int64_t t) { return L.Q(b, t, h); });
@@ -1026,11 +1039,9 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
   for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0;
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0, buf = 0; k0 < key_end; k0 += kKeys, buf ^= 1) {
-    __syncthreads();  // every warp is done with the previous keys (tiles buf ^ 1)
-    if (k0 + kKeys < key_end) stage_keys(k0 + kKeys, buf ^ 1);
-    CommitAsyncCopies();
-    WaitAsyncCopies<1>();  // this thread's copies of this step's keys
-    __syncthreads();       // and every other thread's
+    NextStep([&] {
+      if (k0 + kKeys < key_end) stage_keys(k0 + kKeys, buf ^ 1);
+    });
     if (k0 == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
