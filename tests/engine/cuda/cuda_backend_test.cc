@@ -949,20 +949,24 @@ std::vector<Tensor> ManyGradients(int count, DType d, int bad_index) {
 }
 
 TEST_F(CudaBackendTest, MultiTensorUnscaleSetsTheDeviceFlag) {
-  // 60 tensors: more than one launch's worth.
+  // 60 tensors: more than one launch's worth. A scale of 1 (no loss
+  // scaling) is the check alone, which writes nothing back.
   for (int bad : {-1, 0, 50}) {
     for (DType d : {DType::kF32, DType::kF16}) {
-      std::vector<Tensor> cpu_grads = ManyGradients(60, d, bad);
-      std::vector<Tensor> gpu_grads;
-      for (const Tensor& g : cpu_grads) gpu_grads.push_back(G(g));
-      DeviceAmpState amp{Tensor::Full({1}, DType::kF32, 1024.0, Device::kCuda),
-                         Tensor::Zeros({1}, DType::kF32, Device::kCuda),
-                         Tensor::Zeros({1}, DType::kF32, Device::kCuda)};
-      gpu_->UnscaleAndCheckOnDevice(gpu_grads, amp);
-      NonFiniteCheck want = cpu().UnscaleAndCheck(cpu_grads, 1.0f / 1024.0f);
-      EXPECT_EQ(gpu_->ReadScalars({amp.found_inf})[0], want.found_inf ? 1.0 : 0.0) << bad;
-      for (size_t i = 0; i < cpu_grads.size(); ++i) {
-        EXPECT_EQ(gpu_grads[i].ToDoubles(), cpu_grads[i].ToDoubles()) << "tensor " << i;
+      for (double scale : {1024.0, 1.0}) {
+        std::vector<Tensor> cpu_grads = ManyGradients(60, d, bad);
+        std::vector<Tensor> gpu_grads;
+        for (const Tensor& g : cpu_grads) gpu_grads.push_back(G(g));
+        DeviceAmpState amp{Tensor::Full({1}, DType::kF32, scale, Device::kCuda),
+                           Tensor::Zeros({1}, DType::kF32, Device::kCuda),
+                           Tensor::Zeros({1}, DType::kF32, Device::kCuda)};
+        gpu_->UnscaleAndCheckOnDevice(gpu_grads, amp);
+        NonFiniteCheck want = cpu().UnscaleAndCheck(cpu_grads, static_cast<float>(1.0 / scale));
+        EXPECT_EQ(gpu_->ReadScalars({amp.found_inf})[0], want.found_inf ? 1.0 : 0.0) << bad;
+        for (size_t i = 0; i < cpu_grads.size(); ++i) {
+          EXPECT_EQ(gpu_grads[i].ToDoubles(), cpu_grads[i].ToDoubles())
+              << "tensor " << i << ", scale " << scale;
+        }
       }
       // The host-reporting variant names the first bad tensor.
       std::vector<Tensor> again;
