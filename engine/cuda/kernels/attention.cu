@@ -471,6 +471,16 @@ __device__ void StageRowsAsync(T (*tile)[kLd], const T* src, int64_t first, int 
   }
 }
 
+// StageKeysAndValues with StageRowsAsync: keys [first, first + n) of head
+// (b, h) and their values, in flight until the thread's wait.
+template <int D, typename T>
+__device__ void StageKeysAndValuesAsync(T (*k_tile)[kLd], T (*v_tile)[kLd], const T* qkv,
+                                        int64_t first, int n, const Layout& L, int64_t b,
+                                        int64_t h) {
+  StageRowsAsync<D>(k_tile, qkv, first, n, L.T, [&](int64_t t) { return L.K(b, t, h); });
+  StageRowsAsync<D>(v_tile, qkv, first, n, L.T, [&](int64_t t) { return L.V(b, t, h); });
+}
+
 // The top of a step of the mma.sync kernels' pipelined loops: once every
 // warp is done with the previous step's tiles, stage() issues the next step's
 // copies into them (StageRowsAsync); then this step's copies, issued a step
@@ -548,10 +558,7 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   auto stage_keys = [&](int64_t first, int buf) {
-    StageRowsAsync<D>(k_tiles[buf], qkv, first, kKeys, L.T,
-                      [&](int64_t t) { return L.K(b, t, h); });
-    StageRowsAsync<D>(v_tiles[buf], qkv, first, kKeys, L.T,
-                      [&](int64_t t) { return L.V(b, t, h); });
+    StageKeysAndValuesAsync<D>(k_tiles[buf], v_tiles[buf], qkv, first, kKeys, L, b, h);
   };
   // The first group: Q and the first keys.
   StageRowsAsync<D>(q_tile, qkv, q0, kFlashRows, L.T, [&](int64_t t) { return L.Q(b, t, h); });
@@ -1011,10 +1018,7 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
   auto stage_keys = [&](int64_t first, int buf) {
-    StageRowsAsync<D>(k_tiles[buf], qkv, first, kKeys, L.T,
-                      [&](int64_t t) { return L.K(b, t, h); });
-    StageRowsAsync<D>(v_tiles[buf], qkv, first, kKeys, L.T,
-                      [&](int64_t t) { return L.V(b, t, h); });
+    StageKeysAndValuesAsync<D>(k_tiles[buf], v_tiles[buf], qkv, first, kKeys, L, b, h);
   };
   // The first group: Q, dO and the first keys.
   StageRowsAsync<D>(q_tile, qkv, q0, kFlashRows, L.T, [&](int64_t t) { return L.Q(b, t, h); });
