@@ -481,6 +481,19 @@ __device__ void StageKeysAndValuesAsync(T (*k_tile)[kLd], T (*v_tile)[kLd], cons
   StageRowsAsync<D>(v_tile, qkv, first, n, L.T, [&](int64_t t) { return L.V(b, t, h); });
 }
 
+// StageQueriesAndGradients with StageRowsAsync.
+template <int D, typename T>
+__device__ void StageQueriesAndGradientsAsync(T (*q_tile)[kLd], T (*do_tile)[kLd], const T* qkv,
+                                              const T* dy, int64_t first, int n, const Layout& L,
+                                              int64_t b, int64_t h) {
+  StageRowsAsync<D>(q_tile, qkv, first, n, L.T, [&](int64_t t) { return L.Q(b, t, h); });
+  StageRowsAsync<D>(do_tile, dy, first, n, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+}
+
+// The mma.sync kernels' softmax runs in base 2: e^x = 2^(x log2(e)).
+constexpr float kLog2E = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
 // The top of a step of the mma.sync kernels' pipelined loops: once every
 // warp is done with the previous step's tiles, stage() issues the next step's
 // copies into them (StageRowsAsync); then this step's copies, issued a step
@@ -572,7 +585,7 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
   // Scores in base-2 units: 2^(s * scale_log2) = e^(s * scale).
-  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
+  const float scale_log2 = kLog2E / sqrtf(static_cast<float>(D));
   const int64_t key_end = min(L.T, q0 + kFlashRows);
   for (int64_t k0 = 0, buf = 0; k0 < key_end; k0 += kKeys, buf ^= 1) {
     NextStep([&] {
@@ -669,8 +682,7 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
     StoreRow<T, D>(y, L.Y(b, rows[r], h), o, r, row_sum[r]);
     // Back to natural units: ln(sum 2^(t - max)) + max ln 2.
     if (q == 0) {
-      Store<float>(lse, sdt, bh * L.T + rows[r],
-                   row_max[r] * 0.6931471805599453f + logf(row_sum[r]));
+      Store<float>(lse, sdt, bh * L.T + rows[r], row_max[r] * kLn2 + logf(row_sum[r]));
     }
   }
 }
@@ -885,10 +897,8 @@ __global__ void __launch_bounds__(kFlashThreads, 3)
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
   auto stage_queries = [&](int64_t first, int buf) {
-    StageRowsAsync<D>(q_tiles[buf], qkv, first, kQueries, L.T,
-                      [&](int64_t t) { return L.Q(b, t, h); });
-    StageRowsAsync<D>(do_tiles[buf], dy, first, kQueries, L.T,
-                      [&](int64_t t) { return L.Y(b, t, h); });
+    StageQueriesAndGradientsAsync<D>(q_tiles[buf], do_tiles[buf], qkv, dy, first, kQueries, L, b,
+                                     h);
   };
   // Threads < kQueries fetch a step's logsumexp (times log2(e)) and delta one
   // step ahead, into registers, and store them for the step at its start.
@@ -896,15 +906,14 @@ __global__ void __launch_bounds__(kFlashThreads, 3)
   auto fetch_row_terms = [&](int64_t first) {
     const int64_t i = first + threadIdx.x;
     if (threadIdx.x < kQueries && i < L.T) {
-      next_lse2 = Load<float>(lse, sdt, bh * L.T + i) * 1.4426950408889634f;
+      next_lse2 = Load<float>(lse, sdt, bh * L.T + i) * kLog2E;
       next_delta = delta[bh * L.T + i];
     } else {
       next_lse2 = next_delta = 0;
     }
   };
   // The first group: K, V and the first queries.
-  StageRowsAsync<D>(k_tile, qkv, j0, kFlashRows, L.T, [&](int64_t t) { return L.K(b, t, h); });
-  StageRowsAsync<D>(v_tile, qkv, j0, kFlashRows, L.T, [&](int64_t t) { return L.V(b, t, h); });
+  StageKeysAndValuesAsync<D>(k_tile, v_tile, qkv, j0, kFlashRows, L, b, h);
   stage_queries(j0, 0);
   CommitAsyncCopies();
   fetch_row_terms(j0);
@@ -918,7 +927,7 @@ __global__ void __launch_bounds__(kFlashThreads, 3)
     for (int i = 0; i < 4; ++i) dk[n][i] = dv[n][i] = 0;
   }
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  const float scale_log2 = scale * 1.4426950408889634f;
+  const float scale_log2 = scale * kLog2E;
   for (int64_t i0 = j0, buf = 0; i0 < L.T; i0 += kQueries, buf ^= 1) {
     NextStep([&] {
       if (threadIdx.x < kQueries) {
@@ -1021,8 +1030,7 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
     StageKeysAndValuesAsync<D>(k_tiles[buf], v_tiles[buf], qkv, first, kKeys, L, b, h);
   };
   // The first group: Q, dO and the first keys.
-  StageRowsAsync<D>(q_tile, qkv, q0, kFlashRows, L.T, [&](int64_t t) { return L.Q(b, t, h); });
-  StageRowsAsync<D>(do_tile, dy, q0, kFlashRows, L.T, [&](int64_t t) { return L.Y(b, t, h); });
+  StageQueriesAndGradientsAsync<D>(q_tile, do_tile, qkv, dy, q0, kFlashRows, L, b, h);
   stage_keys(0, 0);
   CommitAsyncCopies();
   uint32_t qf[D / 16][4], of[D / 16][4];
@@ -1030,12 +1038,11 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
   const int64_t rows[2] = {warp_first + g, warp_first + g + 8};
   const int64_t warp_last = warp_first + 15;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  const float scale_log2 = scale * 1.4426950408889634f;
+  const float scale_log2 = scale * kLog2E;
   float lse2_r[2], delta_r[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    lse2_r[r] =
-        rows[r] < L.T ? Load<float>(lse, sdt, bh * L.T + rows[r]) * 1.4426950408889634f : 0.0f;
+    lse2_r[r] = rows[r] < L.T ? Load<float>(lse, sdt, bh * L.T + rows[r]) * kLog2E : 0.0f;
     delta_r[r] = rows[r] < L.T ? delta[bh * L.T + rows[r]] : 0.0f;
   }
   float dq[D / 8][4];

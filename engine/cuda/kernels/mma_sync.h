@@ -80,19 +80,8 @@ __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row) {
 #endif
 }
 
-// Two adjacent 16-bit values at p (4-byte aligned), the first in the low half.
-template <typename T>
-__device__ __forceinline__ uint32_t LoadPair(const T* p) {
-#ifdef AMPD_CUDA_EMU
-  uint32_t w;
-  std::memcpy(&w, p, 4);
-  return w;
-#else
-  return *reinterpret_cast<const uint32_t*>(p);
-#endif
-}
-
-// Writes the pair w (LoadPair's form) to p (4-byte aligned).
+// Writes the pair w (two adjacent 16-bit values, the first in the low half)
+// to p (4-byte aligned).
 template <typename T>
 __device__ __forceinline__ void StorePair(T* p, uint32_t w) {
 #ifdef AMPD_CUDA_EMU
