@@ -113,6 +113,17 @@ class DeviceAmp {
   virtual void AdamWStepFused(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                               const Tensor& exp_avg_sq, const AdamWHyper& h,
                               const FusedStepArgs& args);
+  // AdamWStepFused for each parameter of a list (one launch for many on a
+  // device backend), with one skip flag and step for all: the same values,
+  // bit for bit, as a call per parameter. Weight decay only where
+  // `weight_decay` is set (nanoGPT's rule: not biases, norms, embeddings).
+  struct AdamWParam {
+    Tensor param, grad, exp_avg, exp_avg_sq;
+    Tensor model_copy;  // optional
+    bool weight_decay = true;
+  };
+  virtual void AdamWStepFusedList(const std::vector<AdamWParam>& params, const AdamWHyper& h,
+                                  const Tensor& found_inf, const Tensor& step);
 
  protected:
   // The memory the reference implementations read and write through.

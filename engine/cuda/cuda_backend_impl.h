@@ -208,6 +208,8 @@ class CudaBackend final : public backend::Backend {
   void AdamWStepFused(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                       const Tensor& exp_avg_sq, const AdamWHyper& h,
                       const FusedStepArgs& args) override;
+  void AdamWStepFusedList(const std::vector<AdamWParam>& params, const AdamWHyper& h,
+                          const Tensor& found_inf, const Tensor& step) override;
   // optimizers8bit.cc (fused: skip, device step and model copy as above)
   void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_codes,
                      const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax,

@@ -109,6 +109,42 @@ void CudaBackend::AdamWStepFused(const Tensor& param, const Tensor& grad, const 
                          args.model_copy.defined() ? Dt(args.model_copy) : 0, S()));
 }
 
+void CudaBackend::AdamWStepFusedList(const std::vector<AdamWParam>& params, const AdamWHyper& h,
+                                     const Tensor& found_inf, const Tensor& step) {
+  const AdamWArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step};
+  const float* step_ptr = step.defined() ? step.data<float>() : nullptr;
+  const float* skip = found_inf.defined() ? found_inf.data<float>() : nullptr;
+  AdamWList list;
+  auto launch = [&] {
+    if (list.count > 0 && Ok()) Record(LaunchAdamWStepList(list, a, step_ptr, skip, S()));
+    list.count = 0;
+  };
+  for (const AdamWParam& p : params) {
+    if (p.param.numel() == 0) continue;
+    void* copy = p.model_copy.defined() ? p.model_copy.raw() : nullptr;
+    if (!AdamWListAccepts(p.param.raw(), p.grad.raw(), p.exp_avg.data<float>(),
+                          p.exp_avg_sq.data<float>(), copy)) {
+      AdamWHyper ph = h;
+      if (!p.weight_decay) ph.weight_decay = 0;
+      AdamWStepFused(p.param, p.grad, p.exp_avg, p.exp_avg_sq, ph, {found_inf, p.model_copy, step});
+      continue;
+    }
+    const int t = list.count++;
+    list.param[t] = p.param.raw();
+    list.grad[t] = p.grad.raw();
+    list.exp_avg[t] = p.exp_avg.data<float>();
+    list.exp_avg_sq[t] = p.exp_avg_sq.data<float>();
+    list.model_copy[t] = copy;
+    list.numel[t] = p.param.numel();
+    list.pdt[t] = static_cast<int8_t>(Dt(p.param));
+    list.gdt[t] = static_cast<int8_t>(Dt(p.grad));
+    list.mdt[t] = static_cast<int8_t>(p.model_copy.defined() ? Dt(p.model_copy) : 0);
+    list.decay[t] = p.weight_decay;
+    if (list.count == kMaxParamsPerStepLaunch) launch();
+  }
+  launch();
+}
+
 // The defined tensors, kMaxTensorsPerLaunch to a list (none: no list).
 std::vector<TensorList> CudaBackend::Lists(const std::vector<Tensor>& tensors) {
   std::vector<TensorList> lists;

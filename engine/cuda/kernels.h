@@ -197,6 +197,28 @@ struct AdamWArgs {
 std::string LaunchAdamWStep(void* param, int pdt, const void* grad, int gdt, float* exp_avg,
                             float* exp_avg_sq, int64_t n, const AdamWArgs& a, const float* step_ptr,
                             const float* found_inf, void* model_copy, int mdt, Stream s);
+// AdamW over a list of parameters in one launch (the blocks shared out by
+// size as the AMP lists'): each tensor's values get LaunchAdamWStep's
+// arithmetic, bit for bit; weight decay (a.weight_decay) only where decay[t].
+// model_copy[t] may be null; skip and device step as LaunchAdamWStep. Every
+// buffer must start on a 16-byte boundary (AdamWListAccepts; the caching
+// allocator's always do): others go to LaunchAdamWStep.
+constexpr int kMaxParamsPerStepLaunch = 32;
+struct AdamWList {
+  int count = 0;
+  void* param[kMaxParamsPerStepLaunch];
+  const void* grad[kMaxParamsPerStepLaunch];
+  float* exp_avg[kMaxParamsPerStepLaunch];
+  float* exp_avg_sq[kMaxParamsPerStepLaunch];
+  void* model_copy[kMaxParamsPerStepLaunch];
+  int64_t numel[kMaxParamsPerStepLaunch];
+  int8_t pdt[kMaxParamsPerStepLaunch], gdt[kMaxParamsPerStepLaunch], mdt[kMaxParamsPerStepLaunch];
+  bool decay[kMaxParamsPerStepLaunch];
+};
+bool AdamWListAccepts(const void* param, const void* grad, const float* exp_avg,
+                      const float* exp_avg_sq, const void* model_copy);
+std::string LaunchAdamWStepList(const AdamWList& list, const AdamWArgs& a, const float* step_ptr,
+                                const float* found_inf, Stream s);
 
 // The 8-bit steps (backend/kernels/optimizer8bit.h; kernels/optimizers8bit.cu):
 // one block per quantization block of 256 values; `maps` (device, 512 f32)

@@ -219,6 +219,9 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
   // previous step's skip flag was read with its metrics.
   be.Fill(device_step_, static_cast<double>(steps_));
   ++steps_;
+  // The 32-bit AdamW updates go to the backend as one list (a launch for
+  // many parameters on a device).
+  std::vector<Backend::AdamWParam> adamw_list;
   for (size_t i = 0; i < weights_.size(); ++i) {
     if (i >= grads_.size() || !grads_[i].defined()) continue;
     Backend::FusedStepArgs args;
@@ -243,9 +246,13 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
         Kernel<AdamW8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i],
                                          codes2_[i], absmax2_[i], h, args);
       } else {
-        be.AdamWStepFused(weights_[i], grads_[i], buf1_[i], buf2_[i], h, args);
+        adamw_list.push_back({weights_[i], grads_[i], buf1_[i], buf2_[i], args.model_copy,
+                              (*params_)[i].weight_decay});
       }
     }
+  }
+  if (!adamw_list.empty()) {
+    be.AdamWStepFusedList(adamw_list, AdamWHyperFor(spec_, lr, steps_), found_inf, device_step_);
   }
 }
 

@@ -162,6 +162,13 @@ class FakeDeviceBackend final : public backend::Backend {
     backend::Backend::AdamWStepFused(p, g, m, v, h, args);
     --inside_reference_;
   }
+  void AdamWStepFusedList(const std::vector<AdamWParam>& params, const AdamWHyper& h,
+                          const Tensor& found_inf, const Tensor& step) override {
+    ++calls["AdamWStepFusedList"];
+    ++inside_reference_;
+    backend::Backend::AdamWStepFusedList(params, h, found_inf, step);
+    --inside_reference_;
+  }
 
   void SumOfSquaresOnDevice(const std::vector<Tensor>& tensors, const Tensor& out) override {
     ++calls["SumOfSquaresOnDevice"];

@@ -9,30 +9,14 @@ namespace {
 
 using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
 
-// Which blocks work on which tensor of a list: tensor t takes blocks
-// [first[t], first[t+1]), about in proportion to its size (BlocksBySize), so
-// that an embedding of 38 M values is not left to the same few blocks as a
-// bias, and a list of small tensors launches few blocks, not a full grid
-// for each of them.
-struct BlockMap {
-  int first[kMaxTensorsPerLaunch + 1];
-};
-
-// The block's tensor under map, and how many blocks share it (*blocks) with
-// this one the *block-th of them.
-__device__ int TensorOfBlock(const BlockMap& map, int64_t* blocks, int64_t* block) {
-  int t = 0;
-  while (static_cast<int>(blockIdx.x) >= map.first[t + 1]) ++t;
-  *blocks = map.first[t + 1] - map.first[t];
-  *block = blockIdx.x - map.first[t];
-  return t;
-}
+// A list's blocks by tensor (kernel_util.h).
+using ListBlocks = BlockMap<kMaxTensorsPerLaunch>;
 
 // ---- AMP
 
 // The multiplier: 1 / scale[0] (scale given), factor_ptr[0] (given; 1 means
 // nothing to do, as clipping that clips nothing), else factor.
-__global__ void UnscaleAndCheckKernel(TensorList list, BlockMap map, const float* scale,
+__global__ void UnscaleAndCheckKernel(TensorList list, ListBlocks map, const float* scale,
                                       const float* factor_ptr, float factor, float* found_inf) {
   int64_t blocks, block;
   const int t = TensorOfBlock(map, &blocks, &block);
@@ -87,7 +71,7 @@ __global__ void UpdateScaleKernel(float* scale, float* growth_tracker, const flo
   *scale = s;
 }
 
-__global__ void MultiSumOfSquaresKernel(TensorList list, BlockMap map, double* partial) {
+__global__ void MultiSumOfSquaresKernel(TensorList list, ListBlocks map, double* partial) {
   int64_t blocks, b;
   const int t = TensorOfBlock(map, &blocks, &b);
   double acc = 0;
@@ -102,27 +86,15 @@ __global__ void MultiSumOfSquaresKernel(TensorList list, BlockMap map, double* p
 }  // namespace
 
 namespace {
-// At most kMaxReduceBlocks blocks: one a tensor, the rest shared out in
-// proportion to size, none more than ReduceBlocks would give it alone (four
-// values a thread at least).
-BlockMap BlocksBySize(const TensorList& list) {
-  int64_t total = 0;
-  for (int t = 0; t < list.count; ++t) total += list.numel[t];
-  const int64_t spare = kMaxReduceBlocks - list.count;
-  BlockMap map{};
-  for (int t = 0; t < list.count; ++t) {
-    const int64_t share = total > 0 ? 1 + list.numel[t] * spare / total : 1;
-    map.first[t + 1] =
-        map.first[t] + static_cast<int>(std::min<int64_t>(share, ReduceBlocks(list.numel[t])));
-  }
-  return map;
+ListBlocks BlocksBySize(const TensorList& list) {
+  return kernel_util::BlocksBySize<kMaxTensorsPerLaunch>(list.numel, list.count);
 }
 
 // The multiplier is 1/scale[0] when scale is given, else factor.
 std::string MultiplyAndCheck(const TensorList& grads, const float* scale, const float* factor_ptr,
                              float factor, float* found_inf, Stream s) {
   if (grads.count == 0) return "";
-  const BlockMap map = BlocksBySize(grads);
+  const ListBlocks map = BlocksBySize(grads);
   LAUNCH(UnscaleAndCheckKernel, map.first[grads.count], kThreads, S(s), grads, map, scale,
          factor_ptr, factor, found_inf);
   return Check("UnscaleAndCheckKernel");
@@ -170,7 +142,7 @@ std::string LaunchSumOfSquares(const TensorList& tensors, double* scratch, bool 
     LaunchFinishSum(scratch, 0, 1.0, scratch + kMaxReduceBlocks, out, odt, s);
     return Check("FinishSumKernel");
   }
-  const BlockMap map = BlocksBySize(tensors);
+  const ListBlocks map = BlocksBySize(tensors);
   const int blocks = map.first[tensors.count];
   LAUNCH(MultiSumOfSquaresKernel, blocks, kThreads, S(s), tensors, map, scratch);
   LaunchFinishSum(scratch, blocks, 1.0, scratch + kMaxReduceBlocks, out, odt, s);

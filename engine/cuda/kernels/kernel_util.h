@@ -163,23 +163,53 @@ struct Width {
 template <typename T>
 constexpr int kWidth = std::decay_t<T>::value;
 
-// Grid-stride over [0, n) in groups of W: body(Width<W>(), i) for each group
-// starting at i, then, when W > 1, body(Width<1>(), i) for each of the n % W
-// elements left.
+// Grid-stride over [0, n) in groups of W, this block the block-th of
+// `blocks` sharing the range: body(Width<W>(), i) for each group starting at
+// i, then, when W > 1, body(Width<1>(), i) for each of the n % W elements
+// left.
 template <int W, typename F>
-__device__ __forceinline__ void ForEachGroup(int64_t n, F&& body) {
+__device__ __forceinline__ void ForEachGroupOfBlocks(int64_t n, int64_t block, int64_t blocks,
+                                                     F&& body) {
   const int64_t groups = n / W;
-  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
-       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    body(Width<W>(), g * W);
-  }
+  const int64_t first = block * blockDim.x + threadIdx.x, stride = blocks * blockDim.x;
+  for (int64_t g = first; g < groups; g += stride) body(Width<W>(), g * W);
   if constexpr (W > 1) {
-    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < n % W;
-         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      body(Width<1>(), groups * W + t);
-    }
+    for (int64_t t = first; t < n % W; t += stride) body(Width<1>(), groups * W + t);
   }
 }
+
+// The same over the whole grid.
+template <int W, typename F>
+__device__ __forceinline__ void ForEachGroup(int64_t n, F&& body) {
+  ForEachGroupOfBlocks<W>(n, blockIdx.x, gridDim.x, body);
+}
+
+// Which blocks of a launch over a list of up to N tensors work on which
+// tensor: tensor t takes blocks [first[t], first[t+1]), about in proportion
+// to its size (BlocksBySize), so that an embedding of 38 M values is not left
+// to the same few blocks as a bias, and a list of small tensors launches few
+// blocks, not a full grid for each of them.
+template <int N>
+struct BlockMap {
+  int first[N + 1];
+};
+
+// The block's tensor under map, and how many blocks share it (*blocks) with
+// this one the *block-th of them.
+template <int N>
+__device__ int TensorOfBlock(const BlockMap<N>& map, int64_t* blocks, int64_t* block) {
+  int t = 0;
+  while (static_cast<int>(blockIdx.x) >= map.first[t + 1]) ++t;
+  *blocks = map.first[t + 1] - map.first[t];
+  *block = blockIdx.x - map.first[t];
+  return t;
+}
+
+// At most kMaxReduceBlocks blocks for `count` tensors of numel[t] values: one
+// a tensor, the rest shared out in proportion to size, none more than
+// ReduceBlocks would give it alone (four values a thread at least).
+template <int N>
+BlockMap<N> BlocksBySize(const int64_t* numel, int count);
 
 // The fixed-order butterfly sum and max over a warp's 32 lanes: every lane
 // ends with the same bits (each step adds the same two values, in either
@@ -257,6 +287,20 @@ inline int ReduceBlocks(int64_t n) {
   return static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>(kMaxReduceBlocks, (n + 4 * kThreads - 1) / (4 * kThreads))));
 }
+template <int N>
+BlockMap<N> BlocksBySize(const int64_t* numel, int count) {
+  int64_t total = 0;
+  for (int t = 0; t < count; ++t) total += numel[t];
+  const int64_t spare = kMaxReduceBlocks - count;
+  BlockMap<N> map{};
+  for (int t = 0; t < count; ++t) {
+    const int64_t share = total > 0 ? 1 + numel[t] * spare / total : 1;
+    map.first[t + 1] =
+        map.first[t] + static_cast<int>(std::min<int64_t>(share, ReduceBlocks(numel[t])));
+  }
+  return map;
+}
+
 // The two stages (reductions.cu). Stage 1: each of `blocks` blocks sums a
 // fixed grid-stride share of x (or of x², `squares`) in f64 into partial.
 void LaunchPartialSums(const void* x, int xdt, int64_t n, bool squares, double* partial, int blocks,

@@ -1085,6 +1085,63 @@ TEST_F(CudaBackendTest, FusedOptimizerStepsMatchTheReferenceAndSkipOnTheFlag) {
   }
 }
 
+// The AdamW step over a list of parameters (one launch for up to 32 of them,
+// blocks shared out by size) gives every parameter, state and model copy the
+// bits a fused step per parameter gives: 45 parameters (two launches) of
+// sizes 1 to 600,001, some without weight decay, with f32 or bf16 gradients
+// and with or without a bf16 model copy. A set skip flag changes nothing.
+TEST_F(CudaBackendTest, AdamWOverAListMatchesAStepPerParameter) {
+  struct Param {
+    Tensor p, g, m, v, copy;
+    bool decay;
+  };
+  auto make = [&](int count) {
+    std::vector<Param> params;
+    for (int i = 0; i < count; ++i) {
+      const int64_t n = i == 3 ? 600001 : i == 40 ? 65536 : 1 + 37 * i;
+      const uint32_t seed = 200 + 4 * i;
+      params.push_back({G(Random({n}, DType::kF32, seed)),
+                        G(Random({n}, i % 3 == 0 ? DType::kBF16 : DType::kF32, seed + 1)),
+                        G(Random({n}, DType::kF32, seed + 2, -0.1, 0.1)),
+                        G(Random({n}, DType::kF32, seed + 3, 0, 0.1)),
+                        i % 4 == 1 ? Tensor() : Tensor::Zeros({n}, DType::kBF16, Device::kCuda),
+                        i % 5 != 2});
+    }
+    return params;
+  };
+  Backend::AdamWHyper h;
+  h.lr = 3e-3f;
+  h.weight_decay = 0.1f;
+  for (const bool skip : {false, true}) {
+    const Tensor found = Tensor::Full({1}, DType::kF32, skip ? 1.0 : 0.0, Device::kCuda);
+    const Tensor step = Tensor::Full({1}, DType::kF32, 6.0, Device::kCuda);
+    std::vector<Param> listed = make(45), each = make(45);
+    std::vector<Backend::AdamWParam> list;
+    for (const Param& q : listed) list.push_back({q.p, q.g, q.m, q.v, q.copy, q.decay});
+    gpu_->AdamWStepFusedList(list, h, found, step);
+    for (const Param& q : each) {
+      Backend::AdamWHyper ph = h;
+      if (!q.decay) ph.weight_decay = 0;
+      gpu_->AdamWStepFused(q.p, q.g, q.m, q.v, ph, {skip ? found : Tensor(), q.copy, step});
+    }
+    const std::vector<Param> before = make(45);
+    for (size_t i = 0; i < listed.size(); ++i) {
+      const std::string what = "parameter " + std::to_string(i) + (skip ? ", skipped" : "");
+      const Param& a = listed[i];
+      const Param& b = skip ? before[i] : each[i];
+      ASSERT_EQ(a.p.ToDoubles(), b.p.ToDoubles()) << what;
+      ASSERT_EQ(a.m.ToDoubles(), b.m.ToDoubles()) << what;
+      ASSERT_EQ(a.v.ToDoubles(), b.v.ToDoubles()) << what;
+      if (a.copy.defined()) {
+        ASSERT_EQ(a.copy.ToDoubles(), b.copy.ToDoubles()) << what;
+      }
+      if (!skip) {
+        ASSERT_NE(a.p.ToDoubles(), before[i].p.ToDoubles()) << what;
+      }
+    }
+  }
+}
+
 // The 8-bit steps (bitsandbytes' blockwise states) against the CPU kernel:
 // from states three CPU steps have built, one fused GPU step gives the CPU's
 // codes and absmax values bit for bit (the kernel does the CPU's f32

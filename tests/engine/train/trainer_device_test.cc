@@ -375,7 +375,8 @@ TEST(DevicePath, OneHostReadPerStepAndTheFusedKernels) {
   EXPECT_EQ(fake.trainer_reads, 10);
   EXPECT_EQ(fake.calls["UnscaleAndCheckOnDevice"], 10);
   EXPECT_EQ(fake.calls["UpdateScaleOnDevice"], 0);  // bf16-mixed: no loss scaling
-  EXPECT_GT(fake.calls["AdamWStepFused"], 0);
+  EXPECT_EQ(fake.calls["AdamWStepFusedList"], 10);  // one list of parameters a step
+  EXPECT_GT(fake.calls["AdamWStepFused"], 10);      // the reference: a call per parameter
   EXPECT_EQ(fake.calls["AdamWStep"], fake.calls["AdamWStepFused"]);  // via the reference
   fake.calls.clear();
   fake.trainer_reads = 0;
