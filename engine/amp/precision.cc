@@ -73,6 +73,11 @@ std::vector<std::string> BuiltinPrecisionNames() {
   return names;
 }
 
+std::string KnownPrecisionNames() {
+  return absl::StrCat(absl::StrJoin(BuiltinPrecisionNames(), ", "),
+                      " (or the aliases 32, fp32, 16, bf16, transformer-engine)");
+}
+
 absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
   const std::string name = absl::AsciiStrToLower(std::string(name_in));
   static const auto* aliases = new std::map<std::string, std::string>{
@@ -97,10 +102,8 @@ absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
   };
   auto it = aliases->find(name);
   if (it == aliases->end()) {
-    return FieldError("precision",
-                      absl::StrCat("unknown mode \"", std::string(name_in), "\"; expected one of ",
-                                   absl::StrJoin(BuiltinPrecisionNames(), ", "),
-                                   " (or the aliases 32, 16, bf16, transformer-engine)"));
+    return FieldError("precision", absl::StrCat("unknown mode \"", std::string(name_in),
+                                                "\"; expected one of ", KnownPrecisionNames()));
   }
   for (const auto& m : Builtins()) {
     if (m.name == it->second) return m;

@@ -63,6 +63,9 @@ ops::AutocastOptions AutocastRegion(const PrecisionConfig& p);
 absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name);
 // Canonical names of the built-in modes, in table order, then the Apex levels.
 std::vector<std::string> BuiltinPrecisionNames();
+// For error messages: the canonical names, then the aliases ResolvePrecision
+// also takes ("... (or the aliases 32, fp32, 16, bf16, transformer-engine)").
+std::string KnownPrecisionNames();
 // Rejects invalid combinations with the offending field named.
 absl::Status ValidatePrecision(const PrecisionConfig& config);
 // The dtype of optimizer-visible (updated) weights: f32 with master weights.

@@ -20,7 +20,7 @@
 
 namespace ampd::engine::runner {
 
-using amp::BuiltinPrecisionNames;
+using amp::KnownPrecisionNames;
 using amp::PrecisionConfig;
 using amp::ResolvePrecision;
 using amp::ValidatePrecision;
@@ -551,8 +551,8 @@ PrecisionConfig ResolveJobPrecision(const v1::PrecisionSpec& spec, const JobSpec
     }
   }
   Violate(violations, "precision.profile",
-          absl::StrCat("\"", name, "\" is neither a built-in mode (",
-                       absl::StrJoin(BuiltinPrecisionNames(), ", "), ") nor a defined profile"));
+          absl::StrCat("\"", name, "\" is neither a built-in mode (", KnownPrecisionNames(),
+                       ") nor a defined profile"));
   return PrecisionConfig();
 }
 

@@ -76,6 +76,17 @@ TEST(JobSpecTest, EveryBadFieldIsReportedAtOnce) {
   EXPECT_NE(std::string(job.status().message()).find("training.batch_size: must be > 0, got 0"),
             std::string::npos)
       << job.status();
+  // An unknown precision lists what would have been accepted, aliases too
+  // ("fp8" is a near miss of "fp8-hybrid" and of Lightning's name for it).
+  EXPECT_NE(std::string(job.status().message())
+                .find("precision.profile: \"fp8\" is neither a built-in mode (32-true, "),
+            std::string::npos)
+      << job.status();
+  EXPECT_NE(std::string(job.status().message())
+                .find("fp8-current, transformer-engine-float16 (or the aliases 32, fp32, 16, "
+                      "bf16, transformer-engine)) nor a defined profile"),
+            std::string::npos)
+      << job.status();
 }
 
 // Widths whose products would overflow a parameter count (job_spec_fuzzer
