@@ -1,6 +1,7 @@
 // ampctl: the command-line client for ampd.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
@@ -168,9 +170,10 @@ int List(Context& ctx, const Args& args) {
       v1::JobState state;
       if (!v1::JobState_Parse(absl::AsciiStrToUpper(s), &state) ||
           state == v1::JOB_STATE_UNSPECIFIED) {
-        return Usage("--state: unknown state \"" + s +
-                         "\" (QUEUED, RUNNING, RESTARTING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)",
-                     nullptr);
+        return Usage(
+            "--state: unknown state \"" + s +
+                "\" (QUEUED, RUNNING, RESTARTING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)",
+            nullptr);
       }
       request.add_states(state);
     }
@@ -291,21 +294,33 @@ int PrecisionExplain(Context& ctx, const Args& args) {
   }
   for (const auto& e : response.explanations()) {
     std::printf("%s (%lld parameters)\n", e.precision().c_str(), (long long)e.parameter_count());
-    std::printf("  %-14s %-8s %-18s %-16s %-8s %s\n", "OP", "LAYER", "INPUTS", "POLICY", "COMPUTE",
-                "OUTPUT");
+    // Columns as wide as their longest cell (a GPT's ops and layers are
+    // longer than an MLP's: "scaled_dot_product_attention", "h.11.mlp.c_fc").
+    std::vector<std::vector<std::string>> rows = {
+        {"OP", "LAYER", "INPUTS", "POLICY", "COMPUTE", "OUTPUT"}};
     for (const auto& op : e.ops()) {
       std::vector<std::string> in;
       for (int d : op.input_dtypes()) in.push_back(DTypeName(d));
-      std::printf("  %-14s %-8s %-18s %-16s %-8s %s", op.op().c_str(), op.layer().c_str(),
-                  absl::StrJoin(in, ",").c_str(),
-                  v1::CastPolicy_Name(op.policy()).substr(12).c_str(),
-                  DTypeName(op.compute_dtype()).c_str(), DTypeName(op.output_dtype()).c_str());
+      std::string output = DTypeName(op.output_dtype());
       if (op.has_fp8()) {
-        std::printf("  FP8 GEMM: input %s, weight %s, grad_output %s, %s scaling",
-                    op.fp8().input().c_str(), op.fp8().weight().c_str(),
-                    op.fp8().grad_output().c_str(), op.fp8().scaling().c_str());
+        absl::StrAppend(&output, "  FP8 GEMM: input ", op.fp8().input(), ", weight ",
+                        op.fp8().weight(), ", grad_output ", op.fp8().grad_output(), ", ",
+                        op.fp8().scaling(), " scaling");
       }
-      std::printf("\n");
+      rows.push_back({op.op(), op.layer(), absl::StrJoin(in, ","),
+                      v1::CastPolicy_Name(op.policy()).substr(12), DTypeName(op.compute_dtype()),
+                      output});
+    }
+    std::vector<size_t> width(5, 0);
+    for (const auto& row : rows) {
+      for (size_t c = 0; c < width.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    }
+    for (const auto& row : rows) {
+      std::string line = " ";
+      for (size_t c = 0; c < width.size(); ++c) {
+        absl::StrAppend(&line, " ", row[c], std::string(width[c] - row[c].size(), ' '));
+      }
+      std::printf("%s %s\n", line.c_str(), row.back().c_str());
     }
     const auto& m = e.memory();
     std::printf(

@@ -454,6 +454,30 @@ TEST_F(AmpctlTest, PrecisionCommands) {
   EXPECT_EQ(explain.code, 0) << explain.err;
   EXPECT_NE(explain.out.find("linear"), std::string::npos) << explain.out;
   EXPECT_NE(explain.out.find("BF16"), std::string::npos) << explain.out;
+  // A GPT's plan: op and layer names longer than an MLP's, FP8 GEMM notes at
+  // the end of rows; every row's policy starts under the POLICY header.
+  Result gpt =
+      Ampctl({server_flag_, "precision", "explain", Runfile("examples/fortunes_gpt_fp8.json")});
+  ASSERT_EQ(gpt.code, 0) << gpt.err;
+  std::vector<std::string> lines;
+  std::istringstream out(gpt.out);
+  for (std::string line; std::getline(out, line);) lines.push_back(line);
+  ASSERT_GT(lines.size(), 2u) << gpt.out;
+  const size_t policy = lines[1].find("POLICY");
+  ASSERT_NE(policy, std::string::npos) << gpt.out;
+  int rows = 0;
+  for (const std::string& line : lines) {
+    for (const char* p : {"LOWER_PRECISION", "PASS_THROUGH", "PROMOTE ", "FP32 "}) {
+      if (line.find(p) != std::string::npos) {
+        EXPECT_EQ(line.find(p), policy) << line << "\n" << gpt.out;
+        ++rows;
+      }
+    }
+  }
+  EXPECT_GT(rows, 20) << gpt.out;
+  EXPECT_NE(gpt.out.find("scaled_dot_product_attention h.0.attn"), std::string::npos) << gpt.out;
+  EXPECT_NE(gpt.out.find("FP8 GEMM: input e4m3, weight e4m3, grad_output e5m2"), std::string::npos)
+      << gpt.out;
   Result profiles = Ampctl({server_flag_, "precision", "profiles"});
   EXPECT_EQ(profiles.code, 0);
   EXPECT_NE(profiles.out.find("profiles/O2"), std::string::npos) << profiles.out;
