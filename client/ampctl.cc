@@ -70,13 +70,28 @@ std::string Progress(const v1::Job& j) {
   return std::to_string(j.progress().step()) + "/" + total;
 }
 
+// A language model's eval counts tokens and has no accuracy (watch.cc reads
+// it the same way).
+bool IsLanguageModelEval(const v1::EvalRecord& e) { return e.tokens() > 0; }
+
+// The EVAL column: a classifier's accuracy, a language model's val loss.
+std::string EvalCell(const v1::Job& j) {
+  if (!j.has_latest_eval()) return "-";
+  const v1::EvalRecord& e = j.latest_eval();
+  char cell[32];
+  if (IsLanguageModelEval(e)) {
+    std::snprintf(cell, sizeof cell, "loss %.3f", e.loss());
+  } else {
+    std::snprintf(cell, sizeof cell, "%.2f%%", 100 * e.accuracy());
+  }
+  return cell;
+}
+
 void PrintJobRow(const v1::Job& j) {
   const std::string progress = Progress(j);
-  char acc[16] = "-";
-  if (j.has_latest_eval())
-    std::snprintf(acc, sizeof acc, "%.2f%%", 100 * j.latest_eval().accuracy());
-  std::printf("%-15s %-10s %-12s %-13s %-8s %s\n", j.id().c_str(), StateName(j.state()).c_str(),
-              j.precision().c_str(), progress.c_str(), acc, j.spec().display_name().c_str());
+  std::printf("%-15s %-10s %-12s %-13s %-10s %s\n", j.id().c_str(), StateName(j.state()).c_str(),
+              j.precision().c_str(), progress.c_str(), EvalCell(j).c_str(),
+              j.spec().display_name().c_str());
 }
 
 void PrintJob(const Context& ctx, const v1::Job& j) {
@@ -92,13 +107,30 @@ void PrintJob(const Context& ctx, const v1::Job& j) {
   std::printf("progress   %s steps (%lld skipped)\n", Progress(j).c_str(),
               (long long)j.progress().skipped_steps());
   if (j.has_latest_step()) {
-    std::printf("loss       %.4f (step %lld), loss scale %g\n", j.latest_step().loss(),
-                (long long)j.latest_step().step(), j.latest_step().loss_scale());
+    const v1::StepRecord& r = j.latest_step();
+    std::printf("loss       %.4f (step %lld), loss scale %g\n", r.loss(), (long long)r.step(),
+                r.loss_scale());
+    if (r.tokens_per_s() > 0) {
+      std::printf("speed      %.0f tokens/s, MFU %.1f%%\n", r.tokens_per_s(), 100 * r.mfu());
+    } else if (r.samples_per_s() > 0) {
+      std::printf("speed      %.0f samples/s\n", r.samples_per_s());
+    }
   }
   if (j.has_latest_eval()) {
-    std::printf("eval       accuracy %.2f%%, loss %.4f (step %lld)\n",
-                100 * j.latest_eval().accuracy(), j.latest_eval().loss(),
-                (long long)j.latest_eval().step());
+    const v1::EvalRecord& e = j.latest_eval();
+    if (IsLanguageModelEval(e)) {
+      char bpb[48] = "";
+      if (e.bits_per_byte() > 0)
+        std::snprintf(bpb, sizeof bpb, ", %.4f bits/byte", e.bits_per_byte());
+      std::printf("eval       val loss %.4f%s (step %lld)\n", e.loss(), bpb, (long long)e.step());
+    } else {
+      std::printf("eval       accuracy %.2f%%, loss %.4f (step %lld)\n", 100 * e.accuracy(),
+                  e.loss(), (long long)e.step());
+    }
+  }
+  if (!j.optimizer().empty()) std::printf("optimizer  %s\n", j.optimizer().c_str());
+  if (j.optimizer_state_bytes() > 0) {
+    std::printf("opt state  %.2f MiB allocated\n", j.optimizer_state_bytes() / 1048576.0);
   }
   if (!j.failure_reason().empty()) std::printf("reason     %s\n", j.failure_reason().c_str());
   for (const auto& t : j.transitions()) {
@@ -195,7 +227,7 @@ int List(Context& ctx, const Args& args) {
     std::printf("%s\n", ToJson(all).c_str());
     return kExitOk;
   }
-  std::printf("%-15s %-10s %-12s %-13s %-8s %s\n", "ID", "STATE", "PRECISION", "PROGRESS", "ACC",
+  std::printf("%-15s %-10s %-12s %-13s %-10s %s\n", "ID", "STATE", "PRECISION", "PROGRESS", "EVAL",
               "NAME");
   for (const auto& j : jobs) PrintJobRow(j);
   return kExitOk;

@@ -545,6 +545,42 @@ TEST(AmpctlSecurityTest, TokenAuthentication) {
   EXPECT_NE(listed.out.find(job.id()), std::string::npos) << listed.out;
 }
 
+// get and list read a language model's eval as val loss and bits per byte (it
+// has no accuracy), and get shows the speed, the optimizer and the bytes its
+// states take; a classifier's rows keep their accuracy.
+TEST_F(AmpctlTest, GetAndListShowWhatEachKindOfJobMeasures) {
+  const std::string spec = TmpFile("gpt_8bit.json", R"({
+    "model": {"gpt": {"blockSize": "16", "nLayer": "1", "nHead": "2", "nEmbd": "64"}},
+    "data": {"builtin": "fortunes"},
+    "optimizer": {"adamw": {"stateBits": 8}},
+    "training": {"steps": "4", "batchSize": "4", "evalInterval": "4"}})");
+  Result gpt = Ampctl({server_flag_, "-o", "json", "submit", spec});
+  ASSERT_EQ(gpt.code, 0) << gpt.err;
+  const size_t at = gpt.out.find("\"name\": \"jobs/");
+  ASSERT_NE(at, std::string::npos) << gpt.out;
+  const std::string name = gpt.out.substr(at + 9, gpt.out.find('"', at + 9) - at - 9);
+  ASSERT_EQ(Ampctl({server_flag_, "watch", name}).code, 0);
+  Result got = Ampctl({server_flag_, "get", name});
+  ASSERT_EQ(got.code, 0) << got.err;
+  EXPECT_TRUE(std::regex_search(got.out, std::regex(R"(eval +val loss \d+\.\d{4}, \d+\.\d{4} )"
+                                                    R"(bits/byte \(step 4\))")))
+      << got.out;
+  EXPECT_EQ(got.out.find("accuracy"), std::string::npos) << got.out;
+  EXPECT_TRUE(std::regex_search(got.out, std::regex(R"(speed +\d+ tokens/s, MFU \d+\.\d%)")))
+      << got.out;
+  EXPECT_NE(got.out.find("optimizer  AdamW lr 0.001"), std::string::npos) << got.out;
+  EXPECT_NE(got.out.find("8-bit blockwise states on"), std::string::npos) << got.out;
+  EXPECT_TRUE(std::regex_search(got.out, std::regex(R"(opt state +\d+\.\d\d MiB allocated)")))
+      << got.out;
+
+  ASSERT_EQ(Ampctl({server_flag_, "submit", Spec(4), "--watch"}).code, 0);
+  Result list = Ampctl({server_flag_, "list"});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find("EVAL"), std::string::npos) << list.out;
+  EXPECT_TRUE(std::regex_search(list.out, std::regex(R"(4/4 +loss \d+\.\d{3} )"))) << list.out;
+  EXPECT_TRUE(std::regex_search(list.out, std::regex(R"(4/4 +\d+\.\d\d% )"))) << list.out;
+}
+
 // ampctl generate prints the prompt and the text as it arrives; the same
 // seed prints the same text; bad flags and a bad temperature are named.
 TEST_F(AmpctlTest, GeneratePrintsTextAsItArrives) {
