@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -42,6 +47,23 @@ std::string RewriteOptimizerAlias(const std::string& json, std::string* unknown)
   return out;
 }
 
+// For protobuf's "invalid value \"X\" for type type.googleapis.com/ampd.v1.E":
+// "; expected one of E's value names" (the parser names neither), else "".
+std::string EnumValuesHint(std::string_view message) {
+  constexpr std::string_view kType = "for type type.googleapis.com/";
+  const size_t at = message.find(kType);
+  if (at == std::string_view::npos) return "";
+  std::string_view name = message.substr(at + kType.size());
+  name = name.substr(0, name.find_first_not_of(
+                            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_."));
+  const pb::EnumDescriptor* e =
+      pb::DescriptorPool::generated_pool()->FindEnumTypeByName(std::string(name));
+  if (e == nullptr) return "";
+  std::vector<std::string> values;
+  for (int i = 0; i < e->value_count(); ++i) values.push_back(e->value(i)->name());
+  return absl::StrCat("; expected one of ", absl::StrJoin(values, ", "));
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json,
@@ -64,7 +86,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json,
     status = pb::util::JsonStringToMessage(rewritten, &spec, options);
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(source_name, ": not a valid ampd.v1.JobSpec: ", std::string(status.message())));
+      absl::StrCat(source_name, ": not a valid ampd.v1.JobSpec: ", std::string(status.message()),
+                   EnumValuesHint(std::string(status.message()))));
 }
 
 }  // namespace ampd::engine::runner

@@ -111,6 +111,27 @@ TEST(JobSpecTest, UnknownJsonFieldIsNamedWithTheFile) {
   EXPECT_EQ(ReadJobSpecFile("/nonexistent/spec.json").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A misspelt enum value gets the enum's value names (protobuf's parser names
+// only the type).
+TEST(JobSpecTest, AnUnknownEnumValueListsTheValidOnes) {
+  auto spec =
+      ParseJobSpecJson(R"({"model": {"gpt": {"activation": "ACTIVATION_GELU_ERF"}}})", "gpt.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(std::string(spec.status().message()).find("gpt.json"), std::string::npos)
+      << spec.status();
+  EXPECT_NE(std::string(spec.status().message())
+                .find("ACTIVATION_GELU_ERF\" for type type.googleapis.com/ampd.v1.Activation; "
+                      "expected one of ACTIVATION_UNSPECIFIED, ACTIVATION_RELU, ACTIVATION_GELU, "
+                      "ACTIVATION_GELU_TANH"),
+            std::string::npos)
+      << spec.status();
+  auto schedule = ParseJobSpecJson(R"({"schedule": {"kind": "cosine"}})", "s.json");
+  ASSERT_FALSE(schedule.ok());
+  EXPECT_NE(std::string(schedule.status().message()).find("; expected one of KIND_"),
+            std::string::npos)
+      << schedule.status();
+}
+
 TEST(JobSpecTest, PathsMustStayUnderTheDataRoot) {
   auto v = ValidateJobSpec(Parse(R"({"data": {"file": {"format": "FORMAT_CSV",
       "trainCsv": "../../etc/passwd", "testCsv": "/etc/passwd"}}})"),
