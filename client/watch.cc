@@ -48,6 +48,37 @@ std::vector<double> Trend(const std::vector<double>& values, size_t buckets) {
   return out;
 }
 
+// One line for an FP8 scaling record: how many tensors, the range of their
+// scales (as powers of two, the form a scale takes when amax is a power of
+// two), the largest amax and where, and what saturated since the last record.
+std::string Fp8ScalingLine(const v1::Fp8ScalingRecord& r) {
+  if (r.tensors().empty()) return absl::StrFormat("fp8   step %d: no FP8 tensors", r.step());
+  double lo = INFINITY, hi = -INFINITY;
+  const v1::Fp8ScalingRecord::Tensor* top = &r.tensors(0);
+  const v1::Fp8ScalingRecord::Tensor* most_saturated = nullptr;
+  int64_t saturated = 0;
+  for (const auto& t : r.tensors()) {
+    if (t.scale() > 0) {
+      lo = std::min(lo, std::log2(t.scale()));
+      hi = std::max(hi, std::log2(t.scale()));
+    }
+    if (t.amax() > top->amax()) top = &t;
+    saturated += t.saturated();
+    if (t.saturated() > 0 && (!most_saturated || t.saturated() > most_saturated->saturated())) {
+      most_saturated = &t;
+    }
+  }
+  std::string line = absl::StrFormat("fp8   step %d: %d tensors", r.step(), r.tensors_size());
+  if (lo <= hi) absl::StrAppendFormat(&line, ", scales 2^%.1f..2^%.1f", lo, hi);
+  absl::StrAppendFormat(&line, ", amax up to %.4g (%s %s), %d values saturated", top->amax(),
+                        top->layer(), top->role(), saturated);
+  if (most_saturated) {
+    absl::StrAppendFormat(&line, " (most in %s %s: %d)", most_saturated->layer(),
+                          most_saturated->role(), most_saturated->saturated());
+  }
+  return line;
+}
+
 class Display {
  public:
   Display(const Context& ctx, bool tty)
@@ -74,6 +105,8 @@ class Display {
         Line("eval  step %lld: loss %.4f  accuracy %.2f%%", (long long)r.step(), r.loss(),
              100 * r.accuracy());
       }
+    } else if (e.has_fp8_scaling()) {
+      Line("%s", Fp8ScalingLine(e.fp8_scaling()).c_str());
     } else if (e.has_skip()) {
       const auto& s = e.skip();
       Line("skip  step %lld: %s in %s; loss scale %g -> %g", (long long)s.step(),

@@ -581,6 +581,30 @@ TEST_F(AmpctlTest, GetAndListShowWhatEachKindOfJobMeasures) {
   EXPECT_TRUE(std::regex_search(list.out, std::regex(R"(4/4 +\d+\.\d\d% )"))) << list.out;
 }
 
+// An FP8 job's scaling records (step 1, every 100 steps, the last) are one
+// line each in watch: tensors, the scales' range, the largest amax and where,
+// and the saturated values.
+TEST_F(AmpctlTest, WatchSummarisesFp8ScalingRecords) {
+  const std::string spec = TmpFile("gpt_fp8.json", R"({
+    "model": {"gpt": {"blockSize": "16", "nLayer": "1", "nHead": "2", "nEmbd": "32"}},
+    "data": {"builtin": "fortunes"},
+    "precision": {"profile": "fp8-hybrid"},
+    "training": {"steps": "3", "batchSize": "4"}})");
+  Result r = Ampctl({server_flag_, "submit", spec, "--watch"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // One block: c_attn, c_proj, c_fc and the MLP's c_proj, three tensors each.
+  const std::regex line(
+      R"(fp8   step (\d+): 12 tensors, scales 2\^-?\d+\.\d\.\.2\^-?\d+\.\d, amax up to )"
+      R"(\S+ \(h\.0\.\S+ (input|weight|grad_output)\), \d+ values saturated)");
+  std::vector<int> steps;
+  std::istringstream out(r.out);
+  for (std::string l; std::getline(out, l);) {
+    std::smatch m;
+    if (std::regex_search(l, m, line)) steps.push_back(std::stoi(m[1]));
+  }
+  EXPECT_EQ(steps, (std::vector<int>{1, 3})) << r.out;
+}
+
 // ampctl generate prints the prompt and the text as it arrives; the same
 // seed prints the same text; bad flags and a bad temperature are named.
 TEST_F(AmpctlTest, GeneratePrintsTextAsItArrives) {
