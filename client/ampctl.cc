@@ -362,6 +362,12 @@ int PrecisionExplain(Context& ctx, const Args& args) {
         m.gradients_bytes() / 1048576.0, m.optimizer_state_bytes() / 1048576.0,
         m.activation_bytes() / 1048576.0, m.total_bytes() / 1048576.0);
   }
+  if (args.Has("all") && !spec.model().has_gpt()) {
+    // The server leaves them out: FP8 is for a transformer's block linears.
+    std::printf(
+        "(not shown: the FP8 modes fp8-hybrid, fp8-current and transformer-engine-float16, which "
+        "run a transformer's block linears in FP8: model.gpt only)\n");
+  }
   return kExitOk;
 }
 

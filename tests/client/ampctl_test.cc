@@ -454,6 +454,12 @@ TEST_F(AmpctlTest, PrecisionCommands) {
   EXPECT_EQ(explain.code, 0) << explain.err;
   EXPECT_NE(explain.out.find("linear"), std::string::npos) << explain.out;
   EXPECT_NE(explain.out.find("BF16"), std::string::npos) << explain.out;
+  Result all = Ampctl(
+      {server_flag_, "precision", "explain", Runfile("examples/fashion_mlp_bf16.json"), "--all"});
+  EXPECT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.out.find("\nO3 ("), std::string::npos) << all.out;
+  EXPECT_EQ(all.out.find("fp8-hybrid ("), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("(not shown: the FP8 modes fp8-hybrid"), std::string::npos) << all.out;
   // A GPT's plan: op and layer names longer than an MLP's, FP8 GEMM notes at
   // the end of rows; every row's policy starts under the POLICY header.
   Result gpt =
