@@ -339,10 +339,36 @@ class Job:
         return self.proto.latest_eval if self.proto.HasField("latest_eval") else None
 
     @property
+    def is_language_model(self) -> bool:
+        """A GPT job: its evals score tokens (val loss, bits per byte)."""
+        return self.proto.spec.model.HasField("gpt")
+
+    @property
     def accuracy(self) -> Optional[float]:
-        """The latest evaluation's accuracy, or None before the first one."""
+        """The latest evaluation's accuracy; None before the first one, and
+        for a language model, whose evals have no accuracy (see val_loss)."""
         e = self.latest_eval
-        return e.accuracy if e is not None else None
+        return e.accuracy if e is not None and not self.is_language_model else None
+
+    @property
+    def val_loss(self) -> Optional[float]:
+        """The latest evaluation's loss (nats per token for a language model,
+        per example for a classifier), or None before the first one."""
+        e = self.latest_eval
+        return e.loss if e is not None else None
+
+    @property
+    def bits_per_byte(self) -> Optional[float]:
+        """A byte-level language model's latest val loss in bits per byte,
+        else None."""
+        e = self.latest_eval
+        return e.bits_per_byte if e is not None and e.bits_per_byte > 0 else None
+
+    @property
+    def optimizer_state_bytes(self) -> int:
+        """The bytes the job's optimizer states take (8-bit states at their
+        true size); 0 before the job starts."""
+        return self.proto.optimizer_state_bytes
 
     @property
     def loss(self) -> Optional[float]:
@@ -358,6 +384,8 @@ class Job:
             extra += " step %d/%d" % (self.step, self.total_steps)
         if self.accuracy is not None:
             extra += " accuracy %.4f" % self.accuracy
+        elif self.is_language_model and self.val_loss is not None:
+            extra += " val_loss %.4f" % self.val_loss
         return "<Job %s %s%s %s>" % (self.id, self.state, extra, self.precision)
 
     # -- calls ------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The Python client (client/python, installed as ampd-client) against a real ampd."""
 import importlib.util
+import math
 import os
 import socket
 import threading
@@ -535,6 +536,21 @@ def tiny_gpt_job(steps=20):
     return {"model": {"gpt": {"blockSize": 16, "nLayer": 1, "nHead": 2, "nEmbd": 32}},
             "data": {"builtin": "fortunes"},
             "training": {"steps": steps, "batchSize": 4}}
+
+
+def test_a_language_model_job_reports_val_loss_not_accuracy(client):
+    spec = tiny_gpt_job()
+    spec["training"]["evalInterval"] = spec["training"]["steps"]
+    job = client.submit(spec).wait(timeout=120, raise_on_failure=True)
+    assert job.is_language_model
+    assert job.accuracy is None  # the eval record's accuracy field is 0 for it
+    assert job.val_loss == job.latest_eval.loss and 0 < job.val_loss < 10
+    assert job.bits_per_byte == pytest.approx(job.val_loss / math.log(2), rel=1e-9)
+    assert job.optimizer_state_bytes > 0
+    assert " val_loss %.4f " % job.val_loss in repr(job)
+    mlp = client.submit(tiny_job(10)).wait(timeout=120, raise_on_failure=True)
+    assert not mlp.is_language_model and mlp.bits_per_byte is None
+    assert mlp.accuracy is not None and mlp.val_loss == mlp.latest_eval.loss
 
 
 def test_generate_iterates_text_and_reproduces_with_the_seed(client):
