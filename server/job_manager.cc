@@ -555,6 +555,8 @@ JobsSnapshot JobManager::MetricsSnapshot() const {
           r.samples_per_s / static_cast<double>(std::max<int64_t>(
                                 1, t.batch_size * std::max<int64_t>(1, t.grad_accumulation)));
       r.loss_scale = j.latest_step().loss_scale();
+      r.tokens_per_s = j.latest_step().tokens_per_s();
+      r.mfu = j.latest_step().mfu();
     }
     s.running.push_back(std::move(r));
   }

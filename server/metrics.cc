@@ -129,6 +129,11 @@ class ServerMetrics::ScrapeTimeGauges : public prometheus::Collectable {
       MetricFamily skipped =
           Gauge("ampd_job_skipped_steps", "Steps a running job skipped (non-finite gradients).");
       MetricFamily scale = Gauge("ampd_job_loss_scale", "A running job's loss scale.");
+      MetricFamily tokens_per_s = Gauge("ampd_job_tokens_per_second",
+                                        "A running language model's training tokens per second.");
+      MetricFamily mfu = Gauge("ampd_job_mfu",
+                               "A running language model's model FLOPs utilisation (0..1): "
+                               "6N + 12LTC FLOPs a token over the device's peak.");
       for (const RunningJobMetrics& j : s.running) {
         const std::vector<ClientMetric::Label> job = {{"job", j.id}};
         AddSample(&step, static_cast<double>(j.step), job);
@@ -136,8 +141,12 @@ class ServerMetrics::ScrapeTimeGauges : public prometheus::Collectable {
         AddSample(&samples_per_s, j.samples_per_s, job);
         AddSample(&skipped, static_cast<double>(j.skipped_steps), job);
         AddSample(&scale, j.loss_scale, job);
+        if (j.tokens_per_s > 0) {
+          AddSample(&tokens_per_s, j.tokens_per_s, job);
+          AddSample(&mfu, j.mfu, job);
+        }
       }
-      for (auto* f : {&step, &steps_per_s, &samples_per_s, &skipped, &scale}) {
+      for (auto* f : {&step, &steps_per_s, &samples_per_s, &skipped, &scale, &tokens_per_s, &mfu}) {
         out.push_back(std::move(*f));
       }
     }

@@ -35,6 +35,9 @@ struct RunningJobMetrics {
   double steps_per_s = 0;
   double samples_per_s = 0;
   double loss_scale = 0;
+  // Language models (0 for others: no sample is exported).
+  double tokens_per_s = 0;
+  double mfu = 0;
 };
 struct JobsSnapshot {
   std::map<std::string, int> by_state;  // every state's name, zeros included

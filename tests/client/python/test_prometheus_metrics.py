@@ -102,6 +102,9 @@ def test_metrics_during_and_after_a_job(tmp_path):
             assert value(second, "ampd_resident_memory_bytes") > 10 * 2**20
             assert value(second, "ampd_device_memory_in_use_bytes", device="cpu") == 0
 
+            # Tokens per second and MFU for language models only.
+            assert value(second, "ampd_job_tokens_per_second", job=job.id) is None
+            assert value(second, "ampd_job_mfu", job=job.id) is None
             while job.refresh().step < 250 and time.monotonic() < deadline:
                 time.sleep(0.05)
             job.cancel()
@@ -136,6 +139,31 @@ def test_metrics_during_and_after_a_job(tmp_path):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen("http://127.0.0.1:%d/other" % port, timeout=10)
         assert e.value.code == 404
+    finally:
+        server.stop()
+
+
+def test_a_language_model_exports_tokens_per_second_and_mfu(tmp_path):
+    server, port = metrics_server(tmp_path)
+    try:
+        with Client(server.address, timeout=30) as c:
+            gpt = c.submit({"model": {"gpt": {"blockSize": 16, "nLayer": 1, "nHead": 2,
+                                              "nEmbd": 32}},
+                            "data": {"builtin": "fortunes"},
+                            "training": {"steps": 1000000, "batchSize": 4}})
+            deadline = time.monotonic() + 60
+            while gpt.refresh().step < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            samples, types = scrape(port)
+            gpt.cancel()
+            gpt.wait(timeout=60)
+        assert types["ampd_job_tokens_per_second"] == "gauge"
+        assert types["ampd_job_mfu"] == "gauge"
+        # The same step's rates: a sample is a window of blockSize tokens.
+        tokens = value(samples, "ampd_job_tokens_per_second", job=gpt.id)
+        windows = value(samples, "ampd_job_samples_per_second", job=gpt.id)
+        assert tokens > 0 and tokens == pytest.approx(16 * windows, rel=1e-6), (tokens, windows)
+        assert 0 < value(samples, "ampd_job_mfu", job=gpt.id) <= 1
     finally:
         server.stop()
 
