@@ -624,6 +624,7 @@ int Generate(Context& ctx, const Args& args) {
       }
       if (r.done()) {
         std::printf("\n");
+        std::fflush(stdout);  // the text's line ends before the summary on a shared terminal
         std::fprintf(stderr, "ampctl: %lld tokens, %.0f tokens/s\n",
                      (long long)r.tokens_generated(), r.tokens_per_second());
       }
