@@ -39,6 +39,8 @@ struct GptSpec {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 256;
+  // nanoGPT's embedding and residual dropout (after the embeddings and each
+  // block's attention and MLP projections); none on attention probabilities.
   double dropout = 0.0;
   bool bias = true;  // biases in the linears and LayerNorms
   bool tie_embeddings = true;
