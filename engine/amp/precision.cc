@@ -78,6 +78,16 @@ std::string KnownPrecisionNames() {
                       " (or the aliases 32, fp32, 16, bf16, transformer-engine)");
 }
 
+std::optional<std::string> UnsupportedPrecisionReason(std::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(std::string(name));
+  if (lower == "64" || lower == "64-true") {  // Lightning's double precision
+    return absl::StrCat("\"", std::string(name),
+                        "\" (double precision) is not supported: ampd trains in f32 at most; "
+                        "use 32-true");
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
   const std::string name = absl::AsciiStrToLower(std::string(name_in));
   static const auto* aliases = new std::map<std::string, std::string>{
@@ -101,6 +111,9 @@ absl::StatusOr<PrecisionConfig> ResolvePrecision(std::string_view name_in) {
       {"transformer-engine-float16", "transformer-engine-float16"},
   };
   auto it = aliases->find(name);
+  if (std::optional<std::string> why = UnsupportedPrecisionReason(name_in)) {
+    return FieldError("precision", *why);
+  }
   if (it == aliases->end()) {
     return FieldError("precision", absl::StrCat("unknown mode \"", std::string(name_in),
                                                 "\"; expected one of ", KnownPrecisionNames()));

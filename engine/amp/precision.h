@@ -22,6 +22,7 @@
 //   fp8-current                 bf16      current, HYBRID       off
 //   transformer-engine-float16  f16       delayed, HYBRID       dynamic 2^16
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,6 +67,9 @@ std::vector<std::string> BuiltinPrecisionNames();
 // For error messages: the canonical names, then the aliases ResolvePrecision
 // also takes ("... (or the aliases 32, fp32, 16, bf16, transformer-engine)").
 std::string KnownPrecisionNames();
+// Why a name other frameworks use is refused ("64-true": double precision),
+// or nothing for any other name.
+std::optional<std::string> UnsupportedPrecisionReason(std::string_view name);
 // Rejects invalid combinations with the offending field named.
 absl::Status ValidatePrecision(const PrecisionConfig& config);
 // The dtype of optimizer-visible (updated) weights: f32 with master weights.

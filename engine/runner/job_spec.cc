@@ -550,6 +550,10 @@ PrecisionConfig ResolveJobPrecision(const v1::PrecisionSpec& spec, const JobSpec
       return c;
     }
   }
+  if (std::optional<std::string> why = amp::UnsupportedPrecisionReason(name)) {
+    Violate(violations, "precision.profile", *why);
+    return PrecisionConfig();
+  }
   Violate(violations, "precision.profile",
           absl::StrCat("\"", name, "\" is neither a built-in mode (", KnownPrecisionNames(),
                        ") nor a defined profile"));

@@ -168,6 +168,19 @@ TEST(PrecisionTest, UnknownNameListsTheValidOnes) {
   }
 }
 
+// Lightning's "64-true" (and "64") is named as unsupported, with what to use.
+TEST(PrecisionTest, DoublePrecisionIsRefusedWithTheAlternative) {
+  for (const char* name : {"64-true", "64"}) {
+    absl::StatusOr<PrecisionConfig> c = ResolvePrecision(name);
+    ASSERT_FALSE(c.ok()) << name;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(c.status().message()),
+              absl::StrCat("precision: \"", name,
+                           "\" (double precision) is not supported: ampd trains in f32 at most; "
+                           "use 32-true"));
+  }
+}
+
 TEST(PrecisionTest, InvalidCombinationsNameTheField) {
   {
     PrecisionConfig c = Resolve("bf16-mixed");

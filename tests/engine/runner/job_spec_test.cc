@@ -89,6 +89,16 @@ TEST(JobSpecTest, EveryBadFieldIsReportedAtOnce) {
       << job.status();
 }
 
+TEST(JobSpecTest, DoublePrecisionIsRefusedWithTheAlternative) {
+  auto job = ResolveJobSpec(Parse(R"({"precision": {"profile": "64-true"}})"), {});
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(job.status().message())
+                .find("precision.profile: \"64-true\" (double precision) is not supported: ampd "
+                      "trains in f32 at most; use 32-true"),
+            std::string::npos)
+      << job.status();
+}
+
 // Widths whose products would overflow a parameter count (job_spec_fuzzer
 // found 25699999999999999 x 784) are refused, naming the field.
 TEST(JobSpecTest, MlpWidthsAreBoundedSoThatCountsCannotOverflow) {
