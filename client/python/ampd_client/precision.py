@@ -18,8 +18,12 @@ from ._errors import SpecError
 from ._proto import job_spec_pb2, precision_service_pb2
 from ._specs import parse_message
 
-#: Built-in mode names (the server's capabilities say which a device accepts).
-BUILTIN_MODES = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+#: Built-in mode names, in the server's order (its capabilities say which a
+#: device accepts; the FP8 ones are for transformers). Aliases the server
+#: also takes: "32", "fp32", "16", "bf16", and Lightning's
+#: "transformer-engine" (fp8-hybrid).
+BUILTIN_MODES = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "O0", "O1", "O2",
+                 "O3", "fp8-hybrid", "fp8-current", "transformer-engine-float16")
 
 _MEMORY_FIELDS = ("weights_bytes", "master_weights_bytes", "gradients_bytes",
                   "optimizer_state_bytes", "activation_bytes", "total_bytes")

@@ -392,6 +392,9 @@ def test_capabilities(client):
     cpu = [d for d in caps.devices if d.kind == v1.DEVICE_CPU]
     assert len(cpu) == 1 and "32-true" in cpu[0].precision_modes
     assert client.precision_modes("cpu") == list(cpu[0].precision_modes)
+    # The CPU runs every mode (bf16 widened where it is not native, FP8
+    # emulated): the client's list of built-ins is the server's.
+    assert list(cpu[0].precision_modes) == list(ampd_client.precision.BUILTIN_MODES)
 
 
 def test_explain(client):
