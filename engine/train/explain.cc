@@ -65,7 +65,9 @@ absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
   // Rows the recorded forward ran on, and what they stand for at batch_size.
   int64_t rows = 0, rows_at_batch = 0;
   {
-    // A few rows are enough to walk every op; no gradients are needed.
+    // A few rows are enough to walk every op; no gradients are needed. The
+    // training forward: dropout (pass-through under autocast) is one of its
+    // ops, and batch norm normalises by the batch's statistics.
     NoGradGuard no_grad;
     PlanRecorder recorder;
     AutocastOptions region;
@@ -77,7 +79,7 @@ absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
       rows = 2;
       rows_at_batch = batch_size;
       Tensor x = Tensor::Zeros({rows, c->input_dim()}, DType::kF32);
-      Tensor logits = c->Forward(x, /*training=*/false, 0);
+      Tensor logits = c->Forward(x, /*training=*/true, 0);
       SoftmaxCrossEntropy(logits, {0, 0});
     } else if (nn::LanguageModel* lm = (*model)->AsLanguageModel()) {
       // One short window: every op of every block, the fused attention and
@@ -86,7 +88,7 @@ absl::StatusOr<PrecisionPlan> ExplainPrecision(const ModelSpec& model_spec,
       rows = t;
       rows_at_batch = batch_size * lm->block_size();
       const std::vector<int32_t> tokens(t, 0);
-      lm->Loss(tokens, tokens, 1, t, /*training=*/false, 0);
+      lm->Loss(tokens, tokens, 1, t, /*training=*/true, 0);
     }
     plan.ops = recorder.entries();
   }

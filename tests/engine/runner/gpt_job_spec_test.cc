@@ -232,6 +232,21 @@ TEST(GptExplainTest, EveryOpOfAGptWithItsDtypesAndBytes) {
   EXPECT_EQ(count["gelu_tanh"], 2);
   EXPECT_EQ(count["embedding"], 2);
   EXPECT_EQ(count["lm_head_cross_entropy"], 1);
+  EXPECT_EQ(count["dropout"], 0);  // dropout 0: none
+  // The plan is the training forward's: with dropout, nanoGPT's embedding
+  // and residual dropouts (1 + 2 a block), pass-through as in torch.autocast.
+  GptSpec dropped = g;
+  dropped.dropout = 0.1;
+  auto with_dropout =
+      ExplainPrecision(dropped, *ResolvePrecision("bf16-mixed"), OptimizerSpec(), 8);
+  ASSERT_TRUE(with_dropout.ok()) << with_dropout.status();
+  int dropouts = 0;
+  for (const ops::PlanEntry& e : with_dropout->ops) {
+    if (e.op != "dropout") continue;
+    ++dropouts;
+    EXPECT_EQ(e.policy, ops::CastPolicy::kPassThrough);
+  }
+  EXPECT_EQ(dropouts, 1 + 2 * 2);
   // Activations scale with the context.
   GptSpec longer = g;
   longer.block_size = 64;
