@@ -89,7 +89,7 @@ std::string EvalCell(const v1::Job& j) {
 
 void PrintJobRow(const v1::Job& j) {
   const std::string progress = Progress(j);
-  std::printf("%-15s %-10s %-12s %-13s %-10s %s\n", j.id().c_str(), StateName(j.state()).c_str(),
+  std::printf("%-15s %-10s %-12s %-13s %-11s %s\n", j.id().c_str(), StateName(j.state()).c_str(),
               j.precision().c_str(), progress.c_str(), EvalCell(j).c_str(),
               j.spec().display_name().c_str());
 }
@@ -227,7 +227,7 @@ int List(Context& ctx, const Args& args) {
     std::printf("%s\n", ToJson(all).c_str());
     return kExitOk;
   }
-  std::printf("%-15s %-10s %-12s %-13s %-10s %s\n", "ID", "STATE", "PRECISION", "PROGRESS", "EVAL",
+  std::printf("%-15s %-10s %-12s %-13s %-11s %s\n", "ID", "STATE", "PRECISION", "PROGRESS", "EVAL",
               "NAME");
   for (const auto& j : jobs) PrintJobRow(j);
   return kExitOk;
