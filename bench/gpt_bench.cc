@@ -29,10 +29,10 @@
 #include "bench/kernel_profile.h"
 #include "bench/torch_step.h"
 #include "engine/autograd/autograd.h"
-#include "engine/backend/kernels/matmul.h"
 #include "engine/cpu/bf16_gemm_route.h"
 #include "engine/cpu/capabilities.h"
 #include "engine/cpu/host_memory.h"
+#include "engine/cpu/peak_flops.h"
 #include "engine/data/text_tokens.h"
 #include "engine/data/token_windows.h"
 #include "engine/nn/gpt.h"
@@ -78,27 +78,9 @@ double Median(std::vector<double> v) {
 }
 
 // The best of a few bf16 2048^3 GEMMs (f32 accumulation and output).
-double PeakBf16Gflops() {
-  const int64_t n = 2048;
-  std::vector<double> v(n * n);
-  std::mt19937 gen(1);
-  std::uniform_real_distribution<double> u(-1, 1);
-  for (double& x : v) x = u(gen);
-  const Tensor a = Tensor::FromDoubles(v, {n, n}, DType::kBF16);
-  const auto matmul = engine::backend::Kernel<engine::backend::MatmulKernel>(engine::Device::kCpu);
-  matmul(a, a, false, false, DType::kF32);
-  // The best of repetitions over 0.5 s (at least five): the first ones after
-  // start-up can run at a fraction of the steady rate (engine/cpu/peak_flops.h),
-  // which once printed an MFU of 134 %.
-  double best = 1e30;
-  const auto begin = Clock::now();
-  for (int i = 0; i < 5 || Seconds(begin, Clock::now()) < 0.5; ++i) {
-    const auto t0 = Clock::now();
-    matmul(a, a, false, false, DType::kF32);
-    best = std::min(best, Seconds(t0, Clock::now()));
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
+// The engine's measurement (engine/cpu/peak_flops.h), on a larger GEMM and
+// for longer than the server's: the best repetition over 0.5 s.
+double PeakBf16Gflops() { return engine::cpu::MeasureBf16GemmFlops(2048, 5, 0.5) / 1e9; }
 
 struct Run {
   std::unique_ptr<nn::Gpt> gpt;

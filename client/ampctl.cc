@@ -70,10 +70,6 @@ std::string Progress(const v1::Job& j) {
   return std::to_string(j.progress().step()) + "/" + total;
 }
 
-// A language model's eval counts tokens and has no accuracy (watch.cc reads
-// it the same way).
-bool IsLanguageModelEval(const v1::EvalRecord& e) { return e.tokens() > 0; }
-
 // The EVAL column: a classifier's accuracy, a language model's val loss.
 std::string EvalCell(const v1::Job& j) {
   if (!j.has_latest_eval()) return "-";

@@ -69,6 +69,9 @@ std::string ToJson(const google::protobuf::Message& m, bool pretty = true);
 bool ReadJsonFile(const std::string& path, google::protobuf::Message* message, std::string* error);
 
 std::string StateName(ampd::v1::JobState state);
+// A language model's eval: it scores tokens (val loss, bits per byte) and has
+// no accuracy.
+inline bool IsLanguageModelEval(const ampd::v1::EvalRecord& e) { return e.tokens() > 0; }
 std::string FormatDuration(double seconds);
 
 // Plaintext, or TLS (with a client certificate for mTLS) per the options. On

@@ -94,7 +94,7 @@ class Display {
       Step(e.step_record());
     } else if (e.has_eval()) {
       const auto& r = e.eval();
-      if (r.tokens() > 0) {  // a language model: val loss (and bits per byte)
+      if (IsLanguageModelEval(r)) {  // val loss (and bits per byte)
         last_val_loss_ = r.loss();
         char bpb[48] = "";
         if (r.bits_per_byte() > 0)

@@ -94,11 +94,14 @@ void DeviceAmp::AdamWStepFused(const Tensor& param, const Tensor& grad, const Te
 
 void DeviceAmp::AdamWStepFusedList(const std::vector<AdamWParam>& params, const AdamWHyper& h,
                                    const Tensor& found_inf, const Tensor& step) {
-  for (const AdamWParam& p : params) {
-    AdamWHyper ph = h;
-    if (!p.weight_decay) ph.weight_decay = 0;
-    AdamWStepFused(p.param, p.grad, p.exp_avg, p.exp_avg_sq, ph, {found_inf, p.model_copy, step});
-  }
+  for (const AdamWParam& p : params) AdamWStepFusedOne(p, h, found_inf, step);
+}
+
+void DeviceAmp::AdamWStepFusedOne(const AdamWParam& p, const AdamWHyper& h, const Tensor& found_inf,
+                                  const Tensor& step) {
+  AdamWHyper ph = h;
+  if (!p.weight_decay) ph.weight_decay = 0;
+  AdamWStepFused(p.param, p.grad, p.exp_avg, p.exp_avg_sq, ph, {found_inf, p.model_copy, step});
 }
 
 }  // namespace ampd::engine::backend

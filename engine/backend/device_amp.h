@@ -126,6 +126,9 @@ class DeviceAmp {
                                   const Tensor& found_inf, const Tensor& step);
 
  protected:
+  // AdamWStepFused for one entry of AdamWStepFusedList (its decay applied).
+  void AdamWStepFusedOne(const AdamWParam& p, const AdamWHyper& h, const Tensor& found_inf,
+                         const Tensor& step);
   // The memory the reference implementations read and write through.
   virtual core::DeviceMemory& amp_memory() = 0;
 };

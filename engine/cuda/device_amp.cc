@@ -124,9 +124,7 @@ void CudaBackend::AdamWStepFusedList(const std::vector<AdamWParam>& params, cons
     void* copy = p.model_copy.defined() ? p.model_copy.raw() : nullptr;
     if (!AdamWListAccepts(p.param.raw(), p.grad.raw(), p.exp_avg.data<float>(),
                           p.exp_avg_sq.data<float>(), copy)) {
-      AdamWHyper ph = h;
-      if (!p.weight_decay) ph.weight_decay = 0;
-      AdamWStepFused(p.param, p.grad, p.exp_avg, p.exp_avg_sq, ph, {found_inf, p.model_copy, step});
+      AdamWStepFusedOne(p, h, found_inf, step);  // the single-tensor kernel handles any alignment
       continue;
     }
     const int t = list.count++;
