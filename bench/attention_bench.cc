@@ -3,6 +3,7 @@
 // ms per call, median of interleaved rounds, and the GFLOP/s of the causal
 // work (forward: the scores and P V; backward: those two recomputed or
 // re-derived, and dQ, dK, dV: 2 T (T + 1) / 2 D a product).
+// With --dropout=p, the probabilities are dropped (nanoGPT's attn_dropout).
 //   bazel run -c opt //bench:attention_bench [-- --batch=32 --seq=128 --heads=4 --head_size=64]
 
 #include <algorithm>
@@ -25,6 +26,7 @@ ABSL_FLAG(int64_t, head_size, 64, "Channels per head (D)");
 ABSL_FLAG(int64_t, calls, 20, "Calls per timed round");
 ABSL_FLAG(int64_t, rounds, 7, "Rounds (the median is reported)");
 ABSL_FLAG(bool, bf16, false, "bf16 activations (as under bf16-mixed) instead of f32");
+ABSL_FLAG(double, dropout, 0.0, "Dropout on the attention probabilities, in [0, 1)");
 
 namespace {
 
@@ -54,14 +56,15 @@ int main(int argc, char** argv) {
   auto backward = backend::Kernel<backend::CausalAttentionBackwardKernel>(Device::kCpu);
   const Tensor qkv = RandomMatrix(B * T, 3 * C, dtype, 1);
   const Tensor dy = RandomMatrix(B * T, C, dtype, 2);
-  const backend::AttentionResult fwd = forward(qkv, T, H);
+  const backend::AttentionDropout drop{absl::GetFlag(FLAGS_dropout), 3};
+  const backend::AttentionResult fwd = forward(qkv, T, H, drop);
   std::vector<double> fwd_ms, bwd_ms;
   for (int64_t r = 0; r <= rounds; ++r) {  // round 0 warms up
     Clock::time_point t = Clock::now();
-    for (int64_t c = 0; c < calls; ++c) forward(qkv, T, H);
+    for (int64_t c = 0; c < calls; ++c) forward(qkv, T, H, drop);
     const double f = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / calls;
     t = Clock::now();
-    for (int64_t c = 0; c < calls; ++c) backward(qkv, fwd.y, fwd.lse, dy, T, H);
+    for (int64_t c = 0; c < calls; ++c) backward(qkv, fwd.y, fwd.lse, dy, T, H, drop);
     const double b = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / calls;
     if (r > 0) {
       fwd_ms.push_back(f);
@@ -72,9 +75,10 @@ int main(int argc, char** argv) {
   const double pairs = static_cast<double>(B * H) * T * (T + 1) / 2;
   const double product_flop = 2.0 * pairs * D;
   std::printf(
-      "causal attention, batch %lld, T %lld, %lld heads of %lld, %s: median of %lld rounds\n",
+      "causal attention, batch %lld, T %lld, %lld heads of %lld, %s, dropout %g: median of %lld "
+      "rounds\n",
       static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
-      static_cast<long long>(D), dtype == DType::kBF16 ? "bf16" : "f32",
+      static_cast<long long>(D), dtype == DType::kBF16 ? "bf16" : "f32", drop.p,
       static_cast<long long>(rounds));
   std::printf("forward   %8.3f ms  %7.1f GFLOP/s\n", Median(fwd_ms),
               2 * product_flop / Median(fwd_ms) * 1e-6);

@@ -275,8 +275,8 @@ bool BenchAttention(const Options& o) {
   };
   auto run = [&](FlashKernels k) {
     engine::cuda::SetFlashKernels(k);
-    const engine::backend::AttentionResult r = forward(qkv, T, H);
-    const Tensor dx = backward(qkv, r.y, r.lse, dy, T, H);
+    const engine::backend::AttentionResult r = forward(qkv, T, H, {});
+    const Tensor dx = backward(qkv, r.y, r.lse, dy, T, H, {});
     return Outputs{r.y.To(engine::Device::kCpu).ToDoubles(),
                    r.lse.To(engine::Device::kCpu).ToDoubles(),
                    dx.To(engine::Device::kCpu).ToDoubles()};
@@ -303,7 +303,7 @@ bool BenchAttention(const Options& o) {
   std::printf(" agree=%d\n", agree ? 1 : 0);
   std::fflush(stdout);
 
-  const engine::backend::AttentionResult out = forward(qkv, T, H);
+  const engine::backend::AttentionResult out = forward(qkv, T, H, {});
   auto with = [](FlashKernels k, const std::function<void()>& f) {
     return [k, f] {
       engine::cuda::SetFlashKernels(k);
@@ -311,11 +311,24 @@ bool BenchAttention(const Options& o) {
     };
   };
   const auto [wmma_fwd, mma_fwd] =
-      TimeInterleaved(with(FlashKernels::kWmma, [&] { forward(qkv, T, H); }),
-                      with(FlashKernels::kMma, [&] { forward(qkv, T, H); }));
-  const auto [wmma_bwd, mma_bwd] =
-      TimeInterleaved(with(FlashKernels::kWmma, [&] { backward(qkv, out.y, out.lse, dy, T, H); }),
-                      with(FlashKernels::kMma, [&] { backward(qkv, out.y, out.lse, dy, T, H); }));
+      TimeInterleaved(with(FlashKernels::kWmma, [&] { forward(qkv, T, H, {}); }),
+                      with(FlashKernels::kMma, [&] { forward(qkv, T, H, {}); }));
+  const auto [wmma_bwd, mma_bwd] = TimeInterleaved(
+      with(FlashKernels::kWmma, [&] { backward(qkv, out.y, out.lse, dy, T, H, {}); }),
+      with(FlashKernels::kMma, [&] { backward(qkv, out.y, out.lse, dy, T, H, {}); }));
+  // Dropout on the probabilities (nanoGPT's attn_dropout at 0.1): the
+  // kernels' mask costs a hash per probability, forward and backward.
+  const engine::backend::AttentionDropout drop{0.1, 7};
+  const auto [wmma_drop, mma_drop] =
+      TimeInterleaved(with(FlashKernels::kWmma,
+                           [&] {
+                             const engine::backend::AttentionResult r = forward(qkv, T, H, drop);
+                             backward(qkv, r.y, r.lse, dy, T, H, drop);
+                           }),
+                      with(FlashKernels::kMma, [&] {
+                        const engine::backend::AttentionResult r = forward(qkv, T, H, drop);
+                        backward(qkv, r.y, r.lse, dy, T, H, drop);
+                      }));
   engine::cuda::SetFlashKernels(initial);
   const double fwd_flops = 2.0 * B * H * T * T * (C / H), bwd_flops = 2.5 * fwd_flops;
   std::printf(
@@ -330,6 +343,11 @@ bool BenchAttention(const Options& o) {
       "RESULT attention kernels=mma fwd_ms=%.4f bwd_ms=%.4f\nRESULT attention kernels=wmma "
       "fwd_ms=%.4f bwd_ms=%.4f\n",
       mma_fwd * 1e3, mma_bwd * 1e3, wmma_fwd * 1e3, wmma_bwd * 1e3);
+  std::printf(
+      "RESULT attention_dropout p=0.1 mma_fwd_bwd_ms=%.4f mma_vs_undropped=%.3f "
+      "wmma_fwd_bwd_ms=%.4f wmma_vs_undropped=%.3f\n",
+      mma_drop * 1e3, mma_drop / (mma_fwd + mma_bwd), wmma_drop * 1e3,
+      wmma_drop / (wmma_fwd + wmma_bwd));
   std::fflush(stdout);
   return agree;
 }

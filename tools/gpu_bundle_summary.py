@@ -88,6 +88,11 @@ def main():
         print(f"attention at the GPT shape, WMMA / mma.sync time: forward "
               f"{float(w['fwd_ms']) / float(m['fwd_ms']):.2f}x ({m['fwd_ms']} ms), backward "
               f"{float(w['bwd_ms']) / float(m['bwd_ms']):.2f}x ({m['bwd_ms']} ms)")
+    for kind, r in ours:
+        if kind == "attention_dropout":
+            print(f"attention with dropout {r['p']} (forward + backward): mma.sync "
+                  f"{r['mma_fwd_bwd_ms']} ms ({float(r['mma_vs_undropped']):.2f}x without), "
+                  f"WMMA {r['wmma_fwd_bwd_ms']} ms ({float(r['wmma_vs_undropped']):.2f}x without)")
     bf16_gpt = [float(r["tokens_per_s"]) for k, r in ours if k == "gpt"]
     for kind, r in ours:
         if kind == "gpt_fp8" and bf16_gpt:

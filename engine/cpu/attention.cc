@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,8 @@
 
 namespace ampd::engine::cpu {
 
+using backend::AttentionDropout;
+using backend::AttentionKeep;
 using backend::AttentionResult;
 using backend::CachedAttentionKernel;
 using backend::CausalAttentionBackwardKernel;
@@ -84,6 +87,68 @@ void LoadSequenceQkv(const Tensor& qkv, const QkvLayout& L, int64_t b, int64_t h
   }
 }
 
+// The attention dropout of one query row (backend::AttentionDropout):
+// probability j of the row is index0 + j in the mask's numbering.
+template <typename C>
+struct RowDrop {
+  uint64_t seed, threshold, index0;
+  C keep_scale;
+  bool Keep(int64_t j) const { return AttentionKeep(seed, threshold, index0 + j); }
+  C Apply(C x, int64_t j) const { return Keep(j) ? x * keep_scale : C(0); }
+};
+// Row i of (batch, head) bh's drop, or none when the dropout is off.
+template <typename C>
+std::optional<RowDrop<C>> DropOfRow(const AttentionDropout& d, int64_t bh, int64_t T, int64_t i) {
+  if (!d.active()) return std::nullopt;
+  return RowDrop<C>{d.seed, d.Threshold(), static_cast<uint64_t>((bh * T + i) * T),
+                    static_cast<C>(d.KeepScale())};
+}
+
+#ifdef AMPD_HAS_AVX512_KERNELS
+// DropoutHash of 8 consecutive indices from `first`, in 64-bit lanes.
+__attribute__((target("avx512f,avx512dq"))) inline __m512i DropoutHash8(uint64_t seed,
+                                                                        uint64_t first) {
+  const __m512i index1 = _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(first + 1)),
+                                          _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+  __m512i z = _mm512_add_epi64(
+      _mm512_set1_epi64(static_cast<int64_t>(seed)),
+      _mm512_mullo_epi64(index1, _mm512_set1_epi64(static_cast<int64_t>(0x9E3779B97F4A7C15ull))));
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
+                         _mm512_set1_epi64(static_cast<int64_t>(0xBF58476D1CE4E5B9ull)));
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
+                         _mm512_set1_epi64(static_cast<int64_t>(0x94D049BB133111EBull)));
+  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+// x[j] for j in [0, n) dropped as RowDrop::Apply, 16 at a time.
+__attribute__((target("avx512f,avx512dq"))) void DropRowAvx512(const RowDrop<float>& d, float* x,
+                                                               int64_t n) {
+  const __m512i threshold = _mm512_set1_epi64(static_cast<int64_t>(d.threshold));
+  const __m512 keep_scale = _mm512_set1_ps(d.keep_scale);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask8 lo = _mm512_cmpge_epu64_mask(
+        _mm512_srli_epi64(DropoutHash8(d.seed, d.index0 + j), 11), threshold);
+    const __mmask8 hi = _mm512_cmpge_epu64_mask(
+        _mm512_srli_epi64(DropoutHash8(d.seed, d.index0 + j + 8), 11), threshold);
+    const __mmask16 keep = static_cast<__mmask16>(lo | (hi << 8));
+    const __mmask16 lanes = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + j);
+    _mm512_mask_storeu_ps(x + j, lanes, _mm512_maskz_mul_ps(keep, v, keep_scale));
+  }
+}
+bool UseAvx512Drop() {
+  static const bool ok = UseAvx512Kernels() && __builtin_cpu_supports("avx512dq");
+  return ok;
+}
+#endif
+
+// x[j] for j in [0, n) of a row, dropped (RowDrop::Apply).
+void DropRow(const RowDrop<float>& d, float* x, int64_t n) {
+#ifdef AMPD_HAS_AVX512_KERNELS
+  if (UseAvx512Drop()) return DropRowAvx512(d, x, n);
+#endif
+  for (int64_t j = 0; j < n; ++j) x[j] = d.Apply(x[j], j);
+}
+
 template <typename C>
 C Dot(const C* a, const C* b, int64_t n) {
   C s = 0;
@@ -96,10 +161,11 @@ C Dot(const C* a, const C* b, int64_t n) {
 // `keys`/`values`, `stride` apart) times the values, into out[0, D), with an
 // online softmax over tiles of kKeyTile keys. Returns the logsumexp. Both the
 // whole-sequence kernel and the cached one compute every row here, which is
-// what makes the cache exact.
+// what makes the cache exact. With `drop`, the probabilities that meet the
+// values are dropped (the sum l is over all of them).
 template <typename C>
 C AttendRow(const C* q, const C* keys, const C* values, int64_t stride, int64_t n_keys, int64_t D,
-            C scale, C* s, C* out) {
+            C scale, C* s, C* out, const RowDrop<C>* drop = nullptr) {
   C acc[256];  // D <= 256 (ValidateGpt)
   std::fill(acc, acc + D, C(0));
   C m = -std::numeric_limits<C>::infinity(), l = 0;
@@ -117,8 +183,9 @@ C AttendRow(const C* q, const C* keys, const C* values, int64_t stride, int64_t 
     for (int64_t j = j0; j < j1; ++j) {
       const C p = std::exp(s[j - j0] - tile_max);
       l += p;
+      const C pv = drop != nullptr ? drop->Apply(p, j) : p;
       const C* v = values + j * stride;
-      for (int64_t d = 0; d < D; ++d) acc[d] += p * v[d];
+      for (int64_t d = 0; d < D; ++d) acc[d] += pv * v[d];
     }
     m = tile_max;
   }
@@ -198,11 +265,13 @@ AMPD_AVX512 inline float ReduceAdd(__m512 v) { return _mm512_reduce_add_ps(v); }
 // The rows share each tile's loads of keys and values; every row's
 // arithmetic, and so its result, is the one-row kernel's (R = 1), which
 // cached attention uses. For R > 1, n_keys % kKeyTile != 0: the rows have the
-// same tiles. Writes each row's logsumexp to lse[r].
+// same tiles. Writes each row's logsumexp to lse[r]. With `drop` (row 0's;
+// row r's mask starts drop_stride later), the probabilities that meet the
+// values are dropped after the sum l has taken them.
 template <int NC, int R>
 AMPD_AVX512 void AttendRowsAvx512(const float* q, const float* kt, int64_t ld, const float* values,
                                   int64_t stride, int64_t n_keys, float scale, float* out,
-                                  float* lse) {
+                                  float* lse, const RowDrop<float>* drop, int64_t drop_stride) {
   constexpr int64_t D = 16 * NC;
   static_assert(kKeyTile == 64, "four 16-key groups per tile");
   __m512 acc[R][NC];
@@ -252,6 +321,11 @@ AMPD_AVX512 void AttendRowsAvx512(const float* q, const float* kt, int64_t ld, c
       }
       l[r] += ReduceAdd(psum);
       m[r] = tile_max;
+      if (drop != nullptr) {
+        RowDrop<float> row = *drop;
+        row.index0 += r * drop_stride + j0;
+        DropRow(row, p[r], nt[r]);
+      }
     }
     // The keys every row sees, then each later row's extra ones alone.
     for (int64_t j = 0; j < nt[0]; ++j) {
@@ -289,16 +363,17 @@ AMPD_AVX512 void AttendRowsAvx512(const float* q, const float* kt, int64_t ld, c
 // The one-row kernel, returning the logsumexp.
 template <int NC>
 AMPD_AVX512 float AttendRowAvx512(const float* q, const float* kt, int64_t ld, const float* values,
-                                  int64_t stride, int64_t n_keys, float scale, float* out) {
+                                  int64_t stride, int64_t n_keys, float scale, float* out,
+                                  const RowDrop<float>* drop) {
   float lse;
-  AttendRowsAvx512<NC, 1>(q, kt, ld, values, stride, n_keys, scale, out, &lse);
+  AttendRowsAvx512<NC, 1>(q, kt, ld, values, stride, n_keys, scale, out, &lse, drop, 0);
   return lse;
 }
 
 using RowAvx512Fn = float (*)(const float*, const float*, int64_t, const float*, int64_t, int64_t,
-                              float, float*);
+                              float, float*, const RowDrop<float>*);
 using RowPairAvx512Fn = void (*)(const float*, const float*, int64_t, const float*, int64_t,
-                                 int64_t, float, float*, float*);
+                                 int64_t, float, float*, float*, const RowDrop<float>*, int64_t);
 
 template <size_t... I>
 constexpr std::array<RowAvx512Fn, sizeof...(I)> RowFns(std::index_sequence<I...>) {
@@ -373,6 +448,7 @@ struct HeadBackwardArgs {
   QkvLayout L;
   int64_t b, h;
   float scale;
+  const AttentionDropout* dropout;
 };
 
 struct GemmScratch {
@@ -407,6 +483,26 @@ void ScoreGrads(const float* lse, const float* delta, float scale, int64_t r0, i
   }
 }
 
+// ScoreGrads with the forward's dropout: dP's entries scaled by the mask
+// first (dS = P (mask dP / (1-p) - delta)), P's after (what meets dO for dV
+// is the dropped P). Block rows [r0, r1) of (batch, head) bh.
+void DroppedScoreGrads(const AttentionDropout& dropout, int64_t bh, int64_t T, const float* lse,
+                       const float* delta, float scale, int64_t r0, int64_t r1, float* s,
+                       float* dp) {
+  const int64_t n = r1;
+  if (dropout.active()) {
+    for (int64_t i = r0; i < r1; ++i) {
+      DropRow(*DropOfRow<float>(dropout, bh, T, i), dp + (i - r0) * n, i + 1);
+    }
+  }
+  ScoreGrads(lse, delta, scale, r0, r1, s, dp);
+  if (dropout.active()) {
+    for (int64_t i = r0; i < r1; ++i) {
+      DropRow(*DropOfRow<float>(dropout, bh, T, i), s + (i - r0) * n, i + 1);
+    }
+  }
+}
+
 void AttentionBackwardHeadGemm(const HeadBackwardArgs& a, GemmScratch& w) {
   const QkvLayout& L = a.L;
   const int64_t T = L.T, D = L.D;
@@ -425,7 +521,8 @@ void AttentionBackwardHeadGemm(const HeadBackwardArgs& a, GemmScratch& w) {
     float *s = w.s.data(), *dp = w.dp.data();
     GemmF32(&w.q[r0 * D], w.k.data(), s, rows, n, D, false, true);
     GemmF32(&w.go[r0 * D], w.v.data(), dp, rows, n, D, false, true);
-    ScoreGrads(a.lse + (a.b * L.H + a.h) * T, w.delta.data(), a.scale, r0, r1, s, dp);
+    DroppedScoreGrads(*a.dropout, a.b * L.H + a.h, T, a.lse + (a.b * L.H + a.h) * T, w.delta.data(),
+                      a.scale, r0, r1, s, dp);
     GemmF32(dp, w.k.data(), &w.dq[r0 * D], rows, D, n, false, false);
     float* part = w.part.data();
     GemmF32(dp, &w.q[r0 * D], part, n, D, rows, true, false);
@@ -470,7 +567,8 @@ struct Bf16Scratch {
 
 void AttentionBackwardHeadBf16(const uint16_t* qkv, const uint16_t* y, const uint16_t* dy,
                                const float* lse, const QkvLayout& L, int64_t b, int64_t h,
-                               float scale, uint16_t* dx, Bf16Scratch& w) {
+                               float scale, const AttentionDropout& dropout, uint16_t* dx,
+                               Bf16Scratch& w) {
   const int64_t T = L.T, D = L.D;
   w.Resize(T, D);
   const size_t row_bytes = D * sizeof(uint16_t);
@@ -490,7 +588,7 @@ void AttentionBackwardHeadBf16(const uint16_t* qkv, const uint16_t* y, const uin
     float *s = w.s.data(), *dp = w.dp.data();
     GemmBf16(&w.q[r0 * D], w.k.data(), s, rows, n, D, false, true);
     GemmBf16(&w.go[r0 * D], w.v.data(), dp, rows, n, D, false, true);
-    ScoreGrads(head_lse, w.delta.data(), scale, r0, r1, s, dp);
+    DroppedScoreGrads(dropout, b * L.H + h, T, head_lse, w.delta.data(), scale, r0, r1, s, dp);
     core::ConvertF32ToBF16(s, w.p.data(), rows * n);
     core::ConvertF32ToBF16(dp, w.ds.data(), rows * n);
     GemmBf16(w.ds.data(), w.k.data(), &w.dq[r0 * D], rows, D, n, false, false);
@@ -511,15 +609,16 @@ void AttentionBackwardHeadBf16(const uint16_t* qkv, const uint16_t* y, const uin
 
 }  // namespace
 
-AttentionResult CpuBackendImpl::CausalAttention(const Tensor& qkv, int64_t seq_len,
-                                                int64_t n_head) {
-  return UsesDouble(qkv) ? CausalAttentionImpl<double>(qkv, seq_len, n_head)
-                         : CausalAttentionImpl<float>(qkv, seq_len, n_head);
+AttentionResult CpuBackendImpl::CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head,
+                                                const AttentionDropout& dropout) {
+  return UsesDouble(qkv) ? CausalAttentionImpl<double>(qkv, seq_len, n_head, dropout)
+                         : CausalAttentionImpl<float>(qkv, seq_len, n_head, dropout);
 }
 
 template <typename C>
 AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t seq_len,
-                                                    int64_t n_head) {
+                                                    int64_t n_head,
+                                                    const AttentionDropout& dropout) {
   const int64_t T = seq_len, B = qkv.dim(0) / T, C3 = qkv.dim(1);
   const QkvLayout L{T, C3 / 3, n_head, C3 / 3 / n_head};
   const C scale = C(1) / std::sqrt(C(L.D));
@@ -563,15 +662,17 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
             float* out = ys.data() + hl * D;  // row i at out + i * hc * D
             for (int64_t i = 0; i < T;) {
               // Rows i and i + 1 together where they have the same key tiles.
+              const auto drop = DropOfRow<float>(dropout, bh, T, i);
+              const RowDrop<float>* dp = drop ? &*drop : nullptr;
               if (pair != nullptr && i + 1 < T && (i + 1) % kKeyTile != 0) {
                 float two[2 * kMaxPairChunks * 16];
-                pair(&q[i * D], kt.data(), ld, vh, S, i + 1, scale, two, &lse[bh * T + i]);
+                pair(&q[i * D], kt.data(), ld, vh, S, i + 1, scale, two, &lse[bh * T + i], dp, T);
                 std::memcpy(out + i * hc * D, two, D * sizeof(float));
                 std::memcpy(out + (i + 1) * hc * D, two + D, D * sizeof(float));
                 i += 2;
               } else {
                 lse[bh * T + i] =
-                    row(&q[i * D], kt.data(), ld, vh, S, i + 1, scale, out + i * hc * D);
+                    row(&q[i * D], kt.data(), ld, vh, S, i + 1, scale, out + i * hc * D, dp);
                 i += 1;
               }
             }
@@ -598,8 +699,9 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
     for (int64_t i = 0; i < T; ++i) {
       const C* keys = x + L.K(b, 0, h);
       const C* values = x + L.V(b, 0, h);
+      const auto drop = DropOfRow<C>(dropout, bh, T, i);
       lse[bh * T + i] = AttendRow(x + L.Q(b, i, h), keys, values, 3 * L.C, i + 1, L.D, scale,
-                                  s.data(), y.data() + L.Y(b, i, h));
+                                  s.data(), y.data() + L.Y(b, i, h), drop ? &*drop : nullptr);
     }
   }
   return {y.Finish(), lse.Finish()};
@@ -607,15 +709,17 @@ AttentionResult CpuBackendImpl::CausalAttentionImpl(const Tensor& qkv, int64_t s
 
 Tensor CpuBackendImpl::CausalAttentionBackward(const Tensor& qkv, const Tensor& y,
                                                const Tensor& lse, const Tensor& dy, int64_t seq_len,
-                                               int64_t n_head) {
-  return UsesDouble(qkv) ? CausalAttentionBackwardImpl<double>(qkv, y, lse, dy, seq_len, n_head)
-                         : CausalAttentionBackwardImpl<float>(qkv, y, lse, dy, seq_len, n_head);
+                                               int64_t n_head, const AttentionDropout& dropout) {
+  return UsesDouble(qkv)
+             ? CausalAttentionBackwardImpl<double>(qkv, y, lse, dy, seq_len, n_head, dropout)
+             : CausalAttentionBackwardImpl<float>(qkv, y, lse, dy, seq_len, n_head, dropout);
 }
 
 template <typename C>
 Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tensor& y,
                                                    const Tensor& lse, const Tensor& dy,
-                                                   int64_t seq_len, int64_t n_head) {
+                                                   int64_t seq_len, int64_t n_head,
+                                                   const AttentionDropout& dropout) {
   const int64_t T = seq_len, B = qkv.dim(0) / T, C3 = qkv.dim(1);
   const QkvLayout L{T, C3 / 3, n_head, C3 / 3 / n_head};
   const C scale = C(1) / std::sqrt(C(L.D));
@@ -633,8 +737,8 @@ Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tens
         Bf16Scratch scratch;
 #pragma omp for schedule(dynamic)
         for (int64_t bh = 0; bh < B * n_head; ++bh) {
-          AttentionBackwardHeadBf16(x, yb, gb, lv.data(), L, bh / n_head, bh % n_head, scale, out,
-                                    scratch);
+          AttentionBackwardHeadBf16(x, yb, gb, lv.data(), L, bh / n_head, bh % n_head, scale,
+                                    dropout, out, scratch);
         }
       }
       return dx;
@@ -675,8 +779,8 @@ Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tens
           }
         }
         for (int64_t hl = 0; hl < hc; ++hl) {
-          AttentionBackwardHeadGemm(HeadBackwardArgs{&rows, hl, lv.data(), L, b, h0 + hl, scale},
-                                    scratch);
+          AttentionBackwardHeadGemm(
+              HeadBackwardArgs{&rows, hl, lv.data(), L, b, h0 + hl, scale, &dropout}, scratch);
         }
         if (in_place) continue;
         if (hc == H) {
@@ -707,9 +811,13 @@ Tensor CpuBackendImpl::CausalAttentionBackwardImpl(const Tensor& qkv, const Tens
       const C* gi = g + L.Y(b, i, h);
       const C delta = Dot(gi, o + L.Y(b, i, h), L.D);  // dO_i . O_i
       const C row_lse = ls[bh * T + i];
+      const auto drop = DropOfRow<C>(dropout, bh, T, i);
       for (int64_t j = 0; j <= i; ++j) {
         p[j] = std::exp(scale * Dot(q, x + L.K(b, j, h), L.D) - row_lse);
-        ds[j] = p[j] * (Dot(gi, x + L.V(b, j, h), L.D) - delta) * scale;
+        C dp = Dot(gi, x + L.V(b, j, h), L.D);
+        if (drop) dp = drop->Apply(dp, j);  // the dropped P's gradient
+        ds[j] = p[j] * (dp - delta) * scale;
+        if (drop) p[j] = drop->Apply(p[j], j);  // what met V, for dV
       }
       C* dq = dx.data() + L.Q(b, i, h);
       std::fill(dq, dq + L.D, C(0));
@@ -774,7 +882,7 @@ Tensor CpuBackendImpl::CachedAttentionImpl(const Tensor& qkv, const Tensor& k_ca
         const float* values = vv.data() + b * max_len * E + h * D;
         for (int64_t i = 0; i < n; ++i) {
           row(in.data() + (b * n + i) * 3 * E + h * D, kt.data(), ld, values, E, past + i + 1,
-              scale, y.data() + (b * n + i) * E + h * D);
+              scale, y.data() + (b * n + i) * E + h * D, nullptr);
         }
       }
       return y.Finish();

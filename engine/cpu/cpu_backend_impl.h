@@ -106,14 +106,18 @@ class CpuBackendImpl final : public backend::Backend {
   template <typename C>
   Tensor CachedAttentionImpl(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                              int64_t past, int64_t n_head);
-  backend::AttentionResult CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+  backend::AttentionResult CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head,
+                                           const backend::AttentionDropout& dropout);
   template <typename C>
-  backend::AttentionResult CausalAttentionImpl(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+  backend::AttentionResult CausalAttentionImpl(const Tensor& qkv, int64_t seq_len, int64_t n_head,
+                                               const backend::AttentionDropout& dropout);
   Tensor CausalAttentionBackward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
-                                 const Tensor& dy, int64_t seq_len, int64_t n_head);
+                                 const Tensor& dy, int64_t seq_len, int64_t n_head,
+                                 const backend::AttentionDropout& dropout);
   template <typename C>
   Tensor CausalAttentionBackwardImpl(const Tensor& qkv, const Tensor& y, const Tensor& lse,
-                                     const Tensor& dy, int64_t seq_len, int64_t n_head);
+                                     const Tensor& dy, int64_t seq_len, int64_t n_head,
+                                     const backend::AttentionDropout& dropout);
   Tensor Embedding(const Tensor& table, const std::vector<int32_t>& ids);
   Tensor EmbeddingBackward(const Tensor& dy, const std::vector<int32_t>& ids, int64_t num_rows);
   Tensor Dropout(const Tensor& x, double p, uint64_t seed);  // DropoutKernel

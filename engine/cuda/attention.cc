@@ -6,29 +6,33 @@
 
 namespace ampd::engine::cuda {
 
+using backend::AttentionDropout;
 using backend::AttentionResult;
 
-AttentionResult CudaBackend::CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head) {
+AttentionResult CudaBackend::CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head,
+                                             const AttentionDropout& dropout) {
   const int64_t T = seq_len, B = qkv.dim(0) / T, C = qkv.dim(1) / 3;
   const DType stat = qkv.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
   AttentionResult r{Allocate({B * T, C}, qkv.dtype(), false),
                     Allocate({B, n_head, T}, stat, false)};
   if (Ok()) {
-    Record(LaunchCausalAttention(qkv.raw(), Dt(qkv), B, T, C, n_head, r.y.raw(), r.lse.raw(),
-                                 Dt(stat), S()));
+    Record(LaunchCausalAttention(qkv.raw(), Dt(qkv), B, T, C, n_head, dropout.p, dropout.seed,
+                                 r.y.raw(), r.lse.raw(), Dt(stat), S()));
   }
   return r;
 }
 
 Tensor CudaBackend::CausalAttentionBackward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
-                                            const Tensor& dy, int64_t seq_len, int64_t n_head) {
+                                            const Tensor& dy, int64_t seq_len, int64_t n_head,
+                                            const AttentionDropout& dropout) {
   const int64_t T = seq_len, B = qkv.dim(0) / T, C = qkv.dim(1) / 3;
   const DType stat = qkv.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
   Tensor dqkv = Allocate(qkv.shape(), qkv.dtype(), false);
   Tensor delta = Allocate({B, n_head, T}, stat, false);
   if (Ok()) {
     Record(LaunchCausalAttentionBackward(qkv.raw(), y.raw(), dy.raw(), Dt(qkv), lse.raw(), Dt(lse),
-                                         B, T, C, n_head, delta.raw(), dqkv.raw(), S()));
+                                         B, T, C, n_head, dropout.p, dropout.seed, delta.raw(),
+                                         dqkv.raw(), S()));
   }
   return dqkv;
 }

@@ -158,11 +158,13 @@ class CudaBackend final : public backend::Backend {
   Tensor CrossEntropyBackward(const Tensor& logits, const std::vector<int32_t>& labels,
                               const Tensor& row_logsumexp, const Tensor& dloss);
   // attention.cc
-  backend::AttentionResult CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+  backend::AttentionResult CausalAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head,
+                                           const backend::AttentionDropout& dropout);
   Tensor CachedAttention(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                          int64_t past, int64_t n_head);
   Tensor CausalAttentionBackward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
-                                 const Tensor& dy, int64_t seq_len, int64_t n_head);
+                                 const Tensor& dy, int64_t seq_len, int64_t n_head,
+                                 const backend::AttentionDropout& dropout);
   // conv.cc (cuDNN)
   Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias,
                 const backend::Conv2dGeometry& g, DType out);

@@ -125,10 +125,12 @@ std::string LaunchFp8CastTranspose(const void* x, int dt, int64_t rows, int64_t 
 
 // Fused causal self-attention over qkv [B*T, 3C] (q, k, v side by side; H
 // heads of D = C / H <= kMaxAttentionHeadDim) into y [B*T, C] (qkv's dtype)
-// and the rows' logsumexp [B, H, T] (f32 or f64 by sdt).
+// and the rows' logsumexp [B, H, T] (f32 or f64 by sdt). dropout_p > 0
+// drops probabilities by backend::AttentionDropout's mask of dropout_seed.
 constexpr int kMaxAttentionHeadDim = 256;
 std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
-                                  int64_t H, void* y, void* lse, int sdt, Stream s);
+                                  int64_t H, double dropout_p, uint64_t dropout_seed, void* y,
+                                  void* lse, int sdt, Stream s);
 // Which tensor-core kernels the flash attention forward and backward take
 // for f16 and bf16 (head sizes 16, 32, 48, 64): WMMA's (the default: they
 // passed the GPU suite on an H200) or mma.sync's (flash attention 2's form,
@@ -145,10 +147,11 @@ std::string LaunchCachedAttention(const void* qkv, int dt, int64_t B, int64_t n,
                                   int64_t H, int64_t max_len, int64_t past, void* k_cache,
                                   void* v_cache, void* y, Stream s);
 // dqkv [B*T, 3C] from the forward's y and lse and dy (all of qkv's dtype
-// dt); delta: B * H * T values of scratch, f32 (f64 for f64).
+// dt) and its dropout; delta: B * H * T values of scratch, f32 (f64 for f64).
 std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const void* dy, int dt,
                                           const void* lse, int sdt, int64_t B, int64_t T, int64_t C,
-                                          int64_t H, void* delta, void* dqkv, Stream s);
+                                          int64_t H, double dropout_p, uint64_t dropout_seed,
+                                          void* delta, void* dqkv, Stream s);
 
 // --- AMP and optimizers.
 // Up to kMaxTensorsPerLaunch tensors per launch; callers split longer lists.

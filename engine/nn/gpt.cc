@@ -195,6 +195,14 @@ Tensor Gpt::Extend(const std::vector<int32_t>& tokens, int64_t batch, int64_t n,
   return Linear(x, HeadWeight(), Tensor());
 }
 
+namespace {
+// Layer l's attention dropout seed: a stream of its own, apart from the
+// embedding and residual dropouts' (dropout_seed * 1000003 + 0, 1, ...).
+uint64_t AttentionDropoutSeed(uint64_t dropout_seed, int64_t layer) {
+  return dropout_seed * 1000003 + (uint64_t{1} << 32) + static_cast<uint64_t>(layer);
+}
+}  // namespace
+
 Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t T, bool training,
                      uint64_t dropout_seed, OpId head, GptCache* cache) {
   const GptSpec& s = spec_;
@@ -274,7 +282,8 @@ Tensor Gpt::Features(const std::vector<int32_t>& tokens, int64_t batch, int64_t 
       LayerScope scope(h + "attn");
       a = cache != nullptr
               ? ops::CachedSelfAttention(a, &cache->layers[l], batch, s.block_size, s.n_head)
-              : CausalSelfAttention(a, T, s.n_head);
+              : CausalSelfAttention(a, T, s.n_head, training ? p : 0.0,
+                                    AttentionDropoutSeed(dropout_seed, l));
     }
     x = Add(x, drop(linear(a, h + "attn.c_proj")));
     const std::string fc = h + "mlp.c_fc", proj = h + "mlp.c_proj";

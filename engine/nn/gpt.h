@@ -39,8 +39,9 @@ struct GptSpec {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 256;
-  // nanoGPT's embedding and residual dropout (after the embeddings and each
-  // block's attention and MLP projections); none on attention probabilities.
+  // nanoGPT's dropout: after the embeddings, on the attention probabilities
+  // (inside the fused attention, as SDPA's dropout_p), and after each
+  // block's attention and MLP projections.
   double dropout = 0.0;
   bool bias = true;  // biases in the linears and LayerNorms
   bool tie_embeddings = true;

@@ -193,8 +193,8 @@ std::string Gpt2ConfigJson(const GptSpec& s) {
       ", \"n_embd\": ", s.n_embd, ", \"n_layer\": ", s.n_layer, ", \"n_head\": ", s.n_head,
       ", \"n_inner\": null, \"activation_function\": \"",
       s.activation == GptSpec::Activation::kGeluTanh ? "gelu_new" : "gelu",
-      // The model drops no attention probabilities (GptSpec::dropout).
-      "\", \"resid_pdrop\": ", p, ", \"embd_pdrop\": ", p, ", \"attn_pdrop\": 0.0",
+      // One dropout for all three (GptSpec::dropout), as nanoGPT.
+      "\", \"resid_pdrop\": ", p, ", \"embd_pdrop\": ", p, ", \"attn_pdrop\": ", p,
       ", \"layer_norm_epsilon\": 1e-05, \"initializer_range\": 0.02, \"scale_attn_weights\": "
       "true, \"bos_token_id\": ",
       eot, ", \"eos_token_id\": ", eot,

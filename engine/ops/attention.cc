@@ -7,19 +7,26 @@
 
 namespace ampd::engine::ops {
 
+using backend::AttentionDropout;
 using backend::AttentionResult;
 using backend::CachedAttentionKernel;
 using backend::CausalAttentionBackwardKernel;
 using backend::CausalAttentionKernel;
 using backend::Kernel;
 
-Tensor CausalSelfAttention(Tensor qkv, int64_t seq_len, int64_t n_head) {
+Tensor CausalSelfAttention(Tensor qkv, int64_t seq_len, int64_t n_head, double dropout_p,
+                           uint64_t dropout_seed) {
   OpDispatch d(OpId::kCausalAttention, {&qkv});
-  AttentionResult r = Kernel<CausalAttentionKernel>(qkv.device())(qkv, seq_len, n_head);
+  const AttentionDropout dropout{dropout_p, dropout_seed};
+  AttentionResult r = Kernel<CausalAttentionKernel>(qkv.device())(qkv, seq_len, n_head, dropout);
   d.Finish(r.y);
-  return RecordOp(
-      r.y, OpId::kCausalAttention,
-      {.inputs = {qkv}, .tensors = {r.y.Detach(), r.lse}, .count = n_head, .length = seq_len});
+  return RecordOp(r.y, OpId::kCausalAttention,
+                  {.inputs = {qkv},
+                   .tensors = {r.y.Detach(), r.lse},
+                   .scalar = dropout_p,
+                   .seed = dropout_seed,
+                   .count = n_head,
+                   .length = seq_len});
 }
 
 Tensor CachedSelfAttention(Tensor qkv, KvCache* cache, int64_t batch, int64_t max_len,
@@ -38,12 +45,13 @@ Tensor CachedSelfAttention(Tensor qkv, KvCache* cache, int64_t batch, int64_t ma
 }
 
 // Recomputes the probabilities from the saved logsumexp (flash attention's
-// backward); the upstream gradient is taken in qkv's dtype.
+// backward), and the dropout mask from its seed; the upstream gradient is
+// taken in qkv's dtype.
 std::vector<Tensor> AttentionGradient(const SavedForBackward& s, const Tensor& g) {
   const Tensor& qkv = s.inputs[0];
   const Tensor dy = internal::AsDType(g, qkv.dtype());
-  return {Kernel<CausalAttentionBackwardKernel>(qkv.device())(qkv, s.tensors[0], s.tensors[1], dy,
-                                                              s.length, s.count)};
+  return {Kernel<CausalAttentionBackwardKernel>(qkv.device())(
+      qkv, s.tensors[0], s.tensors[1], dy, s.length, s.count, AttentionDropout{s.scalar, s.seed})};
 }
 
 }  // namespace ampd::engine::ops

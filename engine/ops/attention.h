@@ -13,7 +13,12 @@ namespace ampd::engine::ops {
 // CausalSelfAttention between c_attn and c_proj with
 // scaled_dot_product_attention(is_causal=True). Under autocast it runs in the
 // low-precision dtype (torch lists SDPA there); its softmax is always f32.
-Tensor CausalSelfAttention(Tensor qkv, int64_t seq_len, int64_t n_head);
+// dropout_p > 0 drops attention probabilities (SDPA's dropout_p; nanoGPT's
+// attn_dropout) with a mask that is a function of (dropout_seed, b, h, i,
+// j): the same seed, the same mask (backend::AttentionDropout). Callers pass
+// it only in training.
+Tensor CausalSelfAttention(Tensor qkv, int64_t seq_len, int64_t n_head, double dropout_p = 0,
+                           uint64_t dropout_seed = 0);
 
 // One layer's keys and values of the tokens seen so far (generation).
 struct KvCache {

@@ -13,9 +13,11 @@
 // forward keeps only each row's logsumexp (f32/f64, [B, n_head, T]) and the backward recomputes the
 // probabilities from it.
 
+#include <cmath>
 #include <cstdint>
 
 #include "engine/backend/kernel_registry.h"
+#include "engine/backend/kernels/dropout.h"
 #include "engine/core/tensor.h"
 
 namespace ampd::engine::backend {
@@ -29,17 +31,42 @@ AttentionResult MapTensors(const AttentionResult& r, F f) {
   return {f(r.y), f(r.lse)};
 }
 
+// Dropout on the attention probabilities (nanoGPT's attn_dropout, SDPA's
+// dropout_p): probability (b, h, i, j) is kept iff
+//   DropoutHash(seed, ((b * n_head + h) * T + i) * T + j) >> 11 >= Threshold()
+// (DropoutKeep's rule, in integers), and kept ones are scaled by 1/(1-p).
+// The softmax's sum (and so the logsumexp) is over the undropped
+// probabilities; only their products with V are masked, as flash attention
+// does. The backward regenerates the same mask from (seed, p): dV takes the
+// dropped probabilities, dP = dO V^T is masked and scaled the same way, and
+// dS = P (dP - delta) with delta = dO . O still holds (O is the dropped
+// output). p = 0 is no dropout: the kernels' results are bit for bit those
+// without it.
+struct AttentionDropout {
+  double p = 0;  // in [0, 1)
+  uint64_t seed = 0;
+  bool active() const { return p > 0; }
+  // (h >> 11) * 2^-53 >= p  <=>  (h >> 11) >= ceil(p * 2^53): both sides exact.
+  uint64_t Threshold() const { return static_cast<uint64_t>(std::ceil(p * 0x1.0p53)); }
+  double KeepScale() const { return 1.0 / (1.0 - p); }
+};
+inline bool AttentionKeep(uint64_t seed, uint64_t threshold, uint64_t index) {
+  return (DropoutHash(seed, index) >> 11) >= threshold;
+}
+
 struct CausalAttentionKernel {
   static constexpr const char* kName = "causal_attention";
   static constexpr OpId kOps[] = {OpId::kCausalAttention};
-  using Fn = AttentionResult (*)(const Tensor& qkv, int64_t seq_len, int64_t n_head);
+  using Fn = AttentionResult (*)(const Tensor& qkv, int64_t seq_len, int64_t n_head,
+                                 const AttentionDropout& dropout);
 };
-// dqkv [B*T, 3C] in qkv's dtype, from the forward's y and lse and dy.
+// dqkv [B*T, 3C] in qkv's dtype, from the forward's y and lse and dy (and
+// the forward's dropout, whose mask it regenerates).
 struct CausalAttentionBackwardKernel {
   static constexpr const char* kName = "causal_attention_backward";
   static constexpr OpId kOps[] = {OpId::kCausalAttention};
   using Fn = Tensor (*)(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy,
-                        int64_t seq_len, int64_t n_head);
+                        int64_t seq_len, int64_t n_head, const AttentionDropout& dropout);
 };
 
 // Attention of new tokens against a KV cache (generation; no gradient). qkv

@@ -25,12 +25,19 @@
 // store only each row's logsumexp, and every backward recomputes the
 // probabilities from it.
 //
+// Dropout on the probabilities (backend::AttentionDropout) runs in every
+// kernel: each probability's mask bit is a hash of (seed, its index), so the
+// backward regenerates the forward's mask and nothing is stored; the
+// tensor-core kernels take it as a template argument, so that without it
+// they are unchanged (with it, ptxas spills up to 40 bytes at head size 64).
+//
 // Every gradient element has one writer and a fixed summation order (no
 // atomics): the same bits every run. The emulator checks the kernels'
 // indexing, barriers, shuffles, mma.sync fragments and numerics in CI.
 
 #include <mma.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "engine/cuda/kernels/async_copy.h"
@@ -44,6 +51,19 @@ using namespace kernel_util;  // NOLINT: the kernels' shared vocabulary
 
 struct Layout {
   int64_t T, C, H, D;
+  // Attention dropout (backend::AttentionDropout): probability (bh, i, j) is
+  // kept iff DropoutHash(seed, (bh T + i) T + j) >> 11 >= threshold, and
+  // scaled by keep_scale; threshold 0 (p = 0) keeps every one unscaled.
+  uint64_t drop_seed = 0, drop_threshold = 0;
+  double keep_scale = 1;
+  // x as the product with V sees it: x, or x dropped.
+  template <typename C>
+  __device__ __forceinline__ C Dropped(C x, int64_t bh, int64_t i, int64_t j) const {
+    if (drop_threshold == 0) return x;
+    const uint64_t index = static_cast<uint64_t>((bh * T + i) * T + j);
+    return DropoutHash(drop_seed, index) >> 11 >= drop_threshold ? x * static_cast<C>(keep_scale)
+                                                                 : C(0);
+  }
   __device__ int64_t Q(int64_t b, int64_t t, int64_t h) const {
     return (b * T + t) * 3 * C + h * D;
   }
@@ -51,6 +71,18 @@ struct Layout {
   __device__ int64_t V(int64_t b, int64_t t, int64_t h) const { return Q(b, t, h) + 2 * C; }
   __device__ int64_t Y(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * C + h * D; }
 };
+
+// The tensor-core kernels take the dropout as a template argument: without
+// it they are the same code as before it existed (no registers spent on
+// the mask); with it, each probability goes through Layout::Dropped.
+template <bool kDropout, typename C>
+__device__ __forceinline__ C MaybeDropped(const Layout& L, C x, int64_t bh, int64_t i, int64_t j) {
+  if constexpr (kDropout) {
+    return L.Dropped(x, bh, i, j);
+  } else {
+    return x;
+  }
+}
 
 template <typename C>
 __device__ C DotAt(const void* a, int adt, int64_t ai, const void* b, int bdt, int64_t bi,
@@ -76,8 +108,9 @@ __global__ void AttentionForwardKernel(const void* qkv, int dt, Layout L, void* 
     const C m_new = s > m ? s : m;
     const C correction = exp(m - m_new), p = exp(s - m_new);
     l = l * correction + p;
+    const C pv = L.Dropped(p, bh, i, j);
     for (int64_t d = 0; d < L.D; ++d) {
-      acc[d] = acc[d] * correction + p * Load<C>(qkv, dt, L.V(b, j, h) + d);
+      acc[d] = acc[d] * correction + pv * Load<C>(qkv, dt, L.V(b, j, h) + d);
     }
     m = m_new;
   }
@@ -101,7 +134,8 @@ __device__ C Prob(const void* qkv, int dt, const Layout& L, const void* lse, int
   return exp(s - Load<C>(lse, sdt, (b * L.H + h) * L.T + i));
 }
 
-// dQ_i = scale * sum_{j <= i} p_ij (dO_i . V_j - delta_i) K_j
+// dQ_i = scale * sum_{j <= i} p_ij (dO_i . V_j - delta_i) K_j, the product
+// dO_i . V_j dropped as p_ij was.
 template <typename C>
 __global__ void AttentionBackwardQueryKernel(const void* qkv, const void* dy, int dt,
                                              const void* lse, int sdt, const C* delta, Layout L,
@@ -113,14 +147,15 @@ __global__ void AttentionBackwardQueryKernel(const void* qkv, const void* dy, in
   C dq[kMaxAttentionHeadDim];
   for (int64_t d = 0; d < L.D; ++d) dq[d] = 0;
   for (int64_t j = 0; j <= i; ++j) {
-    const C dp = DotAt<C>(dy, dt, L.Y(b, i, h), qkv, dt, L.V(b, j, h), L.D);
+    const C dp = L.Dropped(DotAt<C>(dy, dt, L.Y(b, i, h), qkv, dt, L.V(b, j, h), L.D), bh, i, j);
     const C ds = Prob<C>(qkv, dt, L, lse, sdt, b, h, i, j, scale) * (dp - delta[bh * L.T + i]);
     for (int64_t d = 0; d < L.D; ++d) dq[d] += ds * scale * Load<C>(qkv, dt, L.K(b, j, h) + d);
   }
   for (int64_t d = 0; d < L.D; ++d) Store<C>(dqkv, dt, L.Q(b, i, h) + d, dq[d]);
 }
 
-// dK_j = scale * sum_{i >= j} ds_ij Q_i,  dV_j = sum_{i >= j} p_ij dO_i
+// dK_j = scale * sum_{i >= j} ds_ij Q_i,  dV_j = sum_{i >= j} p_ij dO_i (p_ij
+// and dO_i . V_j dropped as in the forward)
 template <typename C>
 __global__ void AttentionBackwardKeyValueKernel(const void* qkv, const void* dy, int dt,
                                                 const void* lse, int sdt, const C* delta, Layout L,
@@ -133,11 +168,12 @@ __global__ void AttentionBackwardKeyValueKernel(const void* qkv, const void* dy,
   for (int64_t d = 0; d < L.D; ++d) dk[d] = dv[d] = 0;
   for (int64_t i = j; i < L.T; ++i) {
     const C p = Prob<C>(qkv, dt, L, lse, sdt, b, h, i, j, scale);
-    const C dp = DotAt<C>(dy, dt, L.Y(b, i, h), qkv, dt, L.V(b, j, h), L.D);
+    const C dp = L.Dropped(DotAt<C>(dy, dt, L.Y(b, i, h), qkv, dt, L.V(b, j, h), L.D), bh, i, j);
     const C ds = p * (dp - delta[bh * L.T + i]) * scale;
+    const C pv = L.Dropped(p, bh, i, j);
     for (int64_t d = 0; d < L.D; ++d) {
       dk[d] += ds * Load<C>(qkv, dt, L.Q(b, i, h) + d);
-      dv[d] += p * Load<C>(dy, dt, L.Y(b, i, h) + d);
+      dv[d] += pv * Load<C>(dy, dt, L.Y(b, i, h) + d);
     }
   }
   for (int64_t d = 0; d < L.D; ++d) {
@@ -312,7 +348,7 @@ __device__ void RowsTimesTileT(const T* rows, T (*tile)[kLd], int cols, int D, f
 }
 
 // T: __half or __nv_bfloat16 (dt's storage type).
-template <typename T>
+template <typename T, bool kDropout>
 __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* lse, int sdt) {
   alignas(32) __shared__ T q_tile[kFlashRows][kLd];
   alignas(32) __shared__ T k_tile[kFlashKeys][kLd];
@@ -361,7 +397,7 @@ __global__ void FlashAttentionForwardKernel(const T* qkv, Layout L, T* y, void* 
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       p[i] = m == -INFINITY ? 0.0f : expf(p[i] - m);
-      p_tile[warp][r][col(i)] = Cast<T>(p[i]);
+      p_tile[warp][r][col(i)] = Cast<T>(MaybeDropped<kDropout>(L, p[i], bh, row, k0 + col(i)));
       sum += p[i];
     }
     // a + b == b + a: both lanes of the row get the same bits.
@@ -559,7 +595,7 @@ __device__ __forceinline__ void StoreRow(T* dst, int64_t at, const float (&acc)[
 // Numerics as the WMMA kernel's up to the base-2 exponent's rounding: P
 // rounded to T for the product, the row sums of the unrounded P, the
 // (natural) logsumexp stored for the backward.
-template <typename T, int D>
+template <typename T, int D, bool kDropout>
 __global__ void __launch_bounds__(kFlashThreads, 4)
     FlashAttentionForwardMmaKernel(const T* qkv, Layout L, T* y, void* lse, int sdt) {
   constexpr int kKeys = 64;  // keys per step
@@ -649,6 +685,7 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
         const float mr = m[i / 2];
         s[n][i] = mr == -INFINITY ? 0.0f : exp2f(s[n][i] - mr);
         row_sum[i / 2] += s[n][i];
+        s[n][i] = MaybeDropped<kDropout>(L, s[n][i], bh, rows[i / 2], k0 + n * 8 + 2 * q + (i & 1));
       }
     }
     uint32_t pf[kKeys / 16][4];
@@ -741,7 +778,7 @@ __device__ __forceinline__ void AccumulateTileTimesRows(Accumulators& acc, const
 // and walks the queries that see them (i >= j), 32 at a time:
 //   S^T = K Q^T, P^T from it; dP^T = V dO^T, dS^T from it;
 //   dV += P^T dO;  dK += dS^T Q.
-template <typename T>
+template <typename T, bool kDropout>
 __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, Layout L,
                                                      const void* lse, int sdt, const float* delta,
                                                      T* dqkv) {
@@ -783,13 +820,14 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
       const int64_t j = j0 + warp * 16 + t;
       const bool visible = i < L.T && j <= i;
       p[t] = visible ? expf(s_tile[warp][t][lane] * scale - lse_of[lane]) : 0.0f;
-      p_tile[warp][t][lane] = Cast<T>(p[t]);
+      p_tile[warp][t][lane] = Cast<T>(MaybeDropped<kDropout>(L, p[t], bh, i, j));
     }
     __syncwarp();
     RowsTimesTileT(&v_tile[warp * 16][0], do_tile, kFlashKeys, D, s);  // dP^T
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
-      ds_tile[warp][t][lane] = Cast<T>(p[t] * (s_tile[warp][t][lane] - delta_of[lane]) * scale);
+      const float dp = MaybeDropped<kDropout>(L, s_tile[warp][t][lane], bh, i, j0 + warp * 16 + t);
+      ds_tile[warp][t][lane] = Cast<T>(p[t] * (dp - delta_of[lane]) * scale);
     }
     __syncwarp();
     AccumulateTileTimesRows(dv, &p_tile[warp][0][0], do_tile, D);  // dV += P^T dO
@@ -808,7 +846,7 @@ __global__ void FlashAttentionBackwardKeyValueKernel(const T* qkv, const T* dy, 
 // grid (ceil(T / 64), B * H): a block owns 64 queries of one head (16 per
 // warp) and walks the keys they see (j <= i), 32 at a time:
 //   S = Q K^T, P from it; dP = dO V^T, dS from it;  dQ += dS K.
-template <typename T>
+template <typename T, bool kDropout>
 __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Layout L,
                                                   const void* lse, int sdt, const float* delta,
                                                   T* dqkv) {
@@ -855,7 +893,8 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
 #pragma unroll
     for (int t = 0; t < 16; ++t) {
       const int r = warp * 16 + t;
-      ds_tile[warp][t][lane] = Cast<T>(p[t] * (s_tile[warp][t][lane] - delta_of[r]) * scale);
+      const float dp = MaybeDropped<kDropout>(L, s_tile[warp][t][lane], bh, q0 + r, j);
+      ds_tile[warp][t][lane] = Cast<T>(p[t] * (dp - delta_of[r]) * scale);
     }
     __syncwarp();
     AccumulateTileTimesRows(dq, &ds_tile[warp][0][0], k_tile, D);  // dQ += dS K
@@ -882,7 +921,7 @@ __global__ void FlashAttentionBackwardQueryKernel(const T* qkv, const T* dy, Lay
 //   S^T = K Q^T and dP^T = V dO^T (4 tiles of 16 x 8 each);
 //   P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta) scale, in place;
 //   dV += P^T dO and dK += dS^T Q (D / 8 tiles each, in registers).
-template <typename T, int D>
+template <typename T, int D, bool kDropout>
 __global__ void __launch_bounds__(kFlashThreads, 3)
     FlashAttentionBackwardKeyValueMmaKernel(const T* qkv, const T* dy, Layout L, const void* lse,
                                             int sdt, const float* delta, T* dqkv) {
@@ -980,7 +1019,10 @@ __global__ void __launch_bounds__(kFlashThreads, 3)
         const int64_t query = i0 + c;
         const bool visible = unmasked || (n >= first && query >= keys[i / 2] && query < L.T);
         p[n][i] = visible ? exp2f(p[n][i] * scale_log2 - lse2_of[c]) : 0.0f;
-        ds[n][i] = p[n][i] * (ds[n][i] - delta_of[c]) * scale;
+        ds[n][i] = p[n][i] *
+                   (MaybeDropped<kDropout>(L, ds[n][i], bh, query, keys[i / 2]) - delta_of[c]) *
+                   scale;
+        p[n][i] = MaybeDropped<kDropout>(L, p[n][i], bh, query, keys[i / 2]);  // what met V, for dV
       }
     }
 #pragma unroll
@@ -1013,7 +1055,7 @@ __global__ void __launch_bounds__(kFlashThreads, 3)
 // warp, whose Q and dO fragments stay in registers) and walks the keys they
 // see, 32 at a time, the last query rows first. Per warp and step:
 //   S = Q K^T and dP = dO V^T; P and dS from them in place; dQ += dS K.
-template <typename T, int D>
+template <typename T, int D, bool kDropout>
 __global__ void __launch_bounds__(kFlashThreads, 4)
     FlashAttentionBackwardQueryMmaKernel(const T* qkv, const T* dy, Layout L, const void* lse,
                                          int sdt, const float* delta, T* dqkv) {
@@ -1092,7 +1134,8 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
         const int64_t j = k0 + n * 8 + 2 * q + (i & 1), row = rows[i / 2];
         const bool visible = unmasked || (n < tiles && row < L.T && j <= row);
         p[n][i] = visible ? exp2f(p[n][i] * scale_log2 - lse2_r[i / 2]) : 0.0f;
-        ds[n][i] = p[n][i] * (ds[n][i] - delta_r[i / 2]) * scale;
+        ds[n][i] =
+            p[n][i] * (MaybeDropped<kDropout>(L, ds[n][i], bh, row, j) - delta_r[i / 2]) * scale;
       }
     }
 #pragma unroll
@@ -1115,13 +1158,22 @@ __global__ void __launch_bounds__(kFlashThreads, 4)
   }
 }
 
+template <typename T, int D, bool kDropout>
+void LaunchFlashBackwardMma(const T* qkv, const T* dy, const Layout& L, dim3 grid, const void* lse,
+                            int sdt, const float* delta, T* dqkv, Stream s) {
+  const auto key_value = FlashAttentionBackwardKeyValueMmaKernel<T, D, kDropout>;
+  LAUNCH(key_value, grid, kFlashThreads, S(s), qkv, dy, L, lse, sdt, delta, dqkv);
+  const auto query = FlashAttentionBackwardQueryMmaKernel<T, D, kDropout>;
+  LAUNCH(query, grid, kFlashThreads, S(s), qkv, dy, L, lse, sdt, delta, dqkv);
+}
 template <typename T, int D>
 void LaunchFlashBackwardMma(const T* qkv, const T* dy, const Layout& L, dim3 grid, const void* lse,
                             int sdt, const float* delta, T* dqkv, Stream s) {
-  const auto key_value = FlashAttentionBackwardKeyValueMmaKernel<T, D>;
-  LAUNCH(key_value, grid, kFlashThreads, S(s), qkv, dy, L, lse, sdt, delta, dqkv);
-  const auto query = FlashAttentionBackwardQueryMmaKernel<T, D>;
-  LAUNCH(query, grid, kFlashThreads, S(s), qkv, dy, L, lse, sdt, delta, dqkv);
+  if (L.drop_threshold != 0) {
+    LaunchFlashBackwardMma<T, D, true>(qkv, dy, L, grid, lse, sdt, delta, dqkv, s);
+  } else {
+    LaunchFlashBackwardMma<T, D, false>(qkv, dy, L, grid, lse, sdt, delta, dqkv, s);
+  }
 }
 
 // D is 16, 32, 48 or 64 (FlashApplies).
@@ -1146,6 +1198,24 @@ FlashKernels InitialFlashKernels() {
 }
 FlashKernels g_flash_kernels = InitialFlashKernels();
 
+template <typename T, bool kDropout>
+void LaunchFlashBackwardWmma(const T* qkv, const T* dy, const Layout& L, dim3 grid, const void* lse,
+                             int sdt, const float* delta, T* dqkv, Stream s) {
+  const auto key_value = FlashAttentionBackwardKeyValueKernel<T, kDropout>;
+  LAUNCH(key_value, grid, kFlashThreads, S(s), qkv, dy, L, lse, sdt, delta, dqkv);
+  const auto query = FlashAttentionBackwardQueryKernel<T, kDropout>;
+  LAUNCH(query, grid, kFlashThreads, S(s), qkv, dy, L, lse, sdt, delta, dqkv);
+}
+template <typename T>
+void LaunchFlashBackwardWmma(const T* qkv, const T* dy, const Layout& L, dim3 grid, const void* lse,
+                             int sdt, const float* delta, T* dqkv, Stream s) {
+  if (L.drop_threshold != 0) {
+    LaunchFlashBackwardWmma<T, true>(qkv, dy, L, grid, lse, sdt, delta, dqkv, s);
+  } else {
+    LaunchFlashBackwardWmma<T, false>(qkv, dy, L, grid, lse, sdt, delta, dqkv, s);
+  }
+}
+
 std::string LaunchFlashBackward(const void* qkv, const void* y, const void* dy, int dt,
                                 const void* lse, int sdt, const Layout& L, int64_t B, void* delta,
                                 void* dqkv, Stream s) {
@@ -1167,21 +1237,12 @@ std::string LaunchFlashBackward(const void* qkv, const void* y, const void* dy, 
     return Check("FlashAttentionBackwardMma");
   }
   if (dt == kF16) {
-    const auto* x = static_cast<const __half*>(qkv);
-    const auto* g = static_cast<const __half*>(dy);
-    auto* out = static_cast<__half*>(dqkv);
-    LAUNCH(FlashAttentionBackwardKeyValueKernel<__half>, grid, kFlashThreads, S(s), x, g, L, lse,
-           sdt, d, out);
-    LAUNCH(FlashAttentionBackwardQueryKernel<__half>, grid, kFlashThreads, S(s), x, g, L, lse, sdt,
-           d, out);
+    LaunchFlashBackwardWmma(static_cast<const __half*>(qkv), static_cast<const __half*>(dy), L,
+                            grid, lse, sdt, d, static_cast<__half*>(dqkv), s);
   } else {
-    const auto* x = static_cast<const __nv_bfloat16*>(qkv);
-    const auto* g = static_cast<const __nv_bfloat16*>(dy);
-    auto* out = static_cast<__nv_bfloat16*>(dqkv);
-    LAUNCH(FlashAttentionBackwardKeyValueKernel<__nv_bfloat16>, grid, kFlashThreads, S(s), x, g, L,
-           lse, sdt, d, out);
-    LAUNCH(FlashAttentionBackwardQueryKernel<__nv_bfloat16>, grid, kFlashThreads, S(s), x, g, L,
-           lse, sdt, d, out);
+    LaunchFlashBackwardWmma(static_cast<const __nv_bfloat16*>(qkv),
+                            static_cast<const __nv_bfloat16*>(dy), L, grid, lse, sdt, d,
+                            static_cast<__nv_bfloat16*>(dqkv), s);
   }
   return Check("FlashAttentionBackward");
 }
@@ -1189,7 +1250,8 @@ std::string LaunchFlashBackward(const void* qkv, const void* y, const void* dy, 
 template <typename T, int D>
 void LaunchFlashForwardMma(const T* qkv, const Layout& L, dim3 grid, T* y, void* lse, int sdt,
                            Stream s) {
-  const auto kernel = FlashAttentionForwardMmaKernel<T, D>;
+  const auto kernel = L.drop_threshold != 0 ? FlashAttentionForwardMmaKernel<T, D, true>
+                                            : FlashAttentionForwardMmaKernel<T, D, false>;
   LAUNCH(kernel, grid, kFlashThreads, S(s), qkv, L, y, lse, sdt);
 }
 
@@ -1223,12 +1285,17 @@ std::string LaunchFlashForward(const void* qkv, int dt, const Layout& L, int64_t
     }
     return Check("FlashAttentionForwardMmaKernel");
   }
+  const bool drop = L.drop_threshold != 0;
   if (dt == kF16) {
-    LAUNCH(FlashAttentionForwardKernel<__half>, grid, kFlashThreads, S(s),
-           static_cast<const __half*>(qkv), L, static_cast<__half*>(y), lse, sdt);
+    const auto kernel = drop ? FlashAttentionForwardKernel<__half, true>
+                             : FlashAttentionForwardKernel<__half, false>;
+    LAUNCH(kernel, grid, kFlashThreads, S(s), static_cast<const __half*>(qkv), L,
+           static_cast<__half*>(y), lse, sdt);
   } else {
-    LAUNCH(FlashAttentionForwardKernel<__nv_bfloat16>, grid, kFlashThreads, S(s),
-           static_cast<const __nv_bfloat16*>(qkv), L, static_cast<__nv_bfloat16*>(y), lse, sdt);
+    const auto kernel = drop ? FlashAttentionForwardKernel<__nv_bfloat16, true>
+                             : FlashAttentionForwardKernel<__nv_bfloat16, false>;
+    LAUNCH(kernel, grid, kFlashThreads, S(s), static_cast<const __nv_bfloat16*>(qkv), L,
+           static_cast<__nv_bfloat16*>(y), lse, sdt);
   }
   return Check("FlashAttentionForwardKernel");
 }
@@ -1237,11 +1304,24 @@ std::string LaunchFlashForward(const void* qkv, int dt, const Layout& L, int64_t
 void SetFlashKernels(FlashKernels kernels) { g_flash_kernels = kernels; }
 FlashKernels GetFlashKernels() { return g_flash_kernels; }
 
+// The kernels' layout of the heads, with the dropout's mask
+// (backend::AttentionDropout's Threshold and KeepScale).
+Layout MakeLayout(int64_t T, int64_t C, int64_t H, double dropout_p, uint64_t dropout_seed) {
+  Layout L{T, C, H, C / H};
+  if (dropout_p > 0) {
+    L.drop_seed = dropout_seed;
+    L.drop_threshold = static_cast<uint64_t>(std::ceil(dropout_p * 0x1.0p53));
+    L.keep_scale = 1.0 / (1.0 - dropout_p);
+  }
+  return L;
+}
+
 std::string LaunchCausalAttention(const void* qkv, int dt, int64_t B, int64_t T, int64_t C,
-                                  int64_t H, void* y, void* lse, int sdt, Stream s) {
+                                  int64_t H, double dropout_p, uint64_t dropout_seed, void* y,
+                                  void* lse, int sdt, Stream s) {
   if (std::string e = CheckShape(C, H); !e.empty()) return e;
   if (B * T == 0) return "";
-  const Layout L{T, C, H, C / H};
+  const Layout L = MakeLayout(T, C, H, dropout_p, dropout_seed);
   if (FlashApplies(dt, L.D, qkv)) return LaunchFlashForward(qkv, dt, L, B, y, lse, sdt, s);
   const dim3 grid(static_cast<unsigned>((T + kThreads - 1) / kThreads),
                   static_cast<unsigned>(B * H));
@@ -1280,10 +1360,11 @@ std::string LaunchCachedAttention(const void* qkv, int dt, int64_t B, int64_t n,
 
 std::string LaunchCausalAttentionBackward(const void* qkv, const void* y, const void* dy, int dt,
                                           const void* lse, int sdt, int64_t B, int64_t T, int64_t C,
-                                          int64_t H, void* delta, void* dqkv, Stream s) {
+                                          int64_t H, double dropout_p, uint64_t dropout_seed,
+                                          void* delta, void* dqkv, Stream s) {
   if (std::string e = CheckShape(C, H); !e.empty()) return e;
   if (B * T == 0) return "";
-  const Layout L{T, C, H, C / H};
+  const Layout L = MakeLayout(T, C, H, dropout_p, dropout_seed);
   if (FlashApplies(dt, L.D, qkv, dy)) {
     return LaunchFlashBackward(qkv, y, dy, dt, lse, sdt, L, B, delta, dqkv, s);
   }

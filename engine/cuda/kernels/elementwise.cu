@@ -186,11 +186,7 @@ __global__ void DropoutKernel(const void* x, int dt, double p, uint64_t seed, vo
   const double keep_scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
   const float keep_scale_f = static_cast<float>(keep_scale);
   GRID_STRIDE(i, n) {
-    // engine::backend::DropoutHash, bit for bit.
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(i) + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    const uint64_t z = DropoutHash(seed, static_cast<uint64_t>(i));
     const bool keep = static_cast<double>(z >> 11) * 0x1.0p-53 >= p;
     if (dt == kF64) {
       Store<double>(y, dt, i, keep ? Load<double>(x, dt, i) * keep_scale : 0.0);

@@ -220,6 +220,15 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+// engine::backend::DropoutHash, bit for bit: dropout's (and attention
+// dropout's) mask on the device.
+__host__ __device__ __forceinline__ uint64_t DropoutHash(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 __host__ __device__ inline int ElementSize(int dt) {
   return dt == kF32 ? 4 : dt == kF64 ? 8 : dt == kU8 ? 1 : 2;
 }

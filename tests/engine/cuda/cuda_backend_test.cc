@@ -59,6 +59,7 @@ namespace ampd::engine {
 
 using backend::AddInPlaceKernel;
 using backend::AmpUpdateScale;
+using backend::AttentionDropout;
 using backend::AttentionResult;
 using backend::Backend;
 using backend::BackendFor;
@@ -295,56 +296,66 @@ TEST_F(CudaBackendTest, SoftmaxLogSoftmaxAndBackward) {
 }
 
 // The fused causal attention against the CPU's, forward (output and the
-// rows' logsumexp) and backward, in every dtype; and deterministic.
+// rows' logsumexp) and backward, in every dtype, with and without dropout on
+// the probabilities (the same mask from the same seed on both devices); and
+// deterministic.
 TEST_F(CudaBackendTest, CausalAttentionForwardAndBackward) {
   const int64_t B = 2, T = 70, C = 32, H = 4;
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
-    Tensor qkv = Random({B * T, 3 * C}, d, 40), dy = Random({B * T, C}, d, 41);
-    const AttentionResult c = Cpu<CausalAttentionKernel>()(qkv, T, H);
-    const AttentionResult g = Gpu<CausalAttentionKernel>()(G(qkv), T, H);
-    const std::string what = "attention " + std::string(DTypeName(d));
-    ExpectClose(g.y, c.y, Tol(d) * 4, what + " y");
-    ExpectClose(g.lse, c.lse, d == DType::kF64 ? 1e-12 : 1e-5, what + " lse");
-    const Tensor dc = Cpu<CausalAttentionBackwardKernel>()(qkv, c.y, c.lse, dy, T, H);
-    const Tensor dg = Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), T, H);
-    ExpectClose(dg, dc, Tol(d) * 8, what + " dqkv");
-    const Tensor again = Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), T, H);
-    EXPECT_EQ(again.ToDoubles(), dg.ToDoubles()) << what << ": not deterministic";
+  for (const AttentionDropout drop : {AttentionDropout{}, AttentionDropout{0.3, 91}}) {
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+      Tensor qkv = Random({B * T, 3 * C}, d, 40), dy = Random({B * T, C}, d, 41);
+      const AttentionResult c = Cpu<CausalAttentionKernel>()(qkv, T, H, drop);
+      const AttentionResult g = Gpu<CausalAttentionKernel>()(G(qkv), T, H, drop);
+      const std::string what =
+          "attention " + std::string(DTypeName(d)) + " dropout " + std::to_string(drop.p);
+      ExpectClose(g.y, c.y, Tol(d) * 4, what + " y");
+      ExpectClose(g.lse, c.lse, d == DType::kF64 ? 1e-12 : 1e-5, what + " lse");
+      const Tensor dc = Cpu<CausalAttentionBackwardKernel>()(qkv, c.y, c.lse, dy, T, H, drop);
+      const Tensor dg = Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), T, H, drop);
+      ExpectClose(dg, dc, Tol(d) * 8, what + " dqkv");
+      const Tensor again =
+          Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), T, H, drop);
+      EXPECT_EQ(again.ToDoubles(), dg.ToDoubles()) << what << ": not deterministic";
+    }
   }
 }
 
 // The tensor-core kernels (f16 and bf16, head sizes 16..64 in steps of 16),
 // one set (WMMA's, the default, or mma.sync's), against the CPU's, at sizes
 // that leave partial query and key tiles: 64 query rows a block, 32 or 64
-// keys a step. Their probabilities go into the second product rounded to the
-// input dtype, as flash attention's do; the row sums and the logsumexp are
-// the reference's, in f32. The backward from the output is checked too.
+// keys a step; three of the shapes with dropout on the probabilities. Their
+// probabilities go into the second product rounded to the input dtype, as
+// flash attention's do; the row sums and the logsumexp are the reference's,
+// in f32. The backward from the output is checked too.
 void CudaBackendTest::CheckTensorCoreAttention(cuda::FlashKernels kernel) {
   struct Shape {
     int64_t B, T, C, H;
+    double dropout;
   };
   const cuda::FlashKernels initial = cuda::GetFlashKernels();
   cuda::SetFlashKernels(kernel);
-  for (const Shape& sh : {Shape{2, 70, 128, 2}, Shape{1, 131, 64, 2}, Shape{1, 33, 48, 3},
-                          Shape{2, 16, 64, 4}, Shape{1, 45, 96, 2}, Shape{1, 200, 64, 1}}) {
+  for (const Shape& sh :
+       {Shape{2, 70, 128, 2, 0}, Shape{1, 131, 64, 2, 0.2}, Shape{1, 33, 48, 3, 0.5},
+        Shape{2, 16, 64, 4, 0}, Shape{1, 45, 96, 2, 0}, Shape{1, 200, 64, 1, 0.1}}) {
+    const AttentionDropout drop{sh.dropout, 1234};
     for (DType d : {DType::kF16, DType::kBF16}) {
       Tensor qkv = Random({sh.B * sh.T, 3 * sh.C}, d, 42, -2, 2);
-      const AttentionResult c = Cpu<CausalAttentionKernel>()(qkv, sh.T, sh.H);
-      const AttentionResult g = Gpu<CausalAttentionKernel>()(G(qkv), sh.T, sh.H);
+      const AttentionResult c = Cpu<CausalAttentionKernel>()(qkv, sh.T, sh.H, drop);
+      const AttentionResult g = Gpu<CausalAttentionKernel>()(G(qkv), sh.T, sh.H, drop);
       const std::string what =
           std::string(kernel == cuda::FlashKernels::kMma ? "mma.sync" : "WMMA") + " attention " +
           std::string(DTypeName(d)) + " T=" + std::to_string(sh.T) +
-          " D=" + std::to_string(sh.C / sh.H);
+          " D=" + std::to_string(sh.C / sh.H) + " dropout " + std::to_string(sh.dropout);
       ExpectClose(g.y, c.y, Tol(d) * 4, what + " y");
       ExpectClose(g.lse, c.lse, 1e-5, what + " lse");
       Tensor dy = Random({sh.B * sh.T, sh.C}, d, 43);
       const Tensor dqkv =
-          Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), sh.T, sh.H);
-      ExpectClose(dqkv, Cpu<CausalAttentionBackwardKernel>()(qkv, c.y, c.lse, dy, sh.T, sh.H),
+          Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), sh.T, sh.H, drop);
+      ExpectClose(dqkv, Cpu<CausalAttentionBackwardKernel>()(qkv, c.y, c.lse, dy, sh.T, sh.H, drop),
                   Tol(d) * 8, what + " dqkv");
       // One writer per gradient element, sums in a fixed order: the same bits.
       const Tensor again =
-          Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), sh.T, sh.H);
+          Gpu<CausalAttentionBackwardKernel>()(G(qkv), g.y, g.lse, G(dy), sh.T, sh.H, drop);
       EXPECT_EQ(again.ToDoubles(), dqkv.ToDoubles()) << what << " dqkv is not repeatable";
     }
   }

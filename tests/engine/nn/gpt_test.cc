@@ -1,7 +1,8 @@
 // The GPT-2 architecture: Hugging Face's parameter names and GPT-2 124M's
 // exact parameter count, GPT-2's initialisation, the whole model's gradient
-// against finite differences in f64, and a small one learning the fortunes
-// corpus byte by byte with AdamW, in f32 and under bf16 autocast.
+// against finite differences in f64 (with and without dropout), dropout on
+// the attention probabilities in training only, and a small one learning the
+// fortunes corpus byte by byte with AdamW, in f32 and under bf16 autocast.
 
 #include "engine/nn/gpt.h"
 
@@ -14,6 +15,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/autograd/autograd.h"
+#include "engine/backend/kernel_registry.h"
+#include "engine/backend/kernels/attention.h"
 #include "engine/data/text_tokens.h"
 #include "engine/data/token_windows.h"
 #include "engine/ops/autocast.h"
@@ -212,13 +215,19 @@ TEST(GptTest, InitialisationIsGpt2s) {
 
 // Every parameter's gradient through the whole model (embeddings, attention,
 // MLP, norms, tied head, loss) against central differences, in f64.
-TEST(GptTest, TheWholeModelsGradientMatchesFiniteDifferences) {
+// In training with dropout the masks are functions of the dropout seed, so
+// the loss is a smooth function of the weights with them fixed: the finite
+// differences (the same seed each time) check the backward's masks too.
+void CheckWholeModelGradient(double dropout) {
   GptSpec s;
   s.vocab_size = 7;
   s.block_size = 4;
   s.n_layer = 2;
   s.n_head = 2;
   s.n_embd = 8;
+  s.dropout = dropout;
+  const bool training = dropout > 0;
+  const uint64_t dropout_seed = 17;
   absl::StatusOr<std::unique_ptr<Gpt>> gpt = Gpt::Build(s, 3, DType::kF64, false);
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   // Larger weights than GPT-2's 0.02, so every path carries signal.
@@ -228,7 +237,7 @@ TEST(GptTest, TheWholeModelsGradientMatchesFiniteDifferences) {
     p.value.CopyFrom(Tensor::FromDoubles(v, p.value.shape(), DType::kF64));
   }
   const std::vector<int32_t> tokens = {1, 4, 2, 6, 0, 3, 3, 5}, targets = {4, 2, 6, 0, 3, 3, 5, 1};
-  Tensor loss = (*gpt)->Loss(tokens, targets, 2, 4, true);
+  Tensor loss = (*gpt)->Loss(tokens, targets, 2, 4, true, dropout_seed);
   autograd::Backward(loss);
   for (Parameter& p : (*gpt)->parameters()) {
     ASSERT_TRUE(p.value.grad().defined()) << p.name;
@@ -238,14 +247,64 @@ TEST(GptTest, TheWholeModelsGradientMatchesFiniteDifferences) {
       autograd::NoGradGuard no_grad;
       const double saved = data[k], h = 1e-6;
       data[k] = saved + h;
-      const double up = (*gpt)->Loss(tokens, targets, 2, 4, false).ToDoubles()[0];
+      const double up = (*gpt)->Loss(tokens, targets, 2, 4, training, dropout_seed).ToDoubles()[0];
       data[k] = saved - h;
-      const double down = (*gpt)->Loss(tokens, targets, 2, 4, false).ToDoubles()[0];
+      const double down =
+          (*gpt)->Loss(tokens, targets, 2, 4, training, dropout_seed).ToDoubles()[0];
       data[k] = saved;
       const double numeric = (up - down) / (2 * h);
       ASSERT_NEAR(analytic[k], numeric, 1e-6 * std::max(1.0, std::fabs(numeric)))
-          << p.name << "[" << k << "]";
+          << p.name << "[" << k << "] dropout " << dropout;
     }
+  }
+}
+
+TEST(GptTest, TheWholeModelsGradientMatchesFiniteDifferences) { CheckWholeModelGradient(0.0); }
+
+TEST(GptTest, WithDropoutTheWholeModelsGradientMatchesFiniteDifferences) {
+  CheckWholeModelGradient(0.3);
+}
+
+// The dropouts the CPU's attention kernel was called with (a spy in its
+// registry slot, calling the real one).
+std::vector<backend::AttentionDropout>* g_attention_calls = nullptr;
+backend::CausalAttentionKernel::Fn g_real_attention = nullptr;
+backend::AttentionResult SpyAttention(const Tensor& qkv, int64_t seq_len, int64_t n_head,
+                                      const backend::AttentionDropout& dropout) {
+  g_attention_calls->push_back(dropout);
+  return g_real_attention(qkv, seq_len, n_head, dropout);
+}
+
+// nanoGPT's attn_dropout: the model's dropout reaches every layer's
+// attention in training, each layer with a mask of its own (its own seed),
+// the same seeds for the same dropout seed; none in evaluation.
+TEST(GptTest, DropoutReachesTheAttentionProbabilitiesInTrainingOnly) {
+  GptSpec s = TinyGpt(3, 8);
+  s.dropout = 0.2;
+  std::unique_ptr<Gpt> gpt = *Gpt::Build(s, 5);
+  const std::vector<int32_t> tokens = {1, 4, 2, 6, 0, 3, 3, 5}, targets = {4, 2, 6, 0, 3, 3, 5, 1};
+  auto& slot = backend::KernelSlot<backend::CausalAttentionKernel>(Device::kCpu);
+  g_real_attention = slot;
+  slot = &SpyAttention;
+  std::vector<backend::AttentionDropout> train, again, other, eval;
+  autograd::NoGradGuard no_grad;
+  g_attention_calls = &train;
+  gpt->Loss(tokens, targets, 2, 4, true, 9);
+  g_attention_calls = &again;
+  gpt->Loss(tokens, targets, 2, 4, true, 9);
+  g_attention_calls = &other;
+  gpt->Loss(tokens, targets, 2, 4, true, 10);
+  g_attention_calls = &eval;
+  gpt->Loss(tokens, targets, 2, 4, false, 9);
+  slot = g_real_attention;
+  ASSERT_EQ(train.size(), 3u);
+  ASSERT_EQ(eval.size(), 3u);
+  for (int l = 0; l < 3; ++l) {
+    EXPECT_EQ(train[l].p, 0.2) << l;
+    EXPECT_EQ(eval[l].p, 0.0) << l;
+    EXPECT_EQ(train[l].seed, again[l].seed) << l;
+    EXPECT_NE(train[l].seed, other[l].seed) << l;
+    for (int k = 0; k < l; ++k) EXPECT_NE(train[l].seed, train[k].seed) << l << " " << k;
   }
 }
 

@@ -86,12 +86,12 @@ TEST(WeightsFileTest, ExportWritesConv1dWeightsAndTheConfig) {
         "\"tie_word_embeddings\": true"}) {
     EXPECT_TRUE(absl::StrContains(config, field)) << field << " in " << config;
   }
-  // Dropout as the model applies it: embeddings and residual branches only.
+  // Dropout as the model applies it: one probability for all three, as nanoGPT.
   GptSpec dropped = s;
   dropped.dropout = 0.1;
   const std::string with_dropout = ExportWeights(dropped, Params(s)).metadata.at("config");
   for (const char* field :
-       {"\"resid_pdrop\": 0.1,", "\"embd_pdrop\": 0.1,", "\"attn_pdrop\": 0.0,"}) {
+       {"\"resid_pdrop\": 0.1,", "\"embd_pdrop\": 0.1,", "\"attn_pdrop\": 0.1,"}) {
     EXPECT_TRUE(absl::StrContains(with_dropout, field)) << field << " in " << with_dropout;
   }
 }

@@ -1,7 +1,7 @@
 // The fused causal self-attention against a naive reference that builds the
 // whole T x T probability matrix (PyTorch's SDPA math path), over several key
-// tiles; future tokens never change past outputs; and autocast runs it in the
-// low-precision dtype.
+// tiles, with and without dropout on the probabilities; future tokens never
+// change past outputs; and autocast runs it in the low-precision dtype.
 
 #include "engine/ops/attention.h"
 
@@ -10,6 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "engine/backend/kernel_registry.h"
+#include "engine/backend/kernels/attention.h"
+#include "engine/backend/kernels/dropout.h"
 #include "engine/ops/autocast.h"
 #include "gtest/gtest.h"
 #include "tests/engine/random_values.h"
@@ -19,9 +22,11 @@ namespace {
 
 using testing::RandomValues;
 
-// softmax(q k^T / sqrt(D) masked to j <= i) v, with the full matrix.
+// softmax(q k^T / sqrt(D) masked to j <= i) v, with the full matrix; with
+// dropout p > 0, probability (b, h, i, j) is kept by dropout's own rule
+// (backend::DropoutKeep) at index ((b H + h) T + i) T + j, scaled by 1/(1-p).
 std::vector<double> NaiveAttention(const std::vector<double>& x, int64_t B, int64_t T, int64_t C,
-                                   int64_t H) {
+                                   int64_t H, double dropout = 0, uint64_t seed = 0) {
   const int64_t D = C / H;
   std::vector<double> y(B * T * C);
   for (int64_t b = 0; b < B; ++b) {
@@ -40,6 +45,13 @@ std::vector<double> NaiveAttention(const std::vector<double>& x, int64_t B, int6
         double sum = 0;
         for (int64_t j = 0; j <= i; ++j) sum += (p[i * T + j] = std::exp(p[i * T + j] - mx));
         for (int64_t j = 0; j <= i; ++j) p[i * T + j] /= sum;
+        if (dropout > 0) {
+          for (int64_t j = 0; j <= i; ++j) {
+            const uint64_t index = static_cast<uint64_t>(((b * H + h) * T + i) * T + j);
+            p[i * T + j] =
+                backend::DropoutKeep(seed, index, dropout) ? p[i * T + j] / (1 - dropout) : 0.0;
+          }
+        }
         for (int64_t d = 0; d < D; ++d) {
           double acc = 0;
           for (int64_t j = 0; j <= i; ++j) {
@@ -66,6 +78,84 @@ TEST(AttentionTest, MatchesTheFullMatrixReferenceAcrossKeyTiles) {
     ASSERT_NEAR(f64[i], want[i], 1e-12) << i;
     ASSERT_NEAR(f32[i], want[i], 2e-5 * std::max(1.0, std::fabs(want[i]))) << i;
   }
+}
+
+// Dropout on the probabilities, as SDPA's dropout_p: the CPU's every path
+// (f64's portable loop, f32's AVX-512 rows with heads of 32 and the
+// portable f32 loop with heads of 4) drops the reference's probabilities.
+TEST(AttentionTest, DropoutDropsTheReferencesProbabilities) {
+  const int64_t B = 2, T = 150;
+  const double p = 0.3;
+  const uint64_t seed = 77;
+  for (const auto& [C, H] : {std::pair<int64_t, int64_t>{16, 4}, {64, 2}}) {
+    const std::vector<double> x = RandomValues(B * T * 3 * C, 11);
+    const std::vector<double> want = NaiveAttention(x, B, T, C, H, p, seed);
+    const std::vector<double> undropped = NaiveAttention(x, B, T, C, H);
+    const std::vector<double> f64 =
+        CausalSelfAttention(Tensor::FromDoubles(x, {B * T, 3 * C}, DType::kF64), T, H, p, seed)
+            .ToDoubles();
+    const std::vector<double> f32 =
+        CausalSelfAttention(Tensor::FromDoubles(x, {B * T, 3 * C}, DType::kF32), T, H, p, seed)
+            .ToDoubles();
+    double changed = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(f64[i], want[i], 1e-12) << "C " << C << " at " << i;
+      ASSERT_NEAR(f32[i], want[i], 2e-5 * std::max(1.0, std::fabs(want[i])))
+          << "C " << C << " at " << i;
+      changed = std::max(changed, std::fabs(want[i] - undropped[i]));
+    }
+    EXPECT_GT(changed, 0.1) << "the reference's dropout changes nothing";
+  }
+}
+
+// The mask keeps 1 - p of the probabilities, is a function of the seed, and
+// p = 0 is no dropout, bit for bit.
+TEST(AttentionTest, DropoutMaskIsSeededAndKeepsOneMinusP) {
+  const backend::AttentionDropout d{0.25, 5};
+  int64_t kept = 0;
+  const int64_t n = 200000;
+  for (int64_t i = 0; i < n; ++i) kept += backend::AttentionKeep(d.seed, d.Threshold(), i);
+  EXPECT_NEAR(static_cast<double>(kept) / n, 0.75, 0.005);
+  const int64_t B = 1, T = 40, C = 64, H = 2;
+  const Tensor x =
+      Tensor::FromDoubles(RandomValues(B * T * 3 * C, 12), {B * T, 3 * C}, DType::kF32);
+  const std::vector<double> plain = CausalSelfAttention(x, T, H).ToDoubles();
+  EXPECT_EQ(CausalSelfAttention(x, T, H, 0.0, 5).ToDoubles(), plain);
+  const std::vector<double> a = CausalSelfAttention(x, T, H, 0.25, 5).ToDoubles();
+  EXPECT_EQ(CausalSelfAttention(x, T, H, 0.25, 5).ToDoubles(), a);
+  EXPECT_NE(CausalSelfAttention(x, T, H, 0.25, 6).ToDoubles(), a);
+  EXPECT_NE(a, plain);
+}
+
+// The backward regenerates the forward's mask: f32's GEMM path and bf16's
+// (bf16 GEMMs where oneDNN has them) against the f64 loop, whose gradient is
+// checked by finite differences (ops_grad_test); and the mask matters there.
+TEST(AttentionTest, DropoutBackwardOnEveryPathAgreesWithF64) {
+  const int64_t B = 2, T = 100, C = 64, H = 2;
+  const backend::AttentionDropout drop{0.3, 21};
+  const std::vector<double> xv = RandomValues(B * T * 3 * C, 13), gv = RandomValues(B * T * C, 14);
+  auto forward = backend::Kernel<backend::CausalAttentionKernel>(Device::kCpu);
+  auto backward = backend::Kernel<backend::CausalAttentionBackwardKernel>(Device::kCpu);
+  auto grad = [&](DType d, const backend::AttentionDropout& dr) {
+    const Tensor x = Tensor::FromDoubles(xv, {B * T, 3 * C}, d);
+    const Tensor g = Tensor::FromDoubles(gv, {B * T, C}, d);
+    const backend::AttentionResult r = forward(x, T, H, dr);
+    return backward(x, r.y, r.lse, g, T, H, dr).ToDoubles();
+  };
+  const std::vector<double> want = grad(DType::kF64, drop);
+  const std::vector<double> undropped = grad(DType::kF64, {});
+  const std::vector<double> f32 = grad(DType::kF32, drop);
+  const std::vector<double> bf16 = grad(DType::kBF16, drop);
+  double scale = 0, off = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(want[i]));
+    off = std::max(off, std::fabs(want[i] - undropped[i]));
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(f32[i], want[i], 1e-5 * scale) << i;
+    ASSERT_NEAR(bf16[i], want[i], 0.05 * scale) << i;
+  }
+  EXPECT_GT(off, 0.3 * scale) << "the mask changes the gradient";
 }
 
 TEST(AttentionTest, AFutureTokenNeverChangesAPastOutput) {

@@ -155,6 +155,14 @@ TEST(OpsGradTest, CausalSelfAttention) {
                  {Random({2 * 5, 24}, 16, -1.5, 1.5)});
 }
 
+// With dropout on the probabilities: the backward regenerates the forward's
+// mask from the seed (a different mask would fail the check).
+TEST(OpsGradTest, CausalSelfAttentionWithDropout) {
+  CheckGradients("scaled_dot_product_attention dropout",
+                 [](auto& in) { return CausalSelfAttention(in[0], 5, 2, 0.4, 9); },
+                 {Random({2 * 5, 24}, 19, -1.5, 1.5)});
+}
+
 TEST(OpsGradTest, LmHeadCrossEntropy) {
   CheckGradients("lm_head_cross_entropy",
                  [](auto& in) {

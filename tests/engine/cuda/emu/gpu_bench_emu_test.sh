@@ -38,6 +38,7 @@ expect '^RESULT attention_check y_max_diff=[0-9.e-]+ lse_max_diff=[0-9.e-]+ dx_m
 for k in mma wmma; do
   expect "^RESULT attention kernels=$k fwd_ms=[0-9.]+ bwd_ms=[0-9.]+"
 done
+expect '^RESULT attention_dropout p=0.1 mma_fwd_bwd_ms=[0-9.]+ mma_vs_undropped=[0-9.]+ wmma_fwd_bwd_ms=[0-9.]+ wmma_vs_undropped=[0-9.]+$'
 expect '^gpt_step attention kernels: mma.sync$'
 expect '^RESULT gpt_mma layers=1 embd=32 block=16 batch=2 tokens_per_s=[0-9.]+ mfu=[0-9.]+'
 expect "^gpt_step bf16-mixed: WMMA's step / mma.sync's = [0-9.]+x$"
@@ -89,6 +90,8 @@ grep -qE "^gemm 8\^3 fp8: engine 95.0 TFLOP/s = 0.95 of cuBLASLt \(meets >= 0.90
   { echo "FAIL: summary's FP8 GEMM ratio: $fp8_rate"; fail=1; }
 grep -qE "^attention at the GPT shape, WMMA / mma.sync time: forward [0-9.]+x \([0-9.]+ ms\), backward [0-9.]+x" <<<"$summary" ||
   { echo "FAIL: summary lacks the attention kernels' line"; fail=1; }
+grep -qE "^attention with dropout 0.1 \(forward \+ backward\): mma.sync [0-9.]+ ms \([0-9.]+x without\), WMMA [0-9.]+ ms \([0-9.]+x without\)" <<<"$summary" ||
+  { echo "FAIL: summary lacks the attention dropout line"; fail=1; }
 grep -qE "^gpt fp8-hybrid / bf16-mixed = [0-9.]+x \((meets|MISSES) >= 1.3x\)" <<<"$summary" ||
   { echo "FAIL: summary lacks the FP8 GPT ratio"; fail=1; }
 grep -qE "^attention mma.sync against WMMA on random data: agree \(largest difference [0-9.e-]+ of the largest value\)" \
