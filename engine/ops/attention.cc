@@ -2,6 +2,7 @@
 
 #include "engine/backend/kernels/attention.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/dropout.h"
 #include "engine/ops/grad_util.h"
 #include "engine/ops/op_def.h"
 
@@ -16,6 +17,10 @@ using backend::Kernel;
 
 Tensor CausalSelfAttention(Tensor qkv, int64_t seq_len, int64_t n_head, double dropout_p,
                            uint64_t dropout_seed) {
+  if (dropout_p > 0) {
+    // The mask's index runs over (b, h, i, j): T * T * n_head values a sequence.
+    dropout_seed = ShardDropoutSeed(dropout_seed, qkv.dim(0) * seq_len * n_head);
+  }
   OpDispatch d(OpId::kCausalAttention, {&qkv});
   const AttentionDropout dropout{dropout_p, dropout_seed};
   AttentionResult r = Kernel<CausalAttentionKernel>(qkv.device())(qkv, seq_len, n_head, dropout);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd.h"
@@ -19,6 +20,7 @@
 #include "engine/core/error_subject.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/cast.h"
+#include "engine/ops/dropout.h"
 #include "engine/ops/ops.h"
 
 namespace ampd::engine::train {
@@ -924,11 +926,19 @@ void Trainer::NextShard(data::Batch* b) {
 Tensor Trainer::MicroBatchLoss(int64_t micro) {
   const TrainingSpec& t = config_.training;
   const uint64_t dropout_seed = t.seed + step_ * 7919 + micro;
+  // Data-parallel: this rank's `per` samples are rank * per.. of the global
+  // batch (TakeShard, TakeTokenShard); their dropout masks are the global
+  // batch's there, as one worker's would be.
+  const dist::ProcessGroup* g = config_.process_group;
+  const bool sharded = g != nullptr && g->size() > 1;
+  std::optional<ops::DropoutShardScope> shard;
+  auto masks_of_shard = [&](int64_t per) {
+    if (sharded) shard.emplace(g->rank() * per, per);
+  };
   if (lm_ != nullptr) {
     data::TokenBatch b = windows_->Next(t.batch_size);
-    if (const dist::ProcessGroup* g = config_.process_group; g != nullptr && g->size() > 1) {
-      TakeTokenShard(g->rank(), g->size(), &b);
-    }
+    if (sharded) TakeTokenShard(g->rank(), g->size(), &b);
+    masks_of_shard(b.batch);
     AutocastScope region(amp::AutocastRegion(config_.precision));
     return lm_->Loss(b.inputs, b.targets, b.batch, b.block, /*training=*/true, dropout_seed);
   }
@@ -945,6 +955,7 @@ Tensor Trainer::MicroBatchLoss(int64_t micro) {
     NextShard(&batch_);
     x = UploadBatch(batch_);
   }
+  masks_of_shard(batch_.size);
   AutocastScope region(amp::AutocastRegion(config_.precision));
   Tensor logits = classifier_->Forward(x, /*training=*/true, dropout_seed);
   return SoftmaxCrossEntropy(logits, batch_.labels);

@@ -1,10 +1,11 @@
 // Data-parallel jobs through the server (resources.workers): rank 0 trains in
 // ampd and the other ranks in `ampd worker` processes it starts. The job
-// trains as one worker with the same global batch would; it is placed all or
-// nothing (FAILED_PRECONDITION when it could never fit, QUEUED saying what it
-// waits for when it must wait); a worker killed mid-job restarts every rank
-// from the last checkpoint, and the job ends with each step once in its
-// history and the weights of an uninterrupted run, bitwise.
+// trains as one worker with the same global batch would (its dropout masks
+// included); it is placed all or nothing (FAILED_PRECONDITION when it could
+// never fit, QUEUED saying what it waits for when it must wait); a worker
+// killed mid-job restarts every rank from the last checkpoint, and the job
+// ends with each step once in its history and the weights of an
+// uninterrupted run, bitwise.
 #include <signal.h>
 #include <sys/types.h>
 
@@ -41,10 +42,11 @@ std::string Slurp(const std::string& path) {
 }
 
 // An MLP on synthetic data; `workers` data-parallel ranks share the global
-// batch of 64.
+// batch of 64. With dropout, so that the ranks' masks matter: each rank's
+// samples take the masks one worker's would (ops::DropoutShardScope).
 std::string DdpJobJson(int steps, int workers, const std::string& precision = "32-true",
                        const std::string& extra_resources = "") {
-  return R"({"model": {"mlp": {"hidden": [32]}},
+  return R"({"model": {"mlp": {"hidden": [32], "dropout": 0.2}},
     "data": {"synthetic": {"numExamples": 1024, "featureDim": 16, "numClasses": 4,
                            "numTestExamples": 128, "seed": 3}},
     "precision": {"profile": ")" +
@@ -194,7 +196,8 @@ TEST_F(DataParallelTest, TheExampleTrainsOnFashionMnistWithTwoWorkers) {
 TEST_F(DataParallelTest, AGptTrainsDataParallelOnTheBuiltInCorpus) {
   Start({"--cpu_workers=2"});
   const auto gpt = [](int workers) {
-    return R"({"model": {"gpt": {"blockSize": "16", "nLayer": "1", "nHead": "2", "nEmbd": "32"}},
+    return R"({"model": {"gpt": {"blockSize": "16", "nLayer": "1", "nHead": "2", "nEmbd": "32",
+                           "dropout": 0.2}},
       "data": {"tokens": {"builtin": "fortunes", "evalWindows": "8"}},
       "optimizer": {"lr": 0.003},
       "training": {"steps": "20", "batchSize": "8", "evalInterval": "10", "seed": "4"},

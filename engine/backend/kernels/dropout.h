@@ -26,6 +26,13 @@ inline uint64_t DropoutHash(uint64_t seed, uint64_t index) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+// The seed whose mask at index i is `seed`'s at i + offset:
+// DropoutHash(DropoutSeedAt(s, k), i) == DropoutHash(s, i + k), as the hash
+// mixes seed + G (index + 1). A data-parallel rank's slice of a batch takes
+// the whole batch's mask this way (ops/dropout.h's DropoutShardScope).
+inline uint64_t DropoutSeedAt(uint64_t seed, uint64_t offset) {
+  return seed + 0x9E3779B97F4A7C15ull * offset;
+}
 inline bool DropoutKeep(uint64_t seed, uint64_t index, double p) {
   return static_cast<double>(DropoutHash(seed, index) >> 11) * 0x1.0p-53 >= p;
 }

@@ -9,8 +9,10 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/backend/kernels/conv.h"
+#include "engine/backend/kernels/dropout.h"
 #include "engine/backend/kernels/matmul.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/dropout.h"
 #include "engine/ops/ops.h"
 #include "gtest/gtest.h"
 
@@ -290,6 +292,44 @@ TEST(OpsGradTest, DropoutIsSeededAndScalesKeptValues) {
   }
   EXPECT_NEAR(kept, 750, 60);
   EXPECT_EQ(Dropout(x, 0.25, 7, false).ToFloats(), x.ToFloats());
+}
+
+// A data-parallel rank's samples take the whole batch's masks: dropout of
+// samples [2, 4) of 4 under DropoutShardScope(2, 2) is the second half of
+// the whole batch's, bit for bit, and so is attention's (its probabilities'
+// mask runs over (sequence, head, i, j)); rank 0 (first 0) is unchanged.
+TEST(OpsGradTest, AShardsDropoutMasksAreTheWholeBatchs) {
+  for (uint64_t s : {0ull, 1ull, 0xFFFFFFFFFFFFFFFFull}) {
+    for (uint64_t k : {1ull, 77ull, 1ull << 40}) {
+      EXPECT_EQ(backend::DropoutHash(backend::DropoutSeedAt(s, k), 5),
+                backend::DropoutHash(s, 5 + k));
+    }
+  }
+  const Tensor x = Random({4, 50}, 40);
+  const std::vector<double> whole = Dropout(x, 0.5, 3, true).ToDoubles();
+  const Tensor second_half = Tensor::FromDoubles(
+      std::vector<double>(x.ToDoubles().begin() + 100, x.ToDoubles().end()), {2, 50}, DType::kF64);
+  std::vector<double> shard;
+  {
+    ops::DropoutShardScope scope(2, 2);
+    shard = Dropout(second_half, 0.5, 3, true).ToDoubles();
+  }
+  EXPECT_EQ(shard, std::vector<double>(whole.begin() + 100, whole.end()));
+  EXPECT_NE(Dropout(second_half, 0.5, 3, true).ToDoubles(), shard) << "outside the scope";
+
+  const int64_t T = 6, H = 2, C = 8;  // qkv rows: 4 sequences of 6
+  const Tensor qkv = Random({4 * T, 3 * C}, 41);
+  const std::vector<double> all = CausalSelfAttention(qkv, T, H, 0.4, 9).ToDoubles();
+  const std::vector<double> q = qkv.ToDoubles();
+  const Tensor last_two = Tensor::FromDoubles(
+      std::vector<double>(q.begin() + 2 * T * 3 * C, q.end()), {2 * T, 3 * C}, DType::kF64);
+  std::vector<double> attention_shard;
+  {
+    ops::DropoutShardScope scope(2, 2);
+    attention_shard = CausalSelfAttention(last_two, T, H, 0.4, 9).ToDoubles();
+  }
+  EXPECT_EQ(attention_shard, std::vector<double>(all.begin() + 2 * T * C, all.end()));
+  EXPECT_NE(CausalSelfAttention(last_two, T, H, 0.4, 9).ToDoubles(), attention_shard);
 }
 
 TEST(OpsGradTest, GradientsAccumulateAcrossBackwardCalls) {
