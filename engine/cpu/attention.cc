@@ -23,6 +23,12 @@
 // widened f32 path on an AMX Xeon, even with it on Zen 4 (attention_bench).
 // f64: the portable loop, one query row at a time. Either way each thread
 // accumulates dK and dV for its own (batch, head), so no two threads write one value.
+//
+// Dropout on the probabilities (backend::AttentionDropout): the forward drops
+// a tile's probabilities after the row sum has taken them and before they
+// meet V (RowDrop, DropRow: the mask's hash 8 lanes at a time with AVX-512
+// DQ); the backward masks dP = dO V^T before dS and P after it
+// (DroppedScoreGrads), regenerating the forward's mask.
 
 #include "engine/backend/kernels/attention.h"
 
