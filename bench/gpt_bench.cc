@@ -6,6 +6,7 @@
 //
 //   bazel run -c opt //bench:gpt_bench
 //   bazel run -c opt //bench:gpt_bench -- --torch_python=/path/to/venv/bin/python3
+//   bazel run -c opt //bench:gpt_bench -- --dropout=0.1   # nanoGPT's dropout, both sides
 //
 // The model is the brief's byte-level GPT (4 layers x 256, 4 heads, block
 // 128, batch 32) on the fortunes corpus (random tokens when it is missing).
@@ -47,6 +48,9 @@ ABSL_FLAG(int64_t, block, 128, "Sequence length");
 ABSL_FLAG(int64_t, layers, 4, "Transformer blocks");
 ABSL_FLAG(int64_t, embd, 256, "Embedding width");
 ABSL_FLAG(int64_t, heads, 4, "Attention heads");
+ABSL_FLAG(double, dropout, 0.0,
+          "The model's dropout (embeddings, attention probabilities, projections), also "
+          "PyTorch's");
 ABSL_FLAG(std::string, torch_python, "python3",
           "Python with torch for bench/torch_gpt_bench.py (skipped when torch is not importable)");
 ABSL_FLAG(bool, no_torch, false, "Do not run the PyTorch comparison");
@@ -112,11 +116,12 @@ void Step(Run& r, data::TokenWindows& windows, int64_t batch) {
 double TorchStepMs(const std::string& precision) {
   return bench::TorchStepMs(
       absl::GetFlag(FLAGS_torch_python), "torch_gpt_bench.py",
-      absl::StrCat("--precision=", precision, " --batch=", absl::GetFlag(FLAGS_batch),
-                   " --block=", absl::GetFlag(FLAGS_block),
-                   " --layers=", absl::GetFlag(FLAGS_layers), " --embd=", absl::GetFlag(FLAGS_embd),
-                   " --heads=", absl::GetFlag(FLAGS_heads), " --steps=", absl::GetFlag(FLAGS_steps),
-                   " --warmup=", absl::GetFlag(FLAGS_warmup)),
+      absl::StrCat(
+          "--precision=", precision, " --batch=", absl::GetFlag(FLAGS_batch),
+          " --block=", absl::GetFlag(FLAGS_block), " --layers=", absl::GetFlag(FLAGS_layers),
+          " --embd=", absl::GetFlag(FLAGS_embd), " --heads=", absl::GetFlag(FLAGS_heads),
+          " --dropout=", absl::GetFlag(FLAGS_dropout), " --steps=", absl::GetFlag(FLAGS_steps),
+          " --warmup=", absl::GetFlag(FLAGS_warmup)),
       "torch_gpt");
 }
 
@@ -127,6 +132,7 @@ int Main() {
   spec.n_layer = absl::GetFlag(FLAGS_layers);
   spec.n_embd = absl::GetFlag(FLAGS_embd);
   spec.n_head = absl::GetFlag(FLAGS_heads);
+  spec.dropout = absl::GetFlag(FLAGS_dropout);
   const int64_t batch = absl::GetFlag(FLAGS_batch);
   absl::StatusOr<std::string> text = data::ReadFortunes();
   data::TokenSequence tokens;

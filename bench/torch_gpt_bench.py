@@ -4,7 +4,9 @@ on gpu_bench's GPT-2 124M step (--device=cuda, run by tools/gpu_bundle).
 
 nanoGPT's model (pre-LayerNorm blocks, F.scaled_dot_product_attention with
 is_causal=True, GELU tanh, tied LM head) at the same size, batch and sequence
-length, AdamW, cross entropy; 32-true in f32, bf16-mixed under
+length, AdamW, cross entropy (with --dropout: nanoGPT's dropout after the
+embeddings, on the attention probabilities through SDPA's dropout_p, and
+after each block's projections); 32-true in f32, bf16-mixed under
 torch.autocast(device, dtype=torch.bfloat16) over f32 weights. Prints
 "RESULT torch_gpt step_ms=... tokens_per_s=...", or a SKIPPED line when torch
 (or its CUDA) is missing (exit 0 either way).
@@ -27,6 +29,7 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dropout", type=float, default=0.0)
     a = p.parse_args()
     try:
         import torch
@@ -48,15 +51,17 @@ def main():
             self.ln_2 = nn.LayerNorm(a.embd)
             self.c_fc = nn.Linear(a.embd, 4 * a.embd)
             self.mlp_proj = nn.Linear(4 * a.embd, a.embd)
+            self.drop = nn.Dropout(a.dropout)
 
         def forward(self, x):
             B, T, C = x.shape
             q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
             shape = (B, T, a.heads, C // a.heads)
             q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               dropout_p=a.dropout if self.training else 0.0)
+            x = x + self.drop(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+            return x + self.drop(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")))
 
     class Gpt(nn.Module):
         def __init__(self):
@@ -65,10 +70,11 @@ def main():
             self.wpe = nn.Embedding(a.block, a.embd)
             self.h = nn.ModuleList(Block() for _ in range(a.layers))
             self.ln_f = nn.LayerNorm(a.embd)
+            self.drop = nn.Dropout(a.dropout)
 
         def forward(self, idx, targets):
             pos = torch.arange(idx.shape[1], device=idx.device)
-            x = self.wte(idx) + self.wpe(pos)
+            x = self.drop(self.wte(idx) + self.wpe(pos))
             for block in self.h:
                 x = block(x)
             logits = self.ln_f(x) @ self.wte.weight.t()

@@ -26,7 +26,7 @@
 //
 // Dropout on the probabilities (backend::AttentionDropout): the forward drops
 // a tile's probabilities after the row sum has taken them and before they
-// meet V (RowDrop, DropRow: the mask's hash 8 lanes at a time with AVX-512
+// meet V (RowDrop, DropRow: dropout_mask.h's 16 at a time with AVX-512
 // DQ); the backward masks dP = dO V^T before dS and P after it
 // (DroppedScoreGrads), regenerating the forward's mask.
 
@@ -45,6 +45,7 @@
 #include "engine/cpu/avx512_math.h"
 #include "engine/cpu/capabilities.h"
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/cpu/dropout_mask.h"
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/kernel_util.h"
 #include "engine/cpu/vector_isa.h"
@@ -110,47 +111,12 @@ std::optional<RowDrop<C>> DropOfRow(const AttentionDropout& d, int64_t bh, int64
                     static_cast<C>(d.KeepScale())};
 }
 
-#ifdef AMPD_HAS_AVX512_KERNELS
-// DropoutHash of 8 consecutive indices from `first`, in 64-bit lanes.
-__attribute__((target("avx512f,avx512dq"))) inline __m512i DropoutHash8(uint64_t seed,
-                                                                        uint64_t first) {
-  const __m512i index1 = _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(first + 1)),
-                                          _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
-  __m512i z = _mm512_add_epi64(
-      _mm512_set1_epi64(static_cast<int64_t>(seed)),
-      _mm512_mullo_epi64(index1, _mm512_set1_epi64(static_cast<int64_t>(0x9E3779B97F4A7C15ull))));
-  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
-                         _mm512_set1_epi64(static_cast<int64_t>(0xBF58476D1CE4E5B9ull)));
-  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
-                         _mm512_set1_epi64(static_cast<int64_t>(0x94D049BB133111EBull)));
-  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
-}
-// x[j] for j in [0, n) dropped as RowDrop::Apply, 16 at a time.
-__attribute__((target("avx512f,avx512dq"))) void DropRowAvx512(const RowDrop<float>& d, float* x,
-                                                               int64_t n) {
-  const __m512i threshold = _mm512_set1_epi64(static_cast<int64_t>(d.threshold));
-  const __m512 keep_scale = _mm512_set1_ps(d.keep_scale);
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask8 lo = _mm512_cmpge_epu64_mask(
-        _mm512_srli_epi64(DropoutHash8(d.seed, d.index0 + j), 11), threshold);
-    const __mmask8 hi = _mm512_cmpge_epu64_mask(
-        _mm512_srli_epi64(DropoutHash8(d.seed, d.index0 + j + 8), 11), threshold);
-    const __mmask16 keep = static_cast<__mmask16>(lo | (hi << 8));
-    const __mmask16 lanes = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + j);
-    _mm512_mask_storeu_ps(x + j, lanes, _mm512_maskz_mul_ps(keep, v, keep_scale));
-  }
-}
-bool UseAvx512Drop() {
-  static const bool ok = UseAvx512Kernels() && __builtin_cpu_supports("avx512dq");
-  return ok;
-}
-#endif
-
 // x[j] for j in [0, n) of a row, dropped (RowDrop::Apply).
 void DropRow(const RowDrop<float>& d, float* x, int64_t n) {
 #ifdef AMPD_HAS_AVX512_KERNELS
-  if (UseAvx512Drop()) return DropRowAvx512(d, x, n);
+  if (UseAvx512DropoutMask()) {
+    return DropoutRow16(d.seed, d.index0, d.threshold, d.keep_scale, x, x, n);
+  }
 #endif
   for (int64_t j = 0; j < n; ++j) x[j] = d.Apply(x[j], j);
 }

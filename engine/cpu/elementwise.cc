@@ -7,6 +7,7 @@
 #include "engine/cpu/avx512_math.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_backend_impl.h"
+#include "engine/cpu/dropout_mask.h"
 #include "engine/cpu/kernel_util.h"
 #include "engine/cpu/vector_isa.h"
 
@@ -282,12 +283,24 @@ Tensor CpuBackendImpl::DropoutImpl(const Tensor& x, double p, uint64_t seed) {
   if constexpr (std::is_same_v<C, float>) {
     Tensor y = Tensor::Uninitialized(x.shape(), x.dtype());
     const float keep_scale = p < 1 ? static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
+#ifdef AMPD_HAS_AVX512_KERNELS
+    const bool vector = UseAvx512DropoutMask() && p < 1;
+#else
+    const bool vector = false;
+#endif
     ForBlocks(x.numel(), [&](int64_t begin, int64_t len) {
       float in_buf[kBlock], out_buf[kBlock];
       const float* __restrict xs = LoadBlock(x, begin, len, in_buf);
       float* __restrict ys = DestBlock(y, begin, out_buf);
-      for (int64_t i = 0; i < len; ++i) {
-        ys[i] = DropoutKeep(seed, begin + i, p) ? xs[i] * keep_scale : 0.0f;
+      if (vector) {
+#ifdef AMPD_HAS_AVX512_KERNELS
+        // The same mask 16 at a time (DropoutKeep's rule in integers).
+        DropoutRow16(seed, begin, backend::DropoutThreshold(p), keep_scale, xs, ys, len);
+#endif
+      } else {
+        for (int64_t i = 0; i < len; ++i) {
+          ys[i] = DropoutKeep(seed, begin + i, p) ? xs[i] * keep_scale : 0.0f;
+        }
       }
       StoreBlock(ys, y, begin, len);
     });

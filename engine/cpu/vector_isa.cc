@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "engine/cpu/dropout_mask.h"
+
 namespace ampd::engine::cpu {
 namespace {
 
@@ -15,6 +17,15 @@ bool CpuHasAvx512() {
 #endif
 }
 
+bool CpuHasAvx512Dq() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
 std::atomic<bool> g_allowed{true};
 
 }  // namespace
@@ -22,6 +33,11 @@ std::atomic<bool> g_allowed{true};
 bool UseAvx512Kernels() {
   static const bool has = CpuHasAvx512();
   return has && g_allowed.load(std::memory_order_relaxed);
+}
+
+bool UseAvx512DropoutMask() {
+  static const bool has_dq = CpuHasAvx512Dq();
+  return has_dq && UseAvx512Kernels();
 }
 
 void AllowAvx512Kernels(bool allow) { g_allowed.store(allow, std::memory_order_relaxed); }

@@ -13,7 +13,6 @@
 // forward keeps only each row's logsumexp (f32/f64, [B, n_head, T]) and the backward recomputes the
 // probabilities from it.
 
-#include <cmath>
 #include <cstdint>
 
 #include "engine/backend/kernel_registry.h"
@@ -46,8 +45,7 @@ struct AttentionDropout {
   double p = 0;  // in [0, 1)
   uint64_t seed = 0;
   bool active() const { return p > 0; }
-  // (h >> 11) * 2^-53 >= p  <=>  (h >> 11) >= ceil(p * 2^53): both sides exact.
-  uint64_t Threshold() const { return static_cast<uint64_t>(std::ceil(p * 0x1.0p53)); }
+  uint64_t Threshold() const { return DropoutThreshold(p); }  // DropoutKeep's rule
   double KeepScale() const { return 1.0 / (1.0 - p); }
 };
 inline bool AttentionKeep(uint64_t seed, uint64_t threshold, uint64_t index) {

@@ -6,6 +6,7 @@
 // values are scaled by 1/(1-p). The mask is implied by (seed, p); nothing is
 // stored, and the backward is the same kernel applied to the gradient.
 
+#include <cmath>
 #include <cstdint>
 
 #include "engine/backend/kernel_registry.h"
@@ -35,6 +36,12 @@ inline uint64_t DropoutSeedAt(uint64_t seed, uint64_t offset) {
 }
 inline bool DropoutKeep(uint64_t seed, uint64_t index, double p) {
   return static_cast<double>(DropoutHash(seed, index) >> 11) * 0x1.0p-53 >= p;
+}
+// DropoutKeep's rule in integers: kept iff DropoutHash(seed, index) >> 11 >=
+// DropoutThreshold(p), as (h >> 11) * 2^-53 >= p <=> (h >> 11) >=
+// ceil(p * 2^53), both sides exact. 0 for p = 0 (everything kept).
+inline uint64_t DropoutThreshold(double p) {
+  return static_cast<uint64_t>(std::ceil(p * 0x1.0p53));
 }
 
 }  // namespace ampd::engine::backend

@@ -22,6 +22,8 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kernel_registry.h"
+#include "engine/backend/kernels/dropout.h"
 #include "engine/backend/kernels/layer_norm.h"
 #include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/kernels/reductions.h"
@@ -303,6 +305,37 @@ LayerNormRun RunLayerNorm(int64_t rows, int64_t cols, DType d) {
 
 // LayerNorm in f32 against f64, forward and dx, on both paths: 256 columns
 // (a power of two: dx multiplies by 1 / cols), 320 and 48 (divides).
+// Dropout's mask 16 at a time (dropout_mask.h) is DropoutKeep's, element
+// for element: the kernel on both paths against the scalar rule, in f32 and
+// bf16, at lengths with a partial group of 16, at a p whose threshold is
+// exactly representable and one that is not. The attention paths above use
+// the same mask.
+TEST_F(VectorKernelsTest, DropoutIsDropoutKeepsMaskOnBothPaths) {
+  auto dropout = backend::Kernel<backend::DropoutKernel>(Device::kCpu);
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    for (double p : {0.5, 0.1, 0.37}) {
+      const int64_t n = 70001;
+      const Tensor x = Tensor::FromDoubles(RandomValues(n, 8), {n}, d);
+      const std::vector<double> xs = x.ToDoubles();
+      const auto [vector, portable] = BothPaths([&] { return dropout(x, p, 99).ToDoubles(); });
+      const float keep_scale = static_cast<float>(1.0 / (1.0 - p));
+      int64_t kept = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool keep = backend::DropoutKeep(99, i, p);
+        kept += keep;
+        const double want =
+            keep ? (d == DType::kF32 ? static_cast<double>(static_cast<float>(xs[i]) * keep_scale)
+                                     : static_cast<double>(core::BF16BitsToF32(core::F32ToBF16Bits(
+                                           static_cast<float>(xs[i]) * keep_scale))))
+                 : 0.0;
+        ASSERT_EQ(vector[i], want) << DTypeName(d) << " p " << p << " at " << i;
+        ASSERT_EQ(portable[i], want) << DTypeName(d) << " p " << p << " at " << i;
+      }
+      EXPECT_NEAR(static_cast<double>(kept) / n, 1 - p, 0.01);
+    }
+  }
+}
+
 TEST_F(VectorKernelsTest, LayerNormMatchesF64OnBothPaths) {
   for (const int64_t cols : {256, 320, 48}) {
     const int64_t rows = 600;
