@@ -304,7 +304,12 @@ __device__ void StageRows(T (*tile)[kLd], const T* src, int64_t first, int n, in
   for (int e = threadIdx.x; e < n * per_row; e += blockDim.x) {
     const int r = e / per_row, v = e % per_row;
     Pack8 val{};  // all-zero bits: 0 in f16 and bf16
-    if (first + r < rows) val = *reinterpret_cast<const Pack8*>(src + at(first + r) + v * 8);
+    if (first + r < rows) {
+      const T* from = src + at(first + r) + v * 8;
+      CheckAligned(from, 16, "row stage load");
+      val = *reinterpret_cast<const Pack8*>(from);
+    }
+    CheckAligned(&tile[r][v * 8], 16, "row stage store");
     *reinterpret_cast<Pack8*>(&tile[r][v * 8]) = val;
   }
 }
@@ -502,6 +507,7 @@ __device__ void StageRowsAsync(T (*tile)[kLd], const T* src, int64_t first, int 
     if (first + r < rows) {
       CopyAsync16(&tile[r][v * 8], src + at(first + r) + v * 8);
     } else {
+      CheckAligned(&tile[r][v * 8], 16, "row stage store");
       *reinterpret_cast<Pack8*>(&tile[r][v * 8]) = Pack8{};
     }
   }

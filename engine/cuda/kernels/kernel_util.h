@@ -75,10 +75,22 @@ struct alignas(N) Bytes {
   unsigned int w[N / 4];
 };
 
+// A GPU faults on an access of n bytes at an address that is not a multiple
+// of n (a sticky "misaligned address" that ends the context); the CPU
+// emulator would not, so there it checks each vector access and aborts.
+__device__ __forceinline__ void CheckAligned(const void* p, int n, const char* what) {
+#ifdef AMPD_CUDA_EMU
+  AmpdEmuCheckAligned(p, n, what);
+#else
+  (void)p, (void)n, (void)what;
+#endif
+}
+
 // N bytes between aligned memory and registers, 16 (or N) at a time.
 template <int N>
 __device__ __forceinline__ void LoadBytes(void* to, const void* from) {
   constexpr int kChunk = N < 16 ? N : 16;
+  CheckAligned(from, kChunk, "vector load");
 #pragma unroll
   for (int o = 0; o < N; o += kChunk) {
     const Bytes<kChunk> q =
@@ -89,6 +101,7 @@ __device__ __forceinline__ void LoadBytes(void* to, const void* from) {
 template <int N>
 __device__ __forceinline__ void StoreBytes(void* to, const void* from) {
   constexpr int kChunk = N < 16 ? N : 16;
+  CheckAligned(to, kChunk, "vector store");
 #pragma unroll
   for (int o = 0; o < N; o += kChunk) {
     Bytes<kChunk> q;

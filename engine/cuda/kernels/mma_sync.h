@@ -85,6 +85,7 @@ __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row) {
 template <typename T>
 __device__ __forceinline__ void StorePair(T* p, uint32_t w) {
 #ifdef AMPD_CUDA_EMU
+  AmpdEmuCheckAligned(p, 4, "pair store");
   std::memcpy(p, &w, 4);
 #else
   *reinterpret_cast<uint32_t*>(p) = w;

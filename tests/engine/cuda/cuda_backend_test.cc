@@ -266,6 +266,60 @@ TEST_F(CudaBackendTest, BinaryOpsWithEveryBroadcastAndMixedDtypes) {
   }
 }
 
+// A device copy of `t` that starts one element past a 16-byte boundary, as
+// a view of rows of a flat tensor can (Tensor::Rows): the kernels that use
+// 16-byte accesses must see it and take their element-wise path, or a GPU
+// faults ("misaligned address"; the emulator checks every such access).
+Tensor OffTheGrid(const Tensor& t) {
+  std::vector<double> v = t.ToDoubles();
+  v.insert(v.begin(), 0.0);
+  const Tensor flat = Tensor::FromDoubles(v, {static_cast<int64_t>(v.size())}, t.dtype());
+  return flat.To(Device::kCuda).Rows(1, 1 + t.numel()).Reshape(t.shape());
+}
+
+TEST_F(CudaBackendTest, VectorisedKernelsTakeMisalignedViewsElementByElement) {
+  for (DType d : kLowAndF32) {
+    const std::string dt(DTypeName(d));
+    const Tensor x = Random({6, 64}, d, 61), y = Random({6, 64}, d, 62);
+    const Tensor xg = OffTheGrid(x), yg = OffTheGrid(y);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(xg.raw()) % 16, 0u);
+    for (DType to : kLowAndF32) {
+      EXPECT_EQ(Gpu<CastKernel>()(xg, to).ToDoubles(), Cpu<CastKernel>()(x, to).ToDoubles())
+          << dt << "->" << DTypeName(to);
+    }
+    ExpectClose(Gpu<UnaryKernel>()(OpId::kGeluTanh, xg), Cpu<UnaryKernel>()(OpId::kGeluTanh, x),
+                Tol(d), "unary " + dt);
+    ExpectClose(Gpu<UnaryBackwardKernel>()(OpId::kGeluTanh, xg, yg),
+                Cpu<UnaryBackwardKernel>()(OpId::kGeluTanh, x, y), Tol(d), "unary backward " + dt);
+    ExpectClose(Gpu<BinaryKernel>()(OpId::kMul, xg, yg, DType::kF32),
+                Cpu<BinaryKernel>()(OpId::kMul, x, y, DType::kF32), Tol(DType::kF32),
+                "binary " + dt);
+    ExpectClose(Gpu<ScaleKernel>()(xg, 0.37, d), Cpu<ScaleKernel>()(x, 0.37, d), Tol(d),
+                "scale " + dt);
+    Tensor acc = x.Clone(), acc_g = OffTheGrid(x);
+    Cpu<AddInPlaceKernel>()(acc, y, -0.5);
+    Gpu<AddInPlaceKernel>()(acc_g, yg, -0.5);
+    ExpectClose(acc_g, acc, Tol(d), "add in place " + dt);
+    ExpectClose(Gpu<SoftmaxKernel>()(xg, false, d), Cpu<SoftmaxKernel>()(x, false, d), Tol(d),
+                "softmax " + dt);
+    const Tensor gamma = Random({64}, d, 63, 0.5, 1.5), beta = Random({64}, d, 64);
+    const LayerNormResult c = Cpu<LayerNormKernel>()(x, gamma, beta, 1e-5, d);
+    const LayerNormResult g = Gpu<LayerNormKernel>()(xg, G(gamma), G(beta), 1e-5, d);
+    ExpectClose(g.y, c.y, Tol(d), "layer norm " + dt);
+    const LayerNormGrads cg = Cpu<LayerNormBackwardKernel>()(x, gamma, c, y);
+    const LayerNormGrads gg = Gpu<LayerNormBackwardKernel>()(xg, G(gamma), g, yg);
+    ExpectClose(gg.dx, cg.dx, Tol(d) * 4, "layer norm dx " + dt);
+    const std::vector<int32_t> labels = {3, 0, 63, 17, 40, 9};
+    const CrossEntropyResult ce = Cpu<CrossEntropyKernel>()(x, labels);
+    const CrossEntropyResult ge = Gpu<CrossEntropyKernel>()(xg, labels);
+    ExpectClose(ge.loss, ce.loss, 1e-5, "cross entropy " + dt);
+    const Tensor one = Tensor::Full({1}, DType::kF32, 1.0);
+    ExpectClose(Gpu<CrossEntropyBackwardKernel>()(xg, labels, ge.row_logsumexp, G(one)),
+                Cpu<CrossEntropyBackwardKernel>()(x, labels, ce.row_logsumexp, one), Tol(d),
+                "cross entropy backward " + dt);
+  }
+}
+
 TEST_F(CudaBackendTest, Reductions) {
   for (DType d : kLowAndF32) {
     Tensor x = Random({300, 77}, d, 8);

@@ -19,6 +19,7 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kernels/async_copy.h"
+#include "engine/cuda/kernels/kernel_util.h"
 #include "engine/cuda/kernels/mma_sync.h"
 #include "gtest/gtest.h"
 
@@ -41,6 +42,14 @@ __global__ void ReadBelowWithoutBarrier(int base, int* out) {
   __shared__ int slots[kThreads];
   slots[threadIdx.x] = base + static_cast<int>(threadIdx.x);
   if (threadIdx.x > 0) out[threadIdx.x] = slots[threadIdx.x - 1];
+}
+
+// Racy across blocks: block b reads the value block b - 1 writes in the same
+// launch, which a GPU may run later or at the same time.
+__global__ void ReadTheBlockBelow(int base, int* out) {
+  if (threadIdx.x != 0) return;
+  out[blockIdx.x] = base + static_cast<int>(blockIdx.x);
+  if (blockIdx.x > 0) out[gridDim.x + blockIdx.x] = out[blockIdx.x - 1];
 }
 
 // Each warp's last thread writes a slot its warp's first thread reads after
@@ -191,6 +200,15 @@ __global__ void WriteIndex(int* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x * blockDim.x + threadIdx.x;
 }
 
+// Eight f32 values through the kernels' 16-byte vector access, from wherever
+// `in` points: a GPU faults unless it is 16-byte aligned.
+__global__ void CopyEightAsVectors(const void* in, float* out) {
+  namespace ku = ampd::engine::cuda::kernel_util;
+  float v[ku::kVec];
+  ku::LoadN<ku::kVec>(in, ku::kF32, 0, v);
+  ku::StoreN<ku::kVec>(out, ku::kF32, 0, v);
+}
+
 __global__ void ThreadZeroLeavesEarly(int* out) {
   if (threadIdx.x == 0) return;
   __syncthreads();
@@ -243,6 +261,27 @@ TEST(CudaEmuTest, ReverseThreadOrderExposesAMissingBarrier) {
     int fresh = 0;
     for (int t = 1; t < kThreads; ++t) fresh += host[t] == base + t - 1;
     EXPECT_EQ(fresh, reverse ? 0 : kThreads - 1) << (reverse ? "reverse" : "ascending");
+  }
+  cudaemu::SetReverseThreadOrder(false);
+  EXPECT_EQ(cudaFree(out), cudaSuccess);
+}
+
+TEST(CudaEmuTest, ReverseOrderRunsTheBlocksBackwardsToo) {
+  constexpr int kBlocks = 16;
+  cudaStream_t s = NewStream();
+  int* out = DeviceAlloc<int>(2 * kBlocks);
+  std::vector<int> host(2 * kBlocks);
+  int base = 1000;
+  for (const bool reverse : {false, true}) {
+    base += 1000;
+    cudaemu::SetReverseThreadOrder(reverse);
+    AMPD_EMU_LAUNCH(ReadTheBlockBelow, kBlocks, 32, s)(base, out);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), out, host.size() * sizeof(int), cudaMemcpyDeviceToHost,
+                              s),
+              cudaSuccess);
+    int fresh = 0;
+    for (int b = 1; b < kBlocks; ++b) fresh += host[kBlocks + b] == base + b - 1;
+    EXPECT_EQ(fresh, reverse ? 0 : kBlocks - 1) << (reverse ? "reverse" : "ascending");
   }
   cudaemu::SetReverseThreadOrder(false);
   EXPECT_EQ(cudaFree(out), cudaSuccess);
@@ -355,6 +394,50 @@ TEST(CudaEmuDeathTest, AHostPointerPassedToAKernelIsAStickyIllegalAddress) {
         std::exit(sticky ? 42 : 1);
       },
       ::testing::ExitedWithCode(42), "a pointer argument is not device memory");
+}
+
+// A typed pointer off its type's alignment (here an int* one byte into an
+// allocation) would fault at the kernel's first access on a GPU.
+TEST(CudaEmuDeathTest, AMisalignedPointerArgumentIsAStickyMisalignedAddress) {
+  EXPECT_EXIT(
+      {
+        cudaStream_t s = NewStream();
+        char* bytes = DeviceAlloc<char>(4 * 65);
+        AMPD_EMU_LAUNCH(WriteIndex, 1, 64, s)(reinterpret_cast<int*>(bytes + 1));
+        void* p = nullptr;
+        const bool sticky = cudaGetLastError() == cudaErrorMisalignedAddress &&
+                            cudaMalloc(&p, 16) == cudaErrorMisalignedAddress &&
+                            cudaStreamSynchronize(s) == cudaErrorMisalignedAddress;
+        std::exit(sticky ? 42 : 1);
+      },
+      ::testing::ExitedWithCode(42), "a pointer argument is not aligned to its type");
+}
+
+// The kernels' vector loads and stores (kernel_util.h's LoadN/StoreN) check
+// their addresses: aligned they copy, 4 bytes off they abort.
+TEST(CudaEmuTest, AnAlignedVectorAccessCopies) {
+  cudaStream_t s = NewStream();
+  float* in = DeviceAlloc<float>(16);
+  float* out = DeviceAlloc<float>(8);
+  const std::vector<float> host = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  ASSERT_EQ(cudaMemcpyAsync(in, host.data(), 64, cudaMemcpyHostToDevice, s), cudaSuccess);
+  AMPD_EMU_LAUNCH(CopyEightAsVectors, 1, 1, s)(in + 4, out);
+  std::vector<float> got(8);
+  ASSERT_EQ(cudaMemcpyAsync(got.data(), out, 32, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(got, std::vector<float>(host.begin() + 4, host.begin() + 12));
+}
+
+TEST(CudaEmuDeathTest, AMisalignedVectorAccessAborts) {
+  EXPECT_DEATH(
+      {
+        cudaStream_t s = NewStream();
+        float* in = DeviceAlloc<float>(16);
+        float* out = DeviceAlloc<float>(8);
+        AMPD_EMU_LAUNCH(CopyEightAsVectors, 1, 1, s)(in + 1, out);
+        cudaStreamSynchronize(s);
+      },
+      "CopyEightAsVectors.*misaligned address: vector load of 16 bytes");
 }
 
 TEST(CudaEmuDeathTest, ABarrierNotEveryThreadReachesAborts) {

@@ -86,7 +86,8 @@ cudaError_t Fail(cudaError_t e, const std::string& why) {
   State& s = St();
   s.last = e;
   s.why = why;
-  if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure) {
+  if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
+      e == cudaErrorMisalignedAddress) {
     if (s.sticky == cudaSuccess) {
       s.sticky = e;
       std::fprintf(stderr, "cuda emulator: sticky error: %s\n", why.c_str());
@@ -349,9 +350,15 @@ void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()
   // not use them and the other blocks run their threads as plain calls.
   bool uses_barriers = true;
   bool first = true;
-  for (unsigned z = 0; z < grid.z; ++z) {
-    for (unsigned y = 0; y < grid.y; ++y) {
-      for (unsigned x = 0; x < grid.x; ++x) {
+  // Blocks run one after another, in reverse too with the threads: a block
+  // that reads what another block of the same launch writes (a race on a
+  // GPU, where blocks run in any order and at once) sees the write in one
+  // order and not in the other.
+  auto nth = [](unsigned i, unsigned n) { return g_reverse ? n - 1 - i : i; };
+  for (unsigned bz = 0; bz < grid.z; ++bz) {
+    for (unsigned by = 0; by < grid.y; ++by) {
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        const unsigned x = nth(bx, grid.x), y = nth(by, grid.y), z = nth(bz, grid.z);
         blockIdx = uint3{x, y, z};
         if (first || uses_barriers) {
           const int64_t barriers = RunBlockOnFibers(threads);
@@ -594,6 +601,17 @@ void AmpdEmuCopyAsync(void* dst, const void* src, int bytes) {
     std::abort();
   }
   g_async_copies[g_current].push_back(AsyncCopy{dst, src, bytes, g_async_commits[g_current]});
+}
+
+void AmpdEmuCheckAligned(const void* p, int bytes, const char* what) {
+  using namespace cudaemu;
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
+    std::fprintf(stderr,
+                 "cuda emulator: %s: block (%u,%u,%u) thread %d: misaligned address: %s of %d "
+                 "bytes at %p\n",
+                 g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, g_current, what, bytes, p);
+    std::abort();
+  }
 }
 
 void AmpdEmuCommitAsyncCopies() { ++cudaemu::g_async_commits[cudaemu::g_current]; }
@@ -918,6 +936,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "an illegal memory access was encountered";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
+    case cudaErrorMisalignedAddress:
+      return "misaligned address";
   }
   return "unknown error";
 }

@@ -81,6 +81,11 @@ void AmpdEmuLdMatrixX4(uint32_t (&r)[4], const void* row, bool trans);
 // the thread's queued copies of every committed group but the newest n, in
 // order. Nothing is copied earlier. A thread that returns with queued copies
 // aborts.
+// A GPU faults on a load or store of n bytes (2, 4, 8 or 16) at an address
+// that is not a multiple of n ("misaligned address", a sticky error that ends
+// the context); x86 does not. The kernels' vector accesses call this first
+// (kernel_util.h's CheckAligned), and it aborts with the kernel's name.
+void AmpdEmuCheckAligned(const void* p, int bytes, const char* what);
 void AmpdEmuCopyAsync(void* dst, const void* src, int bytes);
 void AmpdEmuCommitAsyncCopies();
 void AmpdEmuWaitAsyncCopies(int n);
@@ -105,6 +110,7 @@ enum cudaError_t {
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
+  cudaErrorMisalignedAddress = 716,
   cudaErrorLaunchFailure = 719,
 };
 using cudaError = cudaError_t;
@@ -200,6 +206,19 @@ bool ArgIsValid(const T& arg) {
   }
 }
 
+// A typed pointer argument must be aligned to its type: the kernel's accesses
+// through it would fault on a GPU (a sticky "misaligned address").
+template <typename T>
+bool ArgIsAligned(const T& arg) {
+  if constexpr (std::is_pointer_v<T>) {
+    using Pointee = std::remove_cv_t<std::remove_pointer_t<T>>;
+    if constexpr (!std::is_void_v<Pointee>) {
+      return reinterpret_cast<uintptr_t>(arg) % alignof(Pointee) == 0;
+    }
+  }
+  return true;
+}
+
 template <typename... P>
 class Launcher {
  public:
@@ -223,6 +242,13 @@ class Launcher {
     if (!valid) {
       SetLaunchError(cudaErrorIllegalAddress,
                      std::string(name_) + ": a pointer argument is not device memory");
+      return;
+    }
+    const bool aligned =
+        std::apply([](const auto&... p) { return (ArgIsAligned(p) && ...); }, params);
+    if (!aligned) {
+      SetLaunchError(cudaErrorMisalignedAddress,
+                     std::string(name_) + ": a pointer argument is not aligned to its type");
       return;
     }
     auto kernel = kernel_;
