@@ -31,7 +31,9 @@
 namespace ampd::engine::cpu {
 namespace {
 
+using backend::AdamW8bitParam;
 using backend::AdamW8bitStepKernel;
+using backend::AdamW8bitStepListKernel;
 using backend::DeviceAmp;
 using backend::DynamicMap;
 using backend::kQuantBlock;
@@ -302,6 +304,17 @@ void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_code
   });
 }
 
+// The list, a tensor at a time (the CPU gains nothing from one call).
+void AdamW8bitStepList(const std::vector<AdamW8bitParam>& params, const DeviceAmp::AdamWHyper& h,
+                       const Tensor& found_inf, const Tensor& step) {
+  for (const AdamW8bitParam& p : params) {
+    DeviceAmp::AdamWHyper own = h;
+    if (!p.weight_decay) own.weight_decay = 0;
+    AdamW8bitStep(p.param, p.grad, p.m_codes, p.m_absmax, p.v_codes, p.v_absmax, own,
+                  FusedArgs{found_inf, p.model_copy, step});
+  }
+}
+
 void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes, const Tensor& absmax,
                  const DeviceAmp::SgdHyper& h, bool first, const FusedArgs& args) {
   if (Skipped(args)) return;
@@ -351,6 +364,7 @@ const char* FusedCoderName(FusedCoder coder) {
 }
 
 AMPD_REGISTER_KERNEL(AdamW8bitStepKernel, Device::kCpu, AdamW8bitStep);
+AMPD_REGISTER_KERNEL(AdamW8bitStepListKernel, Device::kCpu, AdamW8bitStepList);
 AMPD_REGISTER_KERNEL(Sgd8bitStepKernel, Device::kCpu, Sgd8bitStep);
 
 }  // namespace ampd::engine::cpu

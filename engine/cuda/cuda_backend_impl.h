@@ -25,6 +25,7 @@
 #include "engine/backend/kernels/fp8.h"
 #include "engine/backend/kernels/gelu_mlp.h"
 #include "engine/backend/kernels/layer_norm.h"
+#include "engine/backend/kernels/optimizer8bit.h"
 #include "engine/backend/kernels/pooling.h"
 #include "engine/core/fp8.h"
 #include "engine/cuda/caching_allocator.h"
@@ -216,6 +217,8 @@ class CudaBackend final : public backend::Backend {
   void AdamW8bitStep(const Tensor& param, const Tensor& grad, const Tensor& m_codes,
                      const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax,
                      const AdamWHyper& h, const FusedStepArgs& args);
+  void AdamW8bitStepList(const std::vector<backend::AdamW8bitParam>& params, const AdamWHyper& h,
+                         const Tensor& found_inf, const Tensor& step);
   void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes,
                    const Tensor& absmax, const SgdHyper& h, bool first, const FusedStepArgs& args);
   // fp8.cc

@@ -232,6 +232,26 @@ std::string LaunchAdamW8bitStep(void* param, int pdt, const void* grad, int gdt,
                                 float* m_absmax, uint8_t* v_codes, float* v_absmax, int64_t n,
                                 const AdamWArgs& a, const float* step_ptr, const float* found_inf,
                                 void* model_copy, int mdt, const float* maps, Stream s);
+// LaunchAdamW8bitStep over a list of tensors in one launch (blocks shared
+// out by size, as LaunchAdamWStepList's): each tensor's codes, absmax values
+// and weights bit for bit as its own launch would leave them; weight decay
+// only where decay[t]; model_copy[t] may be null.
+struct AdamW8bitList {
+  int count = 0;
+  void* param[kMaxParamsPerStepLaunch];
+  const void* grad[kMaxParamsPerStepLaunch];
+  uint8_t* m_codes[kMaxParamsPerStepLaunch];
+  float* m_absmax[kMaxParamsPerStepLaunch];
+  uint8_t* v_codes[kMaxParamsPerStepLaunch];
+  float* v_absmax[kMaxParamsPerStepLaunch];
+  void* model_copy[kMaxParamsPerStepLaunch];
+  int64_t numel[kMaxParamsPerStepLaunch];
+  int8_t pdt[kMaxParamsPerStepLaunch], gdt[kMaxParamsPerStepLaunch], mdt[kMaxParamsPerStepLaunch];
+  bool decay[kMaxParamsPerStepLaunch];
+};
+std::string LaunchAdamW8bitStepList(const AdamW8bitList& list, const AdamWArgs& a,
+                                    const float* step_ptr, const float* found_inf,
+                                    const float* maps, Stream s);
 std::string LaunchSgd8bitStep(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
                               float* absmax, int64_t n, const SgdArgs& a, const float* found_inf,
                               void* model_copy, int mdt, const float* maps, Stream s);

@@ -12,7 +12,9 @@
 
 namespace ampd::engine::optim {
 
+using backend::AdamW8bitParam;
 using backend::AdamW8bitStepKernel;
+using backend::AdamW8bitStepListKernel;
 using backend::Backend;
 using backend::BackendOf;
 using backend::CastKernel;
@@ -219,9 +221,10 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
   // previous step's skip flag was read with its metrics.
   be.Fill(device_step_, static_cast<double>(steps_));
   ++steps_;
-  // The 32-bit AdamW updates go to the backend as one list (a launch for
-  // many parameters on a device).
+  // The AdamW updates go to the backend as two lists, the 32-bit and the
+  // 8-bit ones (a launch for many parameters on a device).
   std::vector<Backend::AdamWParam> adamw_list;
+  std::vector<AdamW8bitParam> adamw8bit_list;
   for (size_t i = 0; i < weights_.size(); ++i) {
     if (i >= grads_.size() || !grads_[i].defined()) continue;
     Backend::FusedStepArgs args;
@@ -238,21 +241,20 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
       } else {
         be.SgdStepFused(weights_[i], grads_[i], buf1_[i], h, steps_ == 1, args);
       }
+    } else if (codes1_[i].defined()) {
+      adamw8bit_list.push_back({weights_[i], grads_[i], codes1_[i], absmax1_[i], codes2_[i],
+                                absmax2_[i], args.model_copy, (*params_)[i].weight_decay});
     } else {
-      Backend::AdamWHyper h = AdamWHyperFor(spec_, lr, steps_);
-      if (!(*params_)[i].weight_decay) h.weight_decay = 0;
-      args.step = device_step_;
-      if (codes1_[i].defined()) {
-        Kernel<AdamW8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i],
-                                         codes2_[i], absmax2_[i], h, args);
-      } else {
-        adamw_list.push_back({weights_[i], grads_[i], buf1_[i], buf2_[i], args.model_copy,
-                              (*params_)[i].weight_decay});
-      }
+      adamw_list.push_back({weights_[i], grads_[i], buf1_[i], buf2_[i], args.model_copy,
+                            (*params_)[i].weight_decay});
     }
   }
   if (!adamw_list.empty()) {
     be.AdamWStepFusedList(adamw_list, AdamWHyperFor(spec_, lr, steps_), found_inf, device_step_);
+  }
+  if (!adamw8bit_list.empty()) {
+    Kernel<AdamW8bitStepListKernel>(be.device())(adamw8bit_list, AdamWHyperFor(spec_, lr, steps_),
+                                                 found_inf, device_step_);
   }
 }
 

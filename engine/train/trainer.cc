@@ -176,7 +176,8 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
     const bool sgd = config.optimizer.kind == optim::OptimizerSpec::Kind::kSgd;
     const bool has =
         sgd ? backend::KernelRegistered<backend::Sgd8bitStepKernel>(backend.device())
-            : backend::KernelRegistered<backend::AdamW8bitStepKernel>(backend.device());
+            : backend::KernelRegistered<backend::AdamW8bitStepKernel>(backend.device()) &&
+                  backend::KernelRegistered<backend::AdamW8bitStepListKernel>(backend.device());
     if (!has) {
       return SubjectError(
           absl::StatusCode::kFailedPrecondition,

@@ -14,7 +14,9 @@
 // args.found_inf is non-zero, AdamW's bias correction uses args.step + 1
 // (the steps applied before, on the device), and args.model_copy gets the
 // new weights rounded to its dtype in the same pass. On a GPU that is one
-// launch per tensor and no host read.
+// launch per tensor (AdamW's list: one for many) and no host read.
+
+#include <vector>
 
 #include "engine/backend/device_amp.h"
 #include "engine/backend/kernel_registry.h"
@@ -27,6 +29,35 @@ struct AdamW8bitStepKernel {
   using Fn = void (*)(const Tensor& param, const Tensor& grad, const Tensor& m_codes,
                       const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax,
                       const DeviceAmp::AdamWHyper& h, const DeviceAmp::FusedStepArgs& args);
+};
+
+// AdamW8bitStepKernel for each tensor of a list, with one skip flag and one
+// device step for all and weight decay (h.weight_decay) only where an
+// entry's `weight_decay` is set (nanoGPT's rule): the same values, bit for
+// bit, as a call per tensor. On a GPU one launch takes many tensors (the
+// issue's "one launch per parameter group"), as the 32-bit
+// AdamWStepFusedList does; the CPU's is the loop.
+struct AdamW8bitParam {
+  Tensor param, grad, m_codes, m_absmax, v_codes, v_absmax;
+  Tensor model_copy;  // optional
+  bool weight_decay = true;
+};
+// For the host mirror (kernel_registry.h).
+template <typename F>
+std::vector<AdamW8bitParam> MapTensors(const std::vector<AdamW8bitParam>& list, F f) {
+  std::vector<AdamW8bitParam> out;
+  out.reserve(list.size());
+  for (const AdamW8bitParam& p : list) {
+    out.push_back({f(p.param), f(p.grad), f(p.m_codes), f(p.m_absmax), f(p.v_codes),
+                   f(p.v_absmax), p.model_copy.defined() ? f(p.model_copy) : Tensor(),
+                   p.weight_decay});
+  }
+  return out;
+}
+struct AdamW8bitStepListKernel {
+  static constexpr const char* kName = "adamw8bit_step_list";
+  using Fn = void (*)(const std::vector<AdamW8bitParam>& params, const DeviceAmp::AdamWHyper& h,
+                      const Tensor& found_inf, const Tensor& step);
 };
 
 // SGD's momentum buffer in 8 bits (signed map); `first` initialises it to

@@ -50,6 +50,55 @@ __device__ __forceinline__ void LoadMaps(const float* maps, float* first, float*
   __syncthreads();
 }
 
+// The AdamW update's f32 constants for a step (bitsandbytes' form, as the
+// CPU's 8-bit step: AdamWBlockMath::Form::kBitsandbytes): the bias
+// corrections folded into the step size and eps, one division a value.
+struct AdamW8bitConstants {
+  float step_size, eps, decay, one_minus_beta1, one_minus_beta2;
+};
+
+__device__ __forceinline__ AdamW8bitConstants AdamW8bitConstantsFor(const AdamWArgs& a,
+                                                                    const float* step_ptr,
+                                                                    float weight_decay) {
+  const int64_t step = step_ptr ? static_cast<int64_t>(*step_ptr) + 1 : a.step;
+  const double bc1 = 1.0 - pow(static_cast<double>(a.beta1), static_cast<double>(step));
+  const double bc2_sqrt = sqrt(1.0 - pow(static_cast<double>(a.beta2), static_cast<double>(step)));
+  return {static_cast<float>(static_cast<double>(a.lr) * bc2_sqrt / bc1),
+          static_cast<float>(static_cast<double>(a.eps) * bc2_sqrt),
+          __fsub_rn(1.0f, __fmul_rn(a.lr, weight_decay)), __fsub_rn(1.0f, a.beta1),
+          __fsub_rn(1.0f, a.beta2)};
+}
+
+// Quantization blocks first, first + stride, ... of one tensor of n values,
+// a block's values one a thread: decode, update, new absmax, re-code.
+__device__ void AdamW8bitBlocks(void* param, int pdt, const void* grad, int gdt,
+                                uint8_t* m_codes, float* m_absmax, uint8_t* v_codes,
+                                float* v_absmax, int64_t n, const AdamWArgs& a,
+                                const AdamW8bitConstants& c, void* model_copy, int mdt,
+                                const float* signed_map, const float* unsigned_map, int64_t first,
+                                int64_t stride) {
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  for (int64_t qb = first; qb < blocks; qb += stride) {
+    const int64_t i = qb * kQuantBlock + threadIdx.x;
+    const bool valid = i < n;
+    float m = 0, v = 0;
+    if (valid) {
+      const float g = Load<float>(grad, gdt, i);
+      m = __fmul_rn(signed_map[m_codes[i]], m_absmax[qb]);
+      v = __fmul_rn(unsigned_map[v_codes[i]], v_absmax[qb]);
+      m = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(c.one_minus_beta1, g));
+      v = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
+      const float ratio = __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps));
+      const float p = Load<float>(param, pdt, i);
+      Store<float>(param, pdt, i, __fsub_rn(__fmul_rn(p, c.decay), __fmul_rn(c.step_size, ratio)));
+      if (model_copy) Store<float>(model_copy, mdt, i, Load<float>(param, pdt, i));
+    }
+    // Every thread has read this block's absmax values before they change.
+    Requantize(signed_map, m, valid, m_codes, m_absmax, qb, i);
+    Requantize(unsigned_map, v, valid, v_codes, v_absmax, qb, i);
+  }
+}
+
 __global__ void AdamW8bitStepKernel(void* param, int pdt, const void* grad, int gdt,
                                     uint8_t* m_codes, float* m_absmax, uint8_t* v_codes,
                                     float* v_absmax, int64_t n, AdamWArgs a, const float* step_ptr,
@@ -59,37 +108,29 @@ __global__ void AdamW8bitStepKernel(void* param, int pdt, const void* grad, int 
   __shared__ float signed_map[kQuantBlock];
   __shared__ float unsigned_map[kQuantBlock];
   LoadMaps(maps, signed_map, unsigned_map);
-  const int64_t step = step_ptr ? static_cast<int64_t>(*step_ptr) + 1 : a.step;
-  // bitsandbytes' form of the update, as the CPU's 8-bit step
-  // (AdamWBlockMath::Form::kBitsandbytes): the bias corrections folded into
-  // the step size and eps, one division a value.
-  const double bc1 = 1.0 - pow(static_cast<double>(a.beta1), static_cast<double>(step));
-  const double bc2_sqrt = sqrt(1.0 - pow(static_cast<double>(a.beta2), static_cast<double>(step)));
-  const float step_size = static_cast<float>(static_cast<double>(a.lr) * bc2_sqrt / bc1);
-  const float eps = static_cast<float>(static_cast<double>(a.eps) * bc2_sqrt);
-  const float decay = __fsub_rn(1.0f, __fmul_rn(a.lr, a.weight_decay));
-  const float one_minus_beta1 = __fsub_rn(1.0f, a.beta1);
-  const float one_minus_beta2 = __fsub_rn(1.0f, a.beta2);
-  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
-  for (int64_t qb = blockIdx.x; qb < blocks; qb += gridDim.x) {
-    const int64_t i = qb * kQuantBlock + threadIdx.x;
-    const bool valid = i < n;
-    float m = 0, v = 0;
-    if (valid) {
-      const float g = Load<float>(grad, gdt, i);
-      m = __fmul_rn(signed_map[m_codes[i]], m_absmax[qb]);
-      v = __fmul_rn(unsigned_map[v_codes[i]], v_absmax[qb]);
-      m = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(one_minus_beta1, g));
-      v = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
-      const float ratio = __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), eps));
-      const float p = Load<float>(param, pdt, i);
-      Store<float>(param, pdt, i, __fsub_rn(__fmul_rn(p, decay), __fmul_rn(step_size, ratio)));
-      if (model_copy) Store<float>(model_copy, mdt, i, Load<float>(param, pdt, i));
-    }
-    // Every thread has read this block's absmax values before they change.
-    Requantize(signed_map, m, valid, m_codes, m_absmax, qb, i);
-    Requantize(unsigned_map, v, valid, v_codes, v_absmax, qb, i);
-  }
+  AdamW8bitBlocks(param, pdt, grad, gdt, m_codes, m_absmax, v_codes, v_absmax, n, a,
+                  AdamW8bitConstantsFor(a, step_ptr, a.weight_decay), model_copy, mdt, signed_map,
+                  unsigned_map, blockIdx.x, gridDim.x);
+}
+
+using ParamBlocks = BlockMap<kMaxParamsPerStepLaunch>;
+
+// The list's tensor t takes the blocks `map` gives it (shared out by size, as
+// the 32-bit AdamWStepListKernel's) and runs AdamW8bitStepKernel's blocks
+// over them: the same arithmetic, so the same bits.
+__global__ void AdamW8bitStepListKernel(AdamW8bitList list, ParamBlocks map, AdamWArgs a,
+                                        const float* step_ptr, const float* found_inf,
+                                        const float* maps) {
+  if (found_inf && *found_inf != 0.0f) return;
+  __shared__ float signed_map[kQuantBlock];
+  __shared__ float unsigned_map[kQuantBlock];
+  LoadMaps(maps, signed_map, unsigned_map);
+  int64_t blocks, block;
+  const int t = TensorOfBlock(map, &blocks, &block);
+  AdamW8bitBlocks(list.param[t], list.pdt[t], list.grad[t], list.gdt[t], list.m_codes[t],
+                  list.m_absmax[t], list.v_codes[t], list.v_absmax[t], list.numel[t], a,
+                  AdamW8bitConstantsFor(a, step_ptr, list.decay[t] ? a.weight_decay : 0.0f),
+                  list.model_copy[t], list.mdt[t], signed_map, unsigned_map, block, blocks);
 }
 
 __global__ void Sgd8bitStepKernel(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
@@ -131,6 +172,22 @@ std::string LaunchAdamW8bitStep(void* param, int pdt, const void* grad, int gdt,
   LAUNCH(AdamW8bitStepKernel, QuantGrid(n), kThreads, S(s), param, pdt, grad, gdt, m_codes,
          m_absmax, v_codes, v_absmax, n, a, step_ptr, found_inf, model_copy, mdt, maps);
   return Check("AdamW8bitStepKernel");
+}
+
+std::string LaunchAdamW8bitStepList(const AdamW8bitList& list, const AdamWArgs& a,
+                                    const float* step_ptr, const float* found_inf,
+                                    const float* maps, Stream s) {
+  if (list.count == 0) return "";
+  static_assert(sizeof(AdamW8bitList) + sizeof(ParamBlocks) + sizeof(AdamWArgs) +
+                        3 * sizeof(void*) <=
+                    4096,
+                "a kernel's parameters fit CUDA's 4 KiB");
+  // At most kMaxReduceBlocks blocks in all (each then takes four or more
+  // quantization blocks of its tensor in turn): enough to fill a GPU.
+  const ParamBlocks map = BlocksBySize<kMaxParamsPerStepLaunch>(list.numel, list.count);
+  LAUNCH(AdamW8bitStepListKernel, map.first[list.count], kThreads, S(s), list, map, a, step_ptr,
+         found_inf, maps);
+  return Check("AdamW8bitStepListKernel");
 }
 
 std::string LaunchSgd8bitStep(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,

@@ -306,6 +306,13 @@ TEST(Optimizer8bitTest, ADeviceWithoutThe8BitKernelIsRefusedNamingTheField) {
   TrainerConfig c = MlpConfig("bf16-mixed", OptimizerSpec::Kind::kAdamW);
   c.device = Device::kCuda;
   EXPECT_TRUE(train::CheckKernels(c, *fake).ok());
+  // The fused step's list kernel is needed as well as the one-tensor kernel.
+  const backend::AdamW8bitStepListKernel::Fn list =
+      backend::Kernel<backend::AdamW8bitStepListKernel>(Device::kCuda);
+  backend::UnregisterKernel<backend::AdamW8bitStepListKernel>(Device::kCuda);
+  EXPECT_EQ(train::CheckKernels(c, *fake).code(), absl::StatusCode::kFailedPrecondition);
+  backend::RegisterKernel<backend::AdamW8bitStepListKernel>(Device::kCuda, list);
+  EXPECT_TRUE(train::CheckKernels(c, *fake).ok());
   backend::UnregisterKernel<backend::AdamW8bitStepKernel>(Device::kCuda);
   absl::Status s = train::CheckKernels(c, *fake);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);

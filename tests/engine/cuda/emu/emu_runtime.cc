@@ -336,6 +336,7 @@ bool Tracing() {
 void RunGrid(const char* name, dim3 grid, dim3 block, const std::function<void()>& thread_body) {
   State& s = St();
   ++s.counters.launches;
+  ++s.counters.launches_of[name];
   if (Tracing()) {
     std::fprintf(stderr, "cuda emulator: kernel %s grid (%u,%u,%u) block (%u,%u,%u)\n", name,
                  grid.x, grid.y, grid.z, block.x, block.y, block.z);

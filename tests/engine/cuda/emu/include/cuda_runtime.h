@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -192,6 +193,9 @@ struct Counters {
   // synchronizes on an event not yet reached, copies into pageable memory,
   // and the implicit device synchronization of cudaFree / cudaFreeHost.
   int64_t host_waits = 0;
+  // Launches by kernel name as the LAUNCH site spells it
+  // ("AdamW8bitStepListKernel", "AdamWStepKernel<kVec>").
+  std::map<std::string, int64_t> launches_of;
 };
 Counters GetCounters();
 
