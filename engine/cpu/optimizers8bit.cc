@@ -37,7 +37,9 @@ using backend::AdamW8bitStepListKernel;
 using backend::DeviceAmp;
 using backend::DynamicMap;
 using backend::kQuantBlock;
+using backend::Sgd8bitParam;
 using backend::Sgd8bitStepKernel;
+using backend::Sgd8bitStepListKernel;
 using backend::UnsignedDynamicMap;
 
 static_assert(kBlock % kQuantBlock == 0, "a CPU block holds whole quantization blocks");
@@ -335,6 +337,16 @@ void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes, c
   });
 }
 
+void Sgd8bitStepList(const std::vector<Sgd8bitParam>& params, const DeviceAmp::SgdHyper& h,
+                     bool first, const Tensor& found_inf) {
+  for (const Sgd8bitParam& p : params) {
+    DeviceAmp::SgdHyper own = h;
+    if (!p.weight_decay) own.weight_decay = 0;
+    Sgd8bitStep(p.param, p.grad, p.codes, p.absmax, own, first,
+                FusedArgs{found_inf, p.model_copy, Tensor()});
+  }
+}
+
 }  // namespace
 
 void SetFusedCoder(FusedCoder coder) { forced_coder.store(coder); }
@@ -366,5 +378,6 @@ const char* FusedCoderName(FusedCoder coder) {
 AMPD_REGISTER_KERNEL(AdamW8bitStepKernel, Device::kCpu, AdamW8bitStep);
 AMPD_REGISTER_KERNEL(AdamW8bitStepListKernel, Device::kCpu, AdamW8bitStepList);
 AMPD_REGISTER_KERNEL(Sgd8bitStepKernel, Device::kCpu, Sgd8bitStep);
+AMPD_REGISTER_KERNEL(Sgd8bitStepListKernel, Device::kCpu, Sgd8bitStepList);
 
 }  // namespace ampd::engine::cpu

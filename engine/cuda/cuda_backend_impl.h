@@ -45,6 +45,35 @@ using engine::backend::KernelMethod;
 inline int Dt(DType d) { return static_cast<int>(d); }
 inline int Dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
 
+// The optimizer steps' lists (kernels.h: AdamWList, AdamW8bitList,
+// Sgd8bitList): each entry of `params` with values goes into a list, whose
+// fields every such list has (weights, gradient, model copy, size, dtypes,
+// decay) are filled here and its states by fill(list, t, entry); a full list
+// and the last one go to launch(list). An entry that accepts(entry) refuses
+// takes none of them (the caller steps it alone).
+template <typename List, typename Param, typename Accepts, typename Fill, typename Launch>
+void StepInLists(const std::vector<Param>& params, Accepts accepts, Fill fill, Launch launch) {
+  List list;
+  for (const Param& p : params) {
+    if (p.param.numel() == 0 || !accepts(p)) continue;
+    const int t = list.count++;
+    list.param[t] = p.param.raw();
+    list.grad[t] = p.grad.raw();
+    list.model_copy[t] = p.model_copy.defined() ? p.model_copy.raw() : nullptr;
+    list.numel[t] = p.param.numel();
+    list.pdt[t] = static_cast<int8_t>(Dt(p.param));
+    list.gdt[t] = static_cast<int8_t>(Dt(p.grad));
+    list.mdt[t] = static_cast<int8_t>(p.model_copy.defined() ? Dt(p.model_copy) : 0);
+    list.decay[t] = p.weight_decay;
+    fill(list, t, p);
+    if (list.count == kMaxParamsPerStepLaunch) {
+      launch(list);
+      list.count = 0;
+    }
+  }
+  if (list.count > 0) launch(list);
+}
+
 // One per thread that runs device work.
 struct ThreadContext {
   Stream stream = nullptr;
@@ -221,6 +250,8 @@ class CudaBackend final : public backend::Backend {
                          const Tensor& found_inf, const Tensor& step);
   void Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes,
                    const Tensor& absmax, const SgdHyper& h, bool first, const FusedStepArgs& args);
+  void Sgd8bitStepList(const std::vector<backend::Sgd8bitParam>& params, const SgdHyper& h,
+                       bool first, const Tensor& found_inf);
   // fp8.cc
   Tensor Fp8Cast(const Tensor& x, core::Fp8Format format, const Tensor& scales,
                  const Tensor& amax_history, int64_t index, const Tensor& saturated);

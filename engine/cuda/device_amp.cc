@@ -114,33 +114,24 @@ void CudaBackend::AdamWStepFusedList(const std::vector<AdamWParam>& params, cons
   const AdamWArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step};
   const float* step_ptr = step.defined() ? step.data<float>() : nullptr;
   const float* skip = found_inf.defined() ? found_inf.data<float>() : nullptr;
-  AdamWList list;
-  auto launch = [&] {
-    if (list.count > 0 && Ok()) Record(LaunchAdamWStepList(list, a, step_ptr, skip, S()));
-    list.count = 0;
-  };
-  for (const AdamWParam& p : params) {
-    if (p.param.numel() == 0) continue;
-    void* copy = p.model_copy.defined() ? p.model_copy.raw() : nullptr;
-    if (!AdamWListAccepts(p.param.raw(), p.grad.raw(), p.exp_avg.data<float>(),
-                          p.exp_avg_sq.data<float>(), copy)) {
-      AdamWStepFusedOne(p, h, found_inf, step);  // the single-tensor kernel handles any alignment
-      continue;
-    }
-    const int t = list.count++;
-    list.param[t] = p.param.raw();
-    list.grad[t] = p.grad.raw();
-    list.exp_avg[t] = p.exp_avg.data<float>();
-    list.exp_avg_sq[t] = p.exp_avg_sq.data<float>();
-    list.model_copy[t] = copy;
-    list.numel[t] = p.param.numel();
-    list.pdt[t] = static_cast<int8_t>(Dt(p.param));
-    list.gdt[t] = static_cast<int8_t>(Dt(p.grad));
-    list.mdt[t] = static_cast<int8_t>(p.model_copy.defined() ? Dt(p.model_copy) : 0);
-    list.decay[t] = p.weight_decay;
-    if (list.count == kMaxParamsPerStepLaunch) launch();
-  }
-  launch();
+  StepInLists<AdamWList>(
+      params,
+      [&](const AdamWParam& p) {
+        if (AdamWListAccepts(p.param.raw(), p.grad.raw(), p.exp_avg.data<float>(),
+                             p.exp_avg_sq.data<float>(),
+                             p.model_copy.defined() ? p.model_copy.raw() : nullptr)) {
+          return true;
+        }
+        AdamWStepFusedOne(p, h, found_inf, step);  // the single-tensor kernel handles any alignment
+        return false;
+      },
+      [](AdamWList& list, int t, const AdamWParam& p) {
+        list.exp_avg[t] = p.exp_avg.data<float>();
+        list.exp_avg_sq[t] = p.exp_avg_sq.data<float>();
+      },
+      [&](const AdamWList& list) {
+        if (Ok()) Record(LaunchAdamWStepList(list, a, step_ptr, skip, S()));
+      });
 }
 
 // The defined tensors, kMaxTensorsPerLaunch to a list (none: no list).

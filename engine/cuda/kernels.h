@@ -255,6 +255,20 @@ std::string LaunchAdamW8bitStepList(const AdamW8bitList& list, const AdamWArgs& 
 std::string LaunchSgd8bitStep(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
                               float* absmax, int64_t n, const SgdArgs& a, const float* found_inf,
                               void* model_copy, int mdt, const float* maps, Stream s);
+// LaunchSgd8bitStep over a list, as LaunchAdamW8bitStepList.
+struct Sgd8bitList {
+  int count = 0;
+  void* param[kMaxParamsPerStepLaunch];
+  const void* grad[kMaxParamsPerStepLaunch];
+  uint8_t* codes[kMaxParamsPerStepLaunch];
+  float* absmax[kMaxParamsPerStepLaunch];
+  void* model_copy[kMaxParamsPerStepLaunch];
+  int64_t numel[kMaxParamsPerStepLaunch];
+  int8_t pdt[kMaxParamsPerStepLaunch], gdt[kMaxParamsPerStepLaunch], mdt[kMaxParamsPerStepLaunch];
+  bool decay[kMaxParamsPerStepLaunch];
+};
+std::string LaunchSgd8bitStepList(const Sgd8bitList& list, const SgdArgs& a,
+                                  const float* found_inf, const float* maps, Stream s);
 
 }  // namespace ampd::engine::cuda
 

@@ -1,7 +1,7 @@
 // The CUDA backend: the 8-bit optimizer steps (backend/kernels/optimizer8bit.h),
 // launches that read the skip flag and the step counter on the device and
-// write the model copy in the same pass: AdamW's for a list of up to
-// kMaxParamsPerStepLaunch tensors at once, SGD's one a tensor.
+// write the model copy in the same pass, for one tensor or for a list of up
+// to kMaxParamsPerStepLaunch tensors at once.
 
 #include "engine/backend/kernels/optimizer8bit.h"
 
@@ -15,7 +15,9 @@ namespace ampd::engine::cuda {
 using backend::AdamW8bitParam;
 using backend::AdamW8bitStepKernel;
 using backend::AdamW8bitStepListKernel;
+using backend::Sgd8bitParam;
 using backend::Sgd8bitStepKernel;
+using backend::Sgd8bitStepListKernel;
 
 const float* CudaBackend::QuantMaps() {
   ThreadContext& c = Ctx();
@@ -54,29 +56,17 @@ void CudaBackend::AdamW8bitStepList(const std::vector<AdamW8bitParam>& params,
   const float* maps = QuantMaps();
   const float* step_ptr = step.defined() ? step.data<float>() : nullptr;
   const float* skip = found_inf.defined() ? found_inf.data<float>() : nullptr;
-  AdamW8bitList list;
-  auto launch = [&] {
-    if (list.count > 0 && Ok()) Record(LaunchAdamW8bitStepList(list, a, step_ptr, skip, maps, S()));
-    list.count = 0;
-  };
-  for (const AdamW8bitParam& p : params) {
-    if (p.param.numel() == 0) continue;
-    const int t = list.count++;
-    list.param[t] = p.param.raw();
-    list.grad[t] = p.grad.raw();
-    list.m_codes[t] = p.m_codes.data<uint8_t>();
-    list.m_absmax[t] = p.m_absmax.data<float>();
-    list.v_codes[t] = p.v_codes.data<uint8_t>();
-    list.v_absmax[t] = p.v_absmax.data<float>();
-    list.model_copy[t] = p.model_copy.defined() ? p.model_copy.raw() : nullptr;
-    list.numel[t] = p.param.numel();
-    list.pdt[t] = static_cast<int8_t>(Dt(p.param));
-    list.gdt[t] = static_cast<int8_t>(Dt(p.grad));
-    list.mdt[t] = static_cast<int8_t>(p.model_copy.defined() ? Dt(p.model_copy) : 0);
-    list.decay[t] = p.weight_decay;
-    if (list.count == kMaxParamsPerStepLaunch) launch();
-  }
-  launch();
+  StepInLists<AdamW8bitList>(
+      params, [](const AdamW8bitParam&) { return true; },
+      [](AdamW8bitList& list, int t, const AdamW8bitParam& p) {
+        list.m_codes[t] = p.m_codes.data<uint8_t>();
+        list.m_absmax[t] = p.m_absmax.data<float>();
+        list.v_codes[t] = p.v_codes.data<uint8_t>();
+        list.v_absmax[t] = p.v_absmax.data<float>();
+      },
+      [&](const AdamW8bitList& list) {
+        if (Ok()) Record(LaunchAdamW8bitStepList(list, a, step_ptr, skip, maps, S()));
+      });
 }
 
 void CudaBackend::Sgd8bitStep(const Tensor& param, const Tensor& grad, const Tensor& codes,
@@ -92,8 +82,25 @@ void CudaBackend::Sgd8bitStep(const Tensor& param, const Tensor& grad, const Ten
                            args.model_copy.defined() ? Dt(args.model_copy) : 0, maps, S()));
 }
 
+void CudaBackend::Sgd8bitStepList(const std::vector<Sgd8bitParam>& params, const SgdHyper& h,
+                                  bool first, const Tensor& found_inf) {
+  const SgdArgs a{h.lr, h.momentum, h.weight_decay, h.nesterov, first};
+  const float* maps = QuantMaps();
+  const float* skip = found_inf.defined() ? found_inf.data<float>() : nullptr;
+  StepInLists<Sgd8bitList>(
+      params, [](const Sgd8bitParam&) { return true; },
+      [](Sgd8bitList& list, int t, const Sgd8bitParam& p) {
+        list.codes[t] = p.codes.data<uint8_t>();
+        list.absmax[t] = p.absmax.data<float>();
+      },
+      [&](const Sgd8bitList& list) {
+        if (Ok()) Record(LaunchSgd8bitStepList(list, a, skip, maps, S()));
+      });
+}
+
 AMPD_CUDA_KERNEL(AdamW8bitStepKernel, AdamW8bitStep);
 AMPD_CUDA_KERNEL(AdamW8bitStepListKernel, AdamW8bitStepList);
 AMPD_CUDA_KERNEL(Sgd8bitStepKernel, Sgd8bitStep);
+AMPD_CUDA_KERNEL(Sgd8bitStepListKernel, Sgd8bitStepList);
 
 }  // namespace ampd::engine::cuda

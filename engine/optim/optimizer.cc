@@ -22,7 +22,9 @@ using backend::DynamicMap;
 using backend::Kernel;
 using backend::NearestCode;
 using backend::QuantBlocks;
+using backend::Sgd8bitParam;
 using backend::Sgd8bitStepKernel;
+using backend::Sgd8bitStepListKernel;
 using backend::UnsignedDynamicMap;
 using core::FieldError;
 using core::ShapeString;
@@ -222,23 +224,24 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
   be.Fill(device_step_, static_cast<double>(steps_));
   ++steps_;
   // The AdamW updates go to the backend as two lists, the 32-bit and the
-  // 8-bit ones (a launch for many parameters on a device).
+  // 8-bit ones, and SGD's 8-bit ones as a list (a launch for many parameters
+  // on a device).
   std::vector<Backend::AdamWParam> adamw_list;
   std::vector<AdamW8bitParam> adamw8bit_list;
+  std::vector<Sgd8bitParam> sgd8bit_list;
   for (size_t i = 0; i < weights_.size(); ++i) {
     if (i >= grads_.size() || !grads_[i].defined()) continue;
     Backend::FusedStepArgs args;
     args.found_inf = found_inf;
     const Tensor& model_copy = (*params_)[i].value;
     if (model_copy.impl() != weights_[i].impl()) args.model_copy = model_copy;
-    const Device dev = weights_[i].device();
     if (spec_.kind == OptimizerSpec::Kind::kSgd) {
-      Backend::SgdHyper h = SgdHyperFor(spec_, lr);
-      if (!(*params_)[i].weight_decay) h.weight_decay = 0;
       if (codes1_[i].defined()) {
-        Kernel<Sgd8bitStepKernel>(dev)(weights_[i], grads_[i], codes1_[i], absmax1_[i], h,
-                                       steps_ == 1, args);
+        sgd8bit_list.push_back({weights_[i], grads_[i], codes1_[i], absmax1_[i], args.model_copy,
+                                (*params_)[i].weight_decay});
       } else {
+        Backend::SgdHyper h = SgdHyperFor(spec_, lr);
+        if (!(*params_)[i].weight_decay) h.weight_decay = 0;
         be.SgdStepFused(weights_[i], grads_[i], buf1_[i], h, steps_ == 1, args);
       }
     } else if (codes1_[i].defined()) {
@@ -255,6 +258,10 @@ void Optimizer::StepFused(double lr, const Tensor& found_inf) {
   if (!adamw8bit_list.empty()) {
     Kernel<AdamW8bitStepListKernel>(be.device())(adamw8bit_list, AdamWHyperFor(spec_, lr, steps_),
                                                  found_inf, device_step_);
+  }
+  if (!sgd8bit_list.empty()) {
+    Kernel<Sgd8bitStepListKernel>(be.device())(sgd8bit_list, SgdHyperFor(spec_, lr), steps_ == 1,
+                                               found_inf);
   }
 }
 

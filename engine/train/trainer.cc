@@ -175,7 +175,8 @@ absl::Status CheckKernels(const TrainerConfig& config, const Backend& backend) {
   if (config.optimizer.state_bits == 8) {
     const bool sgd = config.optimizer.kind == optim::OptimizerSpec::Kind::kSgd;
     const bool has =
-        sgd ? backend::KernelRegistered<backend::Sgd8bitStepKernel>(backend.device())
+        sgd ? backend::KernelRegistered<backend::Sgd8bitStepKernel>(backend.device()) &&
+                  backend::KernelRegistered<backend::Sgd8bitStepListKernel>(backend.device())
             : backend::KernelRegistered<backend::AdamW8bitStepKernel>(backend.device()) &&
                   backend::KernelRegistered<backend::AdamW8bitStepListKernel>(backend.device());
     if (!has) {

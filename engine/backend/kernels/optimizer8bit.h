@@ -14,7 +14,7 @@
 // args.found_inf is non-zero, AdamW's bias correction uses args.step + 1
 // (the steps applied before, on the device), and args.model_copy gets the
 // new weights rounded to its dtype in the same pass. On a GPU that is one
-// launch per tensor (AdamW's list: one for many) and no host read.
+// launch per tensor (the lists': one for many) and no host read.
 
 #include <vector>
 
@@ -67,6 +67,29 @@ struct Sgd8bitStepKernel {
   using Fn = void (*)(const Tensor& param, const Tensor& grad, const Tensor& codes,
                       const Tensor& absmax, const DeviceAmp::SgdHyper& h, bool first,
                       const DeviceAmp::FusedStepArgs& args);
+};
+
+// Sgd8bitStepKernel for each tensor of a list, as AdamW8bitStepListKernel:
+// one skip flag for all, h.weight_decay only where `weight_decay` is set.
+struct Sgd8bitParam {
+  Tensor param, grad, codes, absmax;
+  Tensor model_copy;  // optional
+  bool weight_decay = true;
+};
+template <typename F>
+std::vector<Sgd8bitParam> MapTensors(const std::vector<Sgd8bitParam>& list, F f) {
+  std::vector<Sgd8bitParam> out;
+  out.reserve(list.size());
+  for (const Sgd8bitParam& p : list) {
+    out.push_back({f(p.param), f(p.grad), f(p.codes), f(p.absmax),
+                   p.model_copy.defined() ? f(p.model_copy) : Tensor(), p.weight_decay});
+  }
+  return out;
+}
+struct Sgd8bitStepListKernel {
+  static constexpr const char* kName = "sgd8bit_step_list";
+  using Fn = void (*)(const std::vector<Sgd8bitParam>& params, const DeviceAmp::SgdHyper& h,
+                      bool first, const Tensor& found_inf);
 };
 
 }  // namespace ampd::engine::backend

@@ -133,20 +133,19 @@ __global__ void AdamW8bitStepListKernel(AdamW8bitList list, ParamBlocks map, Ada
                   list.model_copy[t], list.mdt[t], signed_map, unsigned_map, block, blocks);
 }
 
-__global__ void Sgd8bitStepKernel(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
-                                  float* absmax, int64_t n, SgdArgs a, const float* found_inf,
-                                  void* model_copy, int mdt, const float* maps) {
-  if (found_inf && *found_inf != 0.0f) return;
-  __shared__ float signed_map[kQuantBlock];
-  LoadMaps(maps, signed_map, nullptr);
+// SGD's quantization blocks first, first + stride, ... of one tensor.
+__device__ void Sgd8bitBlocks(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
+                              float* absmax, int64_t n, const SgdArgs& a, float weight_decay,
+                              void* model_copy, int mdt, const float* signed_map, int64_t first,
+                              int64_t stride) {
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
-  for (int64_t qb = blockIdx.x; qb < blocks; qb += gridDim.x) {
+  for (int64_t qb = first; qb < blocks; qb += stride) {
     const int64_t i = qb * kQuantBlock + threadIdx.x;
     const bool valid = i < n;
     float buf = 0;
     if (valid) {
       const float p = Load<float>(param, pdt, i);
-      float d = __fadd_rn(Load<float>(grad, gdt, i), __fmul_rn(a.weight_decay, p));
+      float d = __fadd_rn(Load<float>(grad, gdt, i), __fmul_rn(weight_decay, p));
       buf = a.first ? d : __fadd_rn(__fmul_rn(a.momentum, __fmul_rn(signed_map[codes[i]], absmax[qb])), d);
       d = a.nesterov ? __fadd_rn(d, __fmul_rn(a.momentum, buf)) : buf;
       Store<float>(param, pdt, i, __fsub_rn(p, __fmul_rn(a.lr, d)));
@@ -154,6 +153,28 @@ __global__ void Sgd8bitStepKernel(void* param, int pdt, const void* grad, int gd
     }
     Requantize(signed_map, buf, valid, codes, absmax, qb, i);
   }
+}
+
+__global__ void Sgd8bitStepKernel(void* param, int pdt, const void* grad, int gdt, uint8_t* codes,
+                                  float* absmax, int64_t n, SgdArgs a, const float* found_inf,
+                                  void* model_copy, int mdt, const float* maps) {
+  if (found_inf && *found_inf != 0.0f) return;
+  __shared__ float signed_map[kQuantBlock];
+  LoadMaps(maps, signed_map, nullptr);
+  Sgd8bitBlocks(param, pdt, grad, gdt, codes, absmax, n, a, a.weight_decay, model_copy, mdt,
+                signed_map, blockIdx.x, gridDim.x);
+}
+
+__global__ void Sgd8bitStepListKernel(Sgd8bitList list, ParamBlocks map, SgdArgs a,
+                                      const float* found_inf, const float* maps) {
+  if (found_inf && *found_inf != 0.0f) return;
+  __shared__ float signed_map[kQuantBlock];
+  LoadMaps(maps, signed_map, nullptr);
+  int64_t blocks, block;
+  const int t = TensorOfBlock(map, &blocks, &block);
+  Sgd8bitBlocks(list.param[t], list.pdt[t], list.grad[t], list.gdt[t], list.codes[t],
+                list.absmax[t], list.numel[t], a, list.decay[t] ? a.weight_decay : 0.0f,
+                list.model_copy[t], list.mdt[t], signed_map, block, blocks);
 }
 
 int QuantGrid(int64_t n) {
@@ -197,6 +218,18 @@ std::string LaunchSgd8bitStep(void* param, int pdt, const void* grad, int gdt, u
   LAUNCH(Sgd8bitStepKernel, QuantGrid(n), kThreads, S(s), param, pdt, grad, gdt, codes, absmax, n,
          a, found_inf, model_copy, mdt, maps);
   return Check("Sgd8bitStepKernel");
+}
+
+std::string LaunchSgd8bitStepList(const Sgd8bitList& list, const SgdArgs& a,
+                                  const float* found_inf, const float* maps, Stream s) {
+  if (list.count == 0) return "";
+  static_assert(sizeof(Sgd8bitList) + sizeof(ParamBlocks) + sizeof(SgdArgs) + 2 * sizeof(void*) <=
+                    4096,
+                "a kernel's parameters fit CUDA's 4 KiB");
+  const ParamBlocks map = BlocksBySize<kMaxParamsPerStepLaunch>(list.numel, list.count);
+  LAUNCH(Sgd8bitStepListKernel, map.first[list.count], kThreads, S(s), list, map, a, found_inf,
+         maps);
+  return Check("Sgd8bitStepListKernel");
 }
 
 }  // namespace ampd::engine::cuda

@@ -1207,66 +1207,95 @@ TEST_F(CudaBackendTest, AdamWOverAListMatchesAStepPerParameter) {
   }
 }
 
-// The 8-bit AdamW step over a list (two launches for 37 tensors) leaves
-// every tensor's weights, codes, absmax values and model copy bit for bit as
-// a launch per tensor does, with decay only where asked, bf16 and f32
+// The 8-bit AdamW and SGD steps over a list (two launches for 37 tensors)
+// leave every tensor's weights, codes, absmax values and model copy bit for
+// bit as a launch per tensor does, with decay only where asked, bf16 and f32
 // gradients, partial last blocks and a tensor large enough to share many
 // blocks; a set flag changes nothing.
-TEST_F(CudaBackendTest, EightBitAdamWOverAListMatchesAStepPerTensor) {
+TEST_F(CudaBackendTest, EightBitStepsOverAListMatchAStepPerTensor) {
   using backend::AdamW8bitParam;
   using backend::AdamW8bitStepKernel;
   using backend::AdamW8bitStepListKernel;
   using backend::QuantBlocks;
+  using backend::Sgd8bitParam;
+  using backend::Sgd8bitStepKernel;
+  using backend::Sgd8bitStepListKernel;
   auto codes = [](int64_t n, uint32_t seed) {
     std::mt19937 gen(seed);
     std::vector<double> v(n);
     for (double& c : v) c = static_cast<double>(gen() % 256);
     return G(Tensor::FromDoubles(v, {n}, DType::kU8));
   };
+  // Each tensor's weights, gradient, two states (codes, absmax) and copy.
   auto make = [&](int count) {
     std::vector<AdamW8bitParam> params;
     for (int i = 0; i < count; ++i) {
       const int64_t n = i == 3 ? 300001 : i == 20 ? 65536 : 4096 + 37 * i;
       const uint32_t seed = 300 + 8 * i;
-      params.push_back({G(Random({n}, DType::kF32, seed)),
-                        G(Random({n}, i % 3 == 0 ? DType::kBF16 : DType::kF32, seed + 1)),
-                        codes(n, seed + 2), G(Random({QuantBlocks(n)}, DType::kF32, seed + 3, 0.01, 0.1)),
-                        codes(n, seed + 4), G(Random({QuantBlocks(n)}, DType::kF32, seed + 5, 0.01, 0.1)),
-                        i % 4 == 1 ? Tensor() : Tensor::Zeros({n}, DType::kBF16, Device::kCuda),
-                        i % 5 != 2});
+      params.push_back(
+          {G(Random({n}, DType::kF32, seed)),
+           G(Random({n}, i % 3 == 0 ? DType::kBF16 : DType::kF32, seed + 1)), codes(n, seed + 2),
+           G(Random({QuantBlocks(n)}, DType::kF32, seed + 3, 0.01, 0.1)), codes(n, seed + 4),
+           G(Random({QuantBlocks(n)}, DType::kF32, seed + 5, 0.01, 0.1)),
+           i % 4 == 1 ? Tensor() : Tensor::Zeros({n}, DType::kBF16, Device::kCuda), i % 5 != 2});
     }
     return params;
   };
-  Backend::AdamWHyper h;
-  h.lr = 3e-3f;
-  h.weight_decay = 0.1f;
-  for (const bool skip : {false, true}) {
-    const Tensor found = Tensor::Full({1}, DType::kF32, skip ? 1.0 : 0.0, Device::kCuda);
-    const Tensor step = Tensor::Full({1}, DType::kF32, 6.0, Device::kCuda);
-    const std::vector<AdamW8bitParam> listed = make(37), each = make(37), before = make(37);
-    Gpu<AdamW8bitStepListKernel>()(listed, h, found, step);
-    for (const AdamW8bitParam& q : each) {
-      Backend::AdamWHyper ph = h;
-      if (!q.weight_decay) ph.weight_decay = 0;
-      Gpu<AdamW8bitStepKernel>()(q.param, q.grad, q.m_codes, q.m_absmax, q.v_codes, q.v_absmax, ph,
-                                 {found, q.model_copy, step});
+  auto sgd = [](const std::vector<AdamW8bitParam>& params) {
+    std::vector<Sgd8bitParam> out;
+    for (const AdamW8bitParam& q : params) {
+      out.push_back({q.param, q.grad, q.m_codes, q.m_absmax, q.model_copy, q.weight_decay});
     }
-    ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
-    for (size_t i = 0; i < listed.size(); ++i) {
-      const std::string what = "tensor " + std::to_string(i) + (skip ? ", skipped" : "");
-      const AdamW8bitParam& a = listed[i];
-      const AdamW8bitParam& b = skip ? before[i] : each[i];
-      ASSERT_EQ(a.param.ToDoubles(), b.param.ToDoubles()) << what;
-      ASSERT_EQ(a.m_codes.ToDoubles(), b.m_codes.ToDoubles()) << what;
-      ASSERT_EQ(a.m_absmax.ToDoubles(), b.m_absmax.ToDoubles()) << what;
-      ASSERT_EQ(a.v_codes.ToDoubles(), b.v_codes.ToDoubles()) << what;
-      ASSERT_EQ(a.v_absmax.ToDoubles(), b.v_absmax.ToDoubles()) << what;
-      if (a.model_copy.defined()) {
-        ASSERT_EQ(a.model_copy.ToDoubles(), b.model_copy.ToDoubles()) << what;
+    return out;
+  };
+  Backend::AdamWHyper ah;
+  ah.lr = 3e-3f;
+  ah.weight_decay = 0.1f;
+  Backend::SgdHyper sh;
+  sh.lr = 0.05f;
+  sh.momentum = 0.9f;
+  sh.weight_decay = 1e-3f;
+  for (const bool adamw : {true, false}) {
+    for (const bool skip : {false, true}) {
+      const Tensor found = Tensor::Full({1}, DType::kF32, skip ? 1.0 : 0.0, Device::kCuda);
+      const Tensor step = Tensor::Full({1}, DType::kF32, 6.0, Device::kCuda);
+      const std::vector<AdamW8bitParam> listed = make(37), each = make(37), before = make(37);
+      if (adamw) {
+        Gpu<AdamW8bitStepListKernel>()(listed, ah, found, step);
+      } else {
+        Gpu<Sgd8bitStepListKernel>()(sgd(listed), sh, false, found);
       }
-      if (!skip) {
-        ASSERT_NE(a.param.ToDoubles(), before[i].param.ToDoubles()) << what;
-        ASSERT_NE(a.m_codes.ToDoubles(), before[i].m_codes.ToDoubles()) << what;
+      for (const AdamW8bitParam& q : each) {
+        if (adamw) {
+          Backend::AdamWHyper h = ah;
+          if (!q.weight_decay) h.weight_decay = 0;
+          Gpu<AdamW8bitStepKernel>()(q.param, q.grad, q.m_codes, q.m_absmax, q.v_codes, q.v_absmax,
+                                     h, {found, q.model_copy, step});
+        } else {
+          Backend::SgdHyper h = sh;
+          if (!q.weight_decay) h.weight_decay = 0;
+          Gpu<Sgd8bitStepKernel>()(q.param, q.grad, q.m_codes, q.m_absmax, h, false,
+                                   {found, q.model_copy, Tensor()});
+        }
+      }
+      ASSERT_TRUE(gpu_->Health().ok()) << gpu_->Health();
+      for (size_t i = 0; i < listed.size(); ++i) {
+        const std::string what = std::string(adamw ? "adamw8bit" : "sgd8bit") + " tensor " +
+                                 std::to_string(i) + (skip ? ", skipped" : "");
+        const AdamW8bitParam& a = listed[i];
+        const AdamW8bitParam& b = skip ? before[i] : each[i];
+        ASSERT_EQ(a.param.ToDoubles(), b.param.ToDoubles()) << what;
+        ASSERT_EQ(a.m_codes.ToDoubles(), b.m_codes.ToDoubles()) << what;
+        ASSERT_EQ(a.m_absmax.ToDoubles(), b.m_absmax.ToDoubles()) << what;
+        ASSERT_EQ(a.v_codes.ToDoubles(), b.v_codes.ToDoubles()) << what;
+        ASSERT_EQ(a.v_absmax.ToDoubles(), b.v_absmax.ToDoubles()) << what;
+        if (a.model_copy.defined()) {
+          ASSERT_EQ(a.model_copy.ToDoubles(), b.model_copy.ToDoubles()) << what;
+        }
+        if (!skip) {
+          ASSERT_NE(a.param.ToDoubles(), before[i].param.ToDoubles()) << what;
+          ASSERT_NE(a.m_codes.ToDoubles(), before[i].m_codes.ToDoubles()) << what;
+        }
       }
     }
   }

@@ -294,6 +294,17 @@ TEST(Optimizer8bitTest, ANonFiniteGradientWithoutLossScalingFailsTheJob) {
   }
 }
 
+// Without list kernel K the device refuses the job; with it back, accepts it.
+template <typename K>
+void ExpectTheListKernelIsNeeded(const TrainerConfig& c, const backend::Backend& device) {
+  const typename K::Fn list = backend::Kernel<K>(Device::kCuda);
+  backend::UnregisterKernel<K>(Device::kCuda);
+  EXPECT_EQ(train::CheckKernels(c, device).code(), absl::StatusCode::kFailedPrecondition)
+      << K::kName;
+  backend::RegisterKernel<K>(Device::kCuda, list);
+  EXPECT_TRUE(train::CheckKernels(c, device).ok()) << K::kName;
+}
+
 // A device runs 8-bit states when it has the 8-bit kernels (the fake device
 // mirrors the CPU's; tests/engine/train:trainer_device_test runs them), and
 // one without them refuses the job on the field that asked for them.
@@ -307,12 +318,7 @@ TEST(Optimizer8bitTest, ADeviceWithoutThe8BitKernelIsRefusedNamingTheField) {
   c.device = Device::kCuda;
   EXPECT_TRUE(train::CheckKernels(c, *fake).ok());
   // The fused step's list kernel is needed as well as the one-tensor kernel.
-  const backend::AdamW8bitStepListKernel::Fn list =
-      backend::Kernel<backend::AdamW8bitStepListKernel>(Device::kCuda);
-  backend::UnregisterKernel<backend::AdamW8bitStepListKernel>(Device::kCuda);
-  EXPECT_EQ(train::CheckKernels(c, *fake).code(), absl::StatusCode::kFailedPrecondition);
-  backend::RegisterKernel<backend::AdamW8bitStepListKernel>(Device::kCuda, list);
-  EXPECT_TRUE(train::CheckKernels(c, *fake).ok());
+  ExpectTheListKernelIsNeeded<backend::AdamW8bitStepListKernel>(c, *fake);
   backend::UnregisterKernel<backend::AdamW8bitStepKernel>(Device::kCuda);
   absl::Status s = train::CheckKernels(c, *fake);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
@@ -324,6 +330,7 @@ TEST(Optimizer8bitTest, ADeviceWithoutThe8BitKernelIsRefusedNamingTheField) {
   c.optimizer.momentum = 0.9;
   c.optimizer.state_bits = 8;
   EXPECT_TRUE(train::CheckKernels(c, *fake).ok());
+  ExpectTheListKernelIsNeeded<backend::Sgd8bitStepListKernel>(c, *fake);
   backend::UnregisterKernel<backend::Sgd8bitStepKernel>(Device::kCuda);
   EXPECT_NE(train::CheckKernels(c, *fake).message().find("optimizer.sgd.state_bits"),
             std::string::npos);

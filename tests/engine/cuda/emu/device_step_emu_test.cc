@@ -85,32 +85,38 @@ TEST(DeviceStepEmuTest, OneHostWaitPerStepAndNoAllocationOnceWarm) {
   }
 }
 
-// 8-bit AdamW states (every tensor in 8 bits here): the step still waits
-// once and allocates nothing once warm, and all ten tensors' updates (the
-// linears' and the norms') are one AdamW8bitStepListKernel launch, none of
-// the one-tensor kernel.
-TEST(DeviceStepEmuTest, EightBitAdamWIsOneLaunchAStep) {
+// 8-bit AdamW and SGD states (every tensor in 8 bits here): the step still
+// waits once and allocates nothing once warm, and all ten tensors' updates
+// (the linears' and the norms') are one list launch, none of the one-tensor
+// kernel.
+TEST(DeviceStepEmuTest, EightBitStatesAreOneLaunchAStep) {
   ASSERT_TRUE(BackendFor(Device::kCuda).ok());
-  TrainerConfig c = Config("bf16-mixed", 0.5);
-  c.optimizer.state_bits = 8;
-  c.optimizer.min_8bit_size = 0;
-  auto trainer = Trainer::Create(c, &testing::SyntheticData(2048, 32, 10, 5), nullptr);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  for (int i = 0; i < 3; ++i) (*trainer)->RunStep();
-  const cudaemu::Counters before = cudaemu::GetCounters();
-  const int64_t mallocs = cuda::CudaMemoryStats().device_allocations;
-  constexpr int kSteps = 5;
-  for (int i = 0; i < kSteps; ++i) ASSERT_FALSE((*trainer)->RunStep().skipped);
-  cudaemu::Counters after = cudaemu::GetCounters();
-  EXPECT_EQ(after.host_waits - before.host_waits, kSteps);
-  EXPECT_EQ(cuda::CudaMemoryStats().device_allocations, mallocs);
-  auto launches = [&](const char* kernel) {
-    const auto was = before.launches_of.find(kernel);
-    return after.launches_of[kernel] - (was == before.launches_of.end() ? 0 : was->second);
-  };
-  EXPECT_EQ(launches("AdamW8bitStepListKernel"), kSteps);
-  EXPECT_EQ(launches("AdamW8bitStepKernel"), 0);
-  ASSERT_TRUE((*BackendFor(Device::kCuda))->Health().ok());
+  for (const OptimizerSpec::Kind kind : {OptimizerSpec::Kind::kAdamW, OptimizerSpec::Kind::kSgd}) {
+    const bool adamw = kind == OptimizerSpec::Kind::kAdamW;
+    SCOPED_TRACE(adamw ? "adamw8bit" : "sgd8bit");
+    TrainerConfig c = Config("bf16-mixed", 0.5);
+    c.optimizer.kind = kind;
+    c.optimizer.momentum = 0.9;
+    c.optimizer.state_bits = 8;
+    c.optimizer.min_8bit_size = 0;
+    auto trainer = Trainer::Create(c, &testing::SyntheticData(2048, 32, 10, 5), nullptr);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    for (int i = 0; i < 3; ++i) (*trainer)->RunStep();
+    const cudaemu::Counters before = cudaemu::GetCounters();
+    const int64_t mallocs = cuda::CudaMemoryStats().device_allocations;
+    constexpr int kSteps = 5;
+    for (int i = 0; i < kSteps; ++i) ASSERT_FALSE((*trainer)->RunStep().skipped);
+    cudaemu::Counters after = cudaemu::GetCounters();
+    EXPECT_EQ(after.host_waits - before.host_waits, kSteps);
+    EXPECT_EQ(cuda::CudaMemoryStats().device_allocations, mallocs);
+    auto launches = [&](const char* kernel) {
+      const auto was = before.launches_of.find(kernel);
+      return after.launches_of[kernel] - (was == before.launches_of.end() ? 0 : was->second);
+    };
+    EXPECT_EQ(launches(adamw ? "AdamW8bitStepListKernel" : "Sgd8bitStepListKernel"), kSteps);
+    EXPECT_EQ(launches(adamw ? "AdamW8bitStepKernel" : "Sgd8bitStepKernel"), 0);
+    ASSERT_TRUE((*BackendFor(Device::kCuda))->Health().ok());
+  }
 }
 
 // On a GPU whose cuBLASLt has no bias epilogue for a problem, Linear adds
