@@ -85,8 +85,8 @@ __global__ void HalfAWarpLeaves(int* out) {
 // and D stored to the same place by the whole warp.
 __global__ void OneTile(const __half* a, const __half* bt, float* cd) {
   namespace wmma = nvcuda::wmma;
-  __shared__ __half sa[256], sbt[256];
-  __shared__ float scd[256];
+  alignas(32) __shared__ __half sa[256], sbt[256];
+  alignas(32) __shared__ float scd[256];
   for (int e = threadIdx.x; e < 256; e += 32) {
     sa[e] = a[e];
     sbt[e] = bt[e];
@@ -198,6 +198,18 @@ __global__ void ForgetsToWait(const int* src, int* out) {
 
 __global__ void WriteIndex(int* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+// A WMMA load from `offset` values into a 32-byte aligned tile, with leading
+// dimension ldm: CUDA documents both a 256-bit aligned pointer and an ldm that
+// is a multiple of 8 (16-bit elements) as required.
+__global__ void WmmaLoadAt(int offset, unsigned ldm) {
+  namespace wmma = nvcuda::wmma;
+  alignas(32) __shared__ __half tile[32 * 32];
+  for (int e = threadIdx.x; e < 32 * 32; e += 32) tile[e] = __float2half_rn(0.0f);
+  __syncwarp();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+  wmma::load_matrix_sync(fa, tile + offset, ldm);
 }
 
 // Eight f32 values through the kernels' 16-byte vector access, from wherever
@@ -438,6 +450,24 @@ TEST(CudaEmuDeathTest, AMisalignedVectorAccessAborts) {
         cudaStreamSynchronize(s);
       },
       "CopyEightAsVectors.*misaligned address: vector load of 16 bytes");
+}
+
+TEST(CudaEmuDeathTest, AWmmaOperandOffItsAlignmentOrLeadingDimensionAborts) {
+  cudaStream_t s = NewStream();
+  AMPD_EMU_LAUNCH(WmmaLoadAt, 1, 32, s)(16, 16u);  // 32 bytes in: allowed
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_DEATH(
+      {
+        AMPD_EMU_LAUNCH(WmmaLoadAt, 1, 32, s)(4, 16u);  // 8 bytes in
+        cudaStreamSynchronize(s);
+      },
+      "WmmaLoadAt: load_matrix_sync at .* the pointer must be 256-bit aligned");
+  EXPECT_DEATH(
+      {
+        AMPD_EMU_LAUNCH(WmmaLoadAt, 1, 32, s)(0, 20u);
+        cudaStreamSynchronize(s);
+      },
+      "WmmaLoadAt: load_matrix_sync at .* with ldm 20: .* a multiple of 8");
 }
 
 TEST(CudaEmuDeathTest, ABarrierNotEveryThreadReachesAborts) {

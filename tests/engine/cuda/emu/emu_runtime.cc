@@ -615,6 +615,18 @@ void AmpdEmuCheckAligned(const void* p, int bytes, const char* what) {
   }
 }
 
+void AmpdEmuCheckWmmaOperand(const void* p, unsigned ldm, int element_bytes, const char* what) {
+  using namespace cudaemu;
+  const unsigned multiple = element_bytes == 2 ? 8 : 4;
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || ldm % multiple != 0) {
+    std::fprintf(stderr,
+                 "cuda emulator: %s: %s at %p with ldm %u: the pointer must be 256-bit aligned "
+                 "and ldm a multiple of %u\n",
+                 g_kernel, what, p, ldm, multiple);
+    std::abort();
+  }
+}
+
 void AmpdEmuCommitAsyncCopies() { ++cudaemu::g_async_commits[cudaemu::g_current]; }
 
 void AmpdEmuWaitAsyncCopies(int n) {

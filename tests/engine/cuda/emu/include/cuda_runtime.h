@@ -87,6 +87,11 @@ void AmpdEmuLdMatrixX4(uint32_t (&r)[4], const void* row, bool trans);
 // the context); x86 does not. The kernels' vector accesses call this first
 // (kernel_util.h's CheckAligned), and it aborts with the kernel's name.
 void AmpdEmuCheckAligned(const void* p, int bytes, const char* what);
+// CUDA's documented requirements of every WMMA load and store (mma.h): a
+// 256-bit (32-byte) aligned pointer and a leading dimension that is a
+// multiple of 8 for 16-bit elements, of 4 for float. Broken, they are
+// undefined behaviour on a GPU; here they abort naming the kernel.
+void AmpdEmuCheckWmmaOperand(const void* p, unsigned ldm, int element_bytes, const char* what);
 void AmpdEmuCopyAsync(void* dst, const void* src, int bytes);
 void AmpdEmuCommitAsyncCopies();
 void AmpdEmuWaitAsyncCopies(int n);

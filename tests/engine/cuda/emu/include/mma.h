@@ -43,8 +43,11 @@ struct fragment {
   T x[num_elements];
 };
 
+// Loads and stores check CUDA's documented requirements
+// (AmpdEmuCheckWmmaOperand in cuda_runtime.h).
 template <typename Use, typename T, typename Layout>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
+  ::AmpdEmuCheckWmmaOperand(p, ldm, sizeof(T), "load_matrix_sync");
   constexpr bool kColumns = std::is_same_v<Layout, col_major>;
   for (int r = 0; r < 16; ++r) {
     for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = kColumns ? p[c * ldm + r] : p[r * ldm + c];
@@ -53,6 +56,7 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsig
 
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p,
                              unsigned ldm, layout_t layout) {
+  ::AmpdEmuCheckWmmaOperand(p, ldm, sizeof(float), "load_matrix_sync");
   for (int r = 0; r < 16; ++r) {
     for (int c = 0; c < 16; ++c) {
       f.x[r * 16 + c] = layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
@@ -65,6 +69,7 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const 
 // collective operation on a GPU) and after (no thread reads it half written).
 inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f,
                               unsigned ldm, layout_t layout) {
+  ::AmpdEmuCheckWmmaOperand(p, ldm, sizeof(float), "store_matrix_sync");
   __syncwarp();
   for (int r = 0; r < 16; ++r) {
     for (int c = 0; c < 16; ++c) {
