@@ -42,15 +42,15 @@ struct AdamW8bitParam {
   Tensor model_copy;  // optional
   bool weight_decay = true;
 };
-// For the host mirror (kernel_registry.h).
+// For the host mirror (kernel_registry.h; f passes an undefined tensor on,
+// as FusedStepArgs' MapTensors relies on).
 template <typename F>
 std::vector<AdamW8bitParam> MapTensors(const std::vector<AdamW8bitParam>& list, F f) {
   std::vector<AdamW8bitParam> out;
   out.reserve(list.size());
   for (const AdamW8bitParam& p : list) {
     out.push_back({f(p.param), f(p.grad), f(p.m_codes), f(p.m_absmax), f(p.v_codes),
-                   f(p.v_absmax), p.model_copy.defined() ? f(p.model_copy) : Tensor(),
-                   p.weight_decay});
+                   f(p.v_absmax), f(p.model_copy), p.weight_decay});
   }
   return out;
 }
@@ -81,8 +81,8 @@ std::vector<Sgd8bitParam> MapTensors(const std::vector<Sgd8bitParam>& list, F f)
   std::vector<Sgd8bitParam> out;
   out.reserve(list.size());
   for (const Sgd8bitParam& p : list) {
-    out.push_back({f(p.param), f(p.grad), f(p.codes), f(p.absmax),
-                   p.model_copy.defined() ? f(p.model_copy) : Tensor(), p.weight_decay});
+    out.push_back({f(p.param), f(p.grad), f(p.codes), f(p.absmax), f(p.model_copy),
+                   p.weight_decay});
   }
   return out;
 }
